@@ -1,0 +1,61 @@
+"""Per-example gradients of an arbitrary per-example objective with ``torch.func``.
+
+This is the general backend: any model and any objective work, at the cost of
+materialising one gradient per example (memory ~ batch x parameters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, grad, vmap
+
+from dpcare.engine.clip import check_losses, clip_factors
+
+LossFn = Callable[[Callable[..., Tensor], Mapping[str, Tensor]], Tensor]
+
+
+class FunctionalModel:
+    """Calls ``model`` with substituted parameters, so objectives can call it like the module."""
+
+    def __init__(self, model: nn.Module, params: Mapping[str, Tensor], buffers: Mapping[str, Tensor]):
+        self._model = model
+        self._state = {**params, **buffers}
+
+    def __call__(self, *args, **kwargs):
+        return functional_call(self._model, self._state, args, kwargs)
+
+
+def per_example_gradients(
+    model: nn.Module, loss_fn: LossFn, batch: Mapping[str, Tensor], trainable: Mapping[str, nn.Parameter]
+) -> dict[str, Tensor]:
+    """Return ``{name: [B, *param.shape]}`` gradients of each example's loss."""
+    frozen = {n: p.detach() for n, p in model.named_parameters() if n not in trainable}
+    buffers = dict(model.named_buffers())
+    detached = {n: p.detach() for n, p in trainable.items()}
+
+    def single_loss(params: dict[str, Tensor], example: dict[str, Tensor]) -> Tensor:
+        one = {k: v.unsqueeze(0) for k, v in example.items()}
+        losses = check_losses(loss_fn(FunctionalModel(model, {**frozen, **params}, buffers), one), 1)
+        return losses.sum()
+
+    per_example = vmap(grad(single_loss), in_dims=(None, 0), randomness="different")
+    return per_example(detached, dict(batch))
+
+
+def clipped_sum_functorch(
+    model: nn.Module,
+    loss_fn: LossFn,
+    batch: Mapping[str, Tensor],
+    trainable: Mapping[str, nn.Parameter],
+    clip_norm: float,
+) -> tuple[dict[str, Tensor], Tensor]:
+    """Sum over the batch of per-example gradients clipped to ``clip_norm``; also the norms."""
+    grads = per_example_gradients(model, loss_fn, batch, trainable)
+    sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(1) for g in grads.values())
+    norms = sq.sqrt()
+    factors = clip_factors(norms, clip_norm)
+    summed = {n: torch.einsum("b,b...->...", factors, g) for n, g in grads.items()}
+    return summed, norms

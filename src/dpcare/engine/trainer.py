@@ -1,0 +1,334 @@
+"""The one private training loop of dpcare (design.md, "One engine, many objectives").
+
+Per step::
+
+    B_priv ~ Poisson(q)                          independent inclusion, may be empty
+    g_priv = (sum_i clip_C(grad l_priv(x_i)) + N(0, sigma^2 C^2)) / (q n)
+    B_pub  ~ uniform, size m'                    own generator, public columns only
+    g      = g_pub + alpha * g_priv              (g = g_priv without a public branch)
+
+The sum is divided by the EXPECTED batch size q n, never the realised one
+(dividing by the realised size leaks it and breaks the accounting). One ledger
+charge per private step; public-only pretraining steps are free (feature-dp.txt,
+Remark 2).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from dpcare.engine import checkpoint as ckpt
+from dpcare.engine.clip import check_losses
+from dpcare.engine.fast_clipping import clipped_sum_fast, unsupported_reason
+from dpcare.engine.functorch_backend import clipped_sum_functorch
+from dpcare.engine.objective import Objective
+from dpcare.engine.sampling import chunks, poisson_indices, take, uniform_indices
+from dpcare.privacy import Guarantee, PrivacyLedger, check_noise_multiplier
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+@dataclass
+class TrainConfig:
+    """Hyperparameters of one run. Exactly one of ``noise_multiplier`` and
+    ``target_epsilon`` must be set for a private objective."""
+
+    batch_size: int = 256  # expected private batch size m = q n
+    epochs: float = 10.0
+    steps: int | None = None  # overrides epochs
+    public_batch_size: int | None = None  # m'; default = batch_size
+    lr: float = 1e-3
+    optimizer: str = "adam"  # adam | adamw | sgd
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    clip_norm: float = 1.0
+    noise_multiplier: float | None = None
+    target_epsilon: float | None = None
+    alpha: float = 1.0
+    max_physical_batch: int = 1024
+    public_pretrain_steps: int = 0
+    backend: str = "auto"  # auto | fast | functorch
+    seed: int | None = 0  # None: fresh OS randomness (use for real releases)
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 100
+    progress: bool = True
+
+    def validate(self, objective: Objective) -> None:
+        positive = {"batch_size": self.batch_size, "lr": self.lr, "clip_norm": self.clip_norm,
+                    "max_physical_batch": self.max_physical_batch, "checkpoint_every": self.checkpoint_every}
+        for name, value in positive.items():
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        if self.steps is None and not (math.isfinite(self.epochs) and self.epochs > 0):
+            raise ValueError(f"epochs must be positive, got {self.epochs!r}")
+        if self.steps is not None and self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps!r}")
+        if self.alpha < 0 or not math.isfinite(self.alpha):
+            raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
+        if self.backend not in ("auto", "fast", "functorch"):
+            raise ValueError(f"backend must be auto, fast or functorch, got {self.backend!r}")
+        if self.optimizer not in ("adam", "adamw", "sgd"):
+            raise ValueError(f"optimizer must be adam, adamw or sgd, got {self.optimizer!r}")
+        if objective.private:
+            if (self.noise_multiplier is None) == (self.target_epsilon is None):
+                raise ValueError("set exactly one of noise_multiplier and target_epsilon for a private method")
+            if self.noise_multiplier is not None:
+                check_noise_multiplier(self.noise_multiplier)
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    sampling_rate: float
+    noise_multiplier: float | None
+    guarantee: Guarantee | None
+    backend: str
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def _make_generator(seed: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+class Trainer:
+    """Runs an :class:`Objective` on a model with the privacy accounting of ``ledger``.
+
+    ``private_data`` and ``public_data`` map keys (``x``, ``x_pub``, ``y``...) to tensors
+    with one row per example. The public branch only ever sees ``public_data``.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: Objective,
+        config: TrainConfig,
+        ledger: PrivacyLedger | None = None,
+        optimizer_factory: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None,
+    ):
+        config.validate(objective)
+        self.model, self.objective, self.config, self.ledger = model, objective, config, ledger
+        self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        if not self.trainable:
+            raise ValueError("the model has no trainable parameters (all have requires_grad=False)")
+        self.optimizer = (optimizer_factory or self._default_optimizer)(list(self.trainable.values()))
+        self.backend = self._choose_backend()
+        self.noise_multiplier: float | None = config.noise_multiplier
+        seed = config.seed if config.seed is not None else secrets.randbits(62)
+        self._gens = {k: _make_generator(seed + i) for i, k in enumerate(("private", "public", "noise"))}
+        torch.manual_seed(seed + 3)  # dropout and other model randomness
+        self.step_count = 0
+        self.history: list[dict[str, float]] = []
+
+    # ---------------------------------------------------------------- set-up
+    def _default_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        c = self.config
+        if c.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay)
+        cls = torch.optim.AdamW if c.optimizer == "adamw" else torch.optim.Adam
+        return cls(params, lr=c.lr, weight_decay=c.weight_decay)
+
+    def _choose_backend(self) -> str:
+        if not self.objective.private or self.config.backend == "functorch":
+            return "functorch" if self.objective.private else "none"
+        reason = unsupported_reason(self.model, self.trainable)
+        if reason is None:
+            return "fast"
+        if self.config.backend == "fast":
+            raise ValueError(f"the fast clipping backend cannot train this model: {reason}")
+        log.info("fast clipping unavailable (%s); using torch.func per-example gradients", reason)
+        return "functorch"
+
+    def total_steps(self, n: int) -> int:
+        c = self.config
+        return c.steps if c.steps is not None else math.ceil(c.epochs * n / c.batch_size)
+
+    def sampling_rate(self, n: int) -> float:
+        if n <= 0:
+            raise ValueError("the private data set has no rows")
+        return min(1.0, self.config.batch_size / n)
+
+    # ---------------------------------------------------------------- gradients
+    def clipped_sum(self, batch: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], Tensor]:
+        """Sum of clipped per-example gradients of the private loss over ``batch``."""
+        fn = clipped_sum_fast if self.backend == "fast" else clipped_sum_functorch
+        return fn(self.model, self.objective.private_loss, batch, self.trainable, self.config.clip_norm)
+
+    def private_gradient(self, data: Mapping[str, Tensor], idx: Tensor, expected_batch: float) -> dict[str, Tensor]:
+        """Noisy clipped gradient of the private loss, divided by the expected batch size."""
+        c = self.config
+        total = {n: torch.zeros_like(p) for n, p in self.trainable.items()}
+        for part in chunks(idx, c.max_physical_batch):
+            summed, _ = self.clipped_sum(take(data, part))
+            for n, g in summed.items():
+                total[n] += g
+        std = self.noise_multiplier * c.clip_norm
+        for n, g in total.items():
+            g += torch.normal(0.0, std, size=g.shape, generator=self._gens["noise"])
+            g /= expected_batch
+        return total
+
+    def mean_gradient(self, loss_fn, batch: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], float]:
+        """Ordinary gradient of the mean loss (public branch, non-private training)."""
+        size = next(iter(batch.values())).shape[0]
+        loss = check_losses(loss_fn(self.model, batch), size).mean()
+        grads = torch.autograd.grad(loss, list(self.trainable.values()), allow_unused=True, materialize_grads=True)
+        return dict(zip(self.trainable, grads)), float(loss.detach())
+
+    def _apply(self, grad: dict[str, Tensor]) -> None:
+        for n, p in self.trainable.items():
+            p.grad = grad[n]
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    # ---------------------------------------------------------------- steps
+    def public_step(self, public_data: Mapping[str, Tensor]) -> float:
+        idx = uniform_indices(_rows(public_data), self._public_batch(), self._gens["public"])
+        grad, loss = self.mean_gradient(self.objective.public_loss, take(public_data, idx))
+        self._apply(grad)
+        return loss
+
+    def private_step(self, private_data: Mapping[str, Tensor], public_data: Mapping[str, Tensor] | None) -> dict:
+        n = _rows(private_data)
+        q = self.sampling_rate(n)
+        idx = poisson_indices(n, q, self._gens["private"])
+        grad = self.private_gradient(private_data, idx, expected_batch=q * n)
+        self.ledger.charge_sampled_gaussian("private training steps", q, self.noise_multiplier, 1)
+        record: dict[str, float] = {}
+        if self.objective.has_public_branch:
+            pub_idx = uniform_indices(_rows(public_data), self._public_batch(), self._gens["public"])
+            g_pub, record["public_loss"] = self.mean_gradient(self.objective.public_loss, take(public_data, pub_idx))
+            grad = {k: g_pub[k] + self.config.alpha * grad[k] for k in grad}
+        elif self.config.alpha != 1.0:
+            grad = {k: self.config.alpha * g for k, g in grad.items()}
+        self._apply(grad)
+        return record
+
+    def nonprivate_step(self, data: Mapping[str, Tensor]) -> dict:
+        idx = uniform_indices(_rows(data), self.config.batch_size, self._gens["private"])
+        grad, loss = self.mean_gradient(self.objective.private_loss, take(data, idx))
+        self._apply(grad)
+        return {"loss": loss}
+
+    def _public_batch(self) -> int:
+        return self.config.public_batch_size or self.config.batch_size
+
+    # ---------------------------------------------------------------- loop
+    def fit(self, private_data: Mapping[str, Tensor], public_data: Mapping[str, Tensor] | None = None) -> TrainResult:
+        obj, c = self.objective, self.config
+        _check_data(private_data, obj.private_keys, "private_data")
+        if obj.has_public_branch or c.public_pretrain_steps:
+            if public_data is None:
+                raise ValueError(f"{obj.name} has a public branch: pass public_data")
+            _check_data(public_data, obj.public_keys, "public_data")
+        n = _rows(private_data)
+        total = self.total_steps(n)
+        if obj.private:
+            if self.ledger is None:
+                self.ledger = PrivacyLedger(n, unit=obj.unit)
+            if self.noise_multiplier is None:
+                self.noise_multiplier = self.ledger.calibrate_training_noise(self.sampling_rate(n), total, c.target_epsilon)
+        self._maybe_resume(total)
+        self.model.train()
+        pre = c.public_pretrain_steps
+        bar = tqdm(total=pre + total, initial=self.step_count, disable=not c.progress, desc=obj.name, leave=False)
+        every = max(1, (pre + total) // 50)
+        while self.step_count < pre + total:
+            if self.step_count < pre:
+                rec = {"public_loss": self.public_step(public_data)}
+            elif obj.private:
+                rec = self.private_step(private_data, public_data)
+            else:
+                rec = self.nonprivate_step(private_data)
+            self.step_count += 1
+            if self.step_count % every == 0 or self.step_count == pre + total:
+                rec["step"] = self.step_count
+                if obj.private:
+                    rec["epsilon_upper"] = self.ledger.running_epsilon()
+                self.history.append(rec)
+                bar.set_postfix({k: round(v, 4) for k, v in rec.items() if k != "step"})
+            bar.update(1)
+            if c.checkpoint_dir and (self.step_count % c.checkpoint_every == 0 or self.step_count == pre + total):
+                self.save_checkpoint(total)
+        bar.close()
+        self.model.eval()
+        return TrainResult(
+            steps=total,
+            sampling_rate=self.sampling_rate(n),
+            noise_multiplier=self.noise_multiplier,
+            guarantee=self.ledger.guarantee() if obj.private else None,
+            backend=self.backend,
+            history=self.history,
+        )
+
+    # ---------------------------------------------------------------- checkpoints
+    def _fingerprint(self, total: int) -> dict[str, Any]:
+        keep = {k: v for k, v in asdict(self.config).items() if k not in ("progress", "checkpoint_dir", "checkpoint_every")}
+        return {"config": keep, "objective": self.objective.name, "total_steps": total}
+
+    def save_checkpoint(self, total: int) -> None:
+        state = {
+            "fingerprint": self._fingerprint(total),
+            "step": self.step_count,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "generators": {k: g.get_state() for k, g in self._gens.items()},
+            "torch_rng": torch.get_rng_state(),
+            "noise_multiplier": self.noise_multiplier,
+            "ledger": self.ledger.state_dict() if self.ledger is not None else None,
+            "history": self.history,
+        }
+        ckpt.atomic_save(state, Path(self.config.checkpoint_dir) / CHECKPOINT_NAME)
+
+    def _maybe_resume(self, total: int) -> None:
+        if not self.config.checkpoint_dir:
+            return
+        path = Path(self.config.checkpoint_dir) / CHECKPOINT_NAME
+        if not path.exists():
+            return
+        state = ckpt.load(path)
+        if state["fingerprint"] != self._fingerprint(total):
+            raise ValueError(
+                f"checkpoint {path} belongs to a different run (config, objective or data size differ); "
+                "use another checkpoint directory or delete it"
+            )
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        for k, g in self._gens.items():
+            g.set_state(state["generators"][k])
+        torch.set_rng_state(state["torch_rng"])
+        self.noise_multiplier = state["noise_multiplier"]
+        if state["ledger"] is not None:
+            self.ledger = PrivacyLedger.from_state_dict(state["ledger"])
+        self.history = state["history"]
+        self.step_count = state["step"]
+        log.info("resumed from %s at step %d", path, self.step_count)
+
+
+def _rows(data: Mapping[str, Tensor]) -> int:
+    return next(iter(data.values())).shape[0]
+
+
+def _check_data(data: Mapping[str, Tensor], keys: tuple[str, ...], what: str) -> None:
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise ValueError(f"{what} lacks the keys {missing} that the objective reads (has {sorted(data)})")
+    sizes = {k: v.shape[0] for k, v in data.items()}
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"{what} tensors have different numbers of rows: {sizes}")
+    for k, v in data.items():
+        if v.is_floating_point() and not torch.isfinite(v).all():
+            raise ValueError(f"{what}['{k}'] contains NaN or infinite values")
