@@ -1,26 +1,17 @@
-"""Atomic checkpoints: written to a temporary file, then renamed over the old one."""
+"""Checkpoint files (written atomically, see :mod:`dpcare.io`)."""
 
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from dpcare.io import torch_save
+
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    torch_save(path, obj)
 
 
 def load(path: str | os.PathLike) -> dict[str, Any]:

@@ -1,0 +1,110 @@
+"""Per-step time and peak memory of private steps relative to a non-private step.
+
+Each configuration runs in a fresh subprocess (clean peak-memory reading) with
+OMP_NUM_THREADS=1 and the glibc allocator setting of data-and-models.md. The
+batch is fixed (exactly the expected batch size) so the steps do the same work.
+
+    python benchmarks/bench_dp_step.py            # all
+    python benchmarks/bench_dp_step.py --quick    # fewer repetitions
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+from dpcare.runtime import FAST_ALLOCATOR
+
+MODES = ["non-private", "dp-sgd fast", "dp-sgd functorch", "feature-dp fast", "feature-dp functorch"]
+
+
+def build(model_name: str, batch: int):
+    import torch
+
+    from dpcare.models import TabularMLP, TinyTransformer
+
+    g = torch.Generator().manual_seed(0)
+    if model_name == "mlp":
+        model = TabularMLP(64, hidden=256)
+        x = torch.randn(batch, 64, generator=g)
+        x_pub = x.clone()
+        x_pub[:, :8] = torch.randn(batch, 8, generator=g)
+        y = (torch.rand(batch, generator=g) > 0.5).float()
+    else:
+        model = TinyTransformer(vocab=5000, max_len=64, dim=128, depth=2, heads=4, classes=2)
+        x = torch.randint(0, 5000, (batch, 64), generator=g)
+        x_pub = x.clone()
+        x_pub[:, :8] = 0  # the "private" positions masked
+        y = torch.randint(0, 2, (batch,), generator=g)
+    return model, {"x": x, "x_pub": x_pub, "y": y}
+
+
+def run_one(model_name: str, mode: str, batch: int, steps: int) -> dict:
+    import torch
+
+    from dpcare.engine import TrainConfig, Trainer
+    from dpcare.methods import DPSGD, FeatureDP, NonPrivate
+    from dpcare.privacy import PrivacyLedger
+
+    torch.set_num_threads(1)
+    model, data = build(model_name, batch)
+    method = mode.split()[0]
+    objective = {"non-private": NonPrivate, "dp-sgd": DPSGD, "feature-dp": FeatureDP}[method]()
+    backend = mode.split()[1] if " " in mode else "auto"
+    cfg = TrainConfig(batch_size=batch, noise_multiplier=1.0 if objective.private else None, backend=backend,
+                      progress=False, max_physical_batch=batch)
+    trainer = Trainer(model, objective, cfg, ledger=PrivacyLedger(10**6))
+    idx = torch.arange(batch)
+
+    def step():
+        if not objective.private:
+            grad, _ = trainer.mean_gradient(objective.private_loss, data)
+        else:
+            grad = trainer.private_gradient(data, idx, expected_batch=batch)
+            if objective.has_public_branch:
+                g_pub, _ = trainer.mean_gradient(objective.public_loss, data)
+                grad = {k: g_pub[k] + grad[k] for k in grad}
+        trainer._apply(grad)
+
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return {"median_s": times[len(times) // 2], "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--child", nargs=4, metavar=("MODEL", "MODE", "BATCH", "STEPS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        m, mode, b, s = args.child
+        print(json.dumps(run_one(m, mode, int(b), int(s))))
+        return
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **FAST_ALLOCATOR}
+    steps = 10 if args.quick else 30
+    configs = [("mlp", 256), ("transformer", 32)]
+    print(f"{'model':<12}{'mode':<22}{'ms/step':>10}{'x non-private':>15}{'peak RSS MiB':>14}")
+    for model_name, batch in configs:
+        base = None
+        for mode in MODES:
+            out = subprocess.run([sys.executable, __file__, "--child", model_name, mode, str(batch), str(steps)],
+                                 env=env, capture_output=True, text=True, check=True)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            base = base or r["median_s"]
+            print(f"{model_name + ' b' + str(batch):<12}{mode:<22}{1e3 * r['median_s']:>10.2f}"
+                  f"{r['median_s'] / base:>15.2f}{r['peak_rss_mib']:>14.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

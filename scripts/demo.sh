@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set everything up and run dpcare's main job on the bundled SUPPORT2 ICU table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. .venv/bin/activate
+export OMP_NUM_THREADS=1
+exec dpcare demo "$@"

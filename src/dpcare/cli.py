@@ -1,0 +1,173 @@
+"""The ``dpcare`` command line."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dpcare.runtime import ensure_fast_process
+
+app = typer.Typer(
+    help="dpcare: differential privacy for clinical machine learning. Every epsilon printed comes from "
+    "the privacy ledger of the run (dp-accounting PLD by default).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+account_app = typer.Typer(help="Privacy accounting for DP-SGD / Feature-DP steps (Poisson-subsampled Gaussian).",
+                          no_args_is_help=True)
+app.add_typer(account_app, name="account")
+
+Accountant = Annotated[str, typer.Option(help="pld, rdp or both")]
+
+
+def _fail(err: Exception) -> None:
+    typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
+
+
+@account_app.command("epsilon")
+def account_epsilon(
+    sampling_rate: Annotated[float, typer.Option("--q", help="Poisson sampling rate q = batch / n")],
+    noise_multiplier: Annotated[float, typer.Option("--sigma", help="noise multiplier sigma")],
+    steps: Annotated[int, typer.Option(help="number of private steps")],
+    delta: Annotated[float, typer.Option(help="target delta")],
+    accountant: Accountant = "both",
+) -> None:
+    """Epsilon spent by STEPS Poisson-subsampled Gaussian steps at (q, sigma)."""
+    from dpcare.privacy import compute_epsilon, sampled_gaussian_event
+
+    try:
+        event = sampled_gaussian_event(sampling_rate, noise_multiplier, steps)
+        for name in _accountants(accountant):
+            typer.echo(f"{name}: epsilon = {compute_epsilon(event, delta, accountant=name):.4f} at delta = {delta:g}")
+    except ValueError as err:
+        _fail(err)
+
+
+@account_app.command("sigma")
+def account_sigma(
+    sampling_rate: Annotated[float, typer.Option("--q", help="Poisson sampling rate q = batch / n")],
+    steps: Annotated[int, typer.Option(help="number of private steps")],
+    epsilon: Annotated[float, typer.Option(help="target epsilon (never exceeded)")],
+    delta: Annotated[float, typer.Option(help="target delta")],
+    accountant: Accountant = "both",
+) -> None:
+    """Smallest noise multiplier whose epsilon stays within the target."""
+    from dpcare.privacy import calibrate_noise_multiplier
+
+    try:
+        for name in _accountants(accountant):
+            sigma = calibrate_noise_multiplier(sampling_rate, steps, epsilon, delta, accountant=name)
+            typer.echo(f"{name}: sigma = {sigma:.4f} for epsilon <= {epsilon:g} at delta = {delta:g}")
+    except ValueError as err:
+        _fail(err)
+
+
+def _accountants(name: str) -> list[str]:
+    if name not in ("pld", "rdp", "both"):
+        raise ValueError(f"accountant must be pld, rdp or both, got {name!r}")
+    return ["pld", "rdp"] if name == "both" else [name]
+
+
+@app.command()
+def train(
+    data: Annotated[Path, typer.Argument(help="CSV or Parquet file")],
+    spec: Annotated[Path, typer.Option(help="privacy spec (YAML or JSON): column types, roles, public bounds")],
+    out: Annotated[Path, typer.Option(help="output folder: model.pt, metrics.json, guarantee.json")] = Path(
+        "results/train"),
+    method: Annotated[str, typer.Option(help="feature-dp, dp-sgd, label-dp or non-private")] = "feature-dp",
+    epsilon: Annotated[float, typer.Option(help="target epsilon of the whole run")] = 1.0,
+    delta: Annotated[Optional[float], typer.Option(help="delta (default 1/n^1.1; must be < 1/n)")] = None,
+    clip: Annotated[float, typer.Option(help="per-example clipping norm C")] = 1.0,
+    alpha: Annotated[float, typer.Option(help="weight of the private gradient: g = g_pub + alpha g_priv")] = 1.0,
+    epochs: Annotated[float, typer.Option(help="passes over the private data (in expectation)")] = 10.0,
+    batch_size: Annotated[int, typer.Option(help="expected private batch size (Poisson)")] = 256,
+    public_batch_size: Annotated[Optional[int], typer.Option(help="public batch size (default: batch size)")] = None,
+    lr: Annotated[float, typer.Option(help="Adam learning rate")] = 1e-3,
+    pad: Annotated[str, typer.Option(help="how pad(Psi(x)) fills private features: gaussian or zeros")] = "gaussian",
+    stats_epsilon: Annotated[Optional[float], typer.Option(
+        help="DP budget for scaling bounds of protected columns the spec does not declare")] = None,
+    seed: Annotated[int, typer.Option(help="seed of splits, sampling, noise")] = 0,
+    checkpoint_dir: Annotated[Optional[Path], typer.Option(help="checkpoint here; an existing one is resumed")] = None,
+) -> None:
+    """Train a model on a table with a privacy spec; print test AUPRC/AUROC and the guarantee."""
+    from dpcare.data import load_spec, load_table
+    from dpcare.workflows.tabular import TabularRun, train_tabular
+
+    try:
+        schema = load_spec(spec)
+        df = load_table(data, schema)
+        run = TabularRun(method=method, epsilon=None if method == "non-private" else epsilon, delta=delta,
+                         clip_norm=clip, alpha=alpha, epochs=epochs, batch_size=batch_size,
+                         public_batch_size=public_batch_size, lr=lr, pad=pad, stats_epsilon=stats_epsilon, seed=seed,
+                         checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None)
+        result = train_tabular(df, schema, run, out_dir=out)
+    except (ValueError, FileNotFoundError, KeyError) as err:
+        _fail(err)
+    typer.echo(json.dumps(result.row(), indent=2, default=_json_float))
+    if result.guarantee:
+        from dpcare.privacy import Guarantee
+
+        typer.echo(Guarantee.from_dict(result.guarantee).describe())
+    typer.echo(f"written to {out}/")
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="results folder")] = Path("results/demo"),
+    dataset: Annotated[str, typer.Option(help="bundled data set: support2, rhc or adult")] = "support2",
+    epsilon: Annotated[float, typer.Option(help="epsilon of every private method")] = 1.0,
+    seeds: Annotated[int, typer.Option(help="seeds per method")] = 3,
+    epochs: Annotated[float, typer.Option(help="epochs per run")] = 10.0,
+) -> None:
+    """Main job: Feature-DP (demographics private) vs DP-SGD vs non-private on SUPPORT2."""
+    from dpcare.workflows.demo import run_demo
+
+    try:
+        summary = run_demo(out, dataset=dataset, epsilon=epsilon, seeds=seeds, epochs=epochs)
+    except (ValueError, ImportError) as err:
+        _fail(err)
+    typer.echo((out / "results.md").read_text())
+    typer.echo(f"table: {out}/results.csv, {out}/results.md; plot: {out}/results.png; runs: {out}/runs/")
+    del summary
+
+
+@app.command()
+def datasets(
+    export: Annotated[Optional[str], typer.Option(help="write this bundled data set as CSV + its spec")] = None,
+    out: Annotated[Path, typer.Option(help="folder for --export")] = Path("results/data"),
+) -> None:
+    """List the bundled real data sets, or export one with its privacy spec (a template for your own)."""
+    from dpcare.data import BUNDLED, load_dataset
+
+    if export is None:
+        for name, text in BUNDLED.items():
+            typer.echo(f"{name}: {text}")
+        return
+    try:
+        df, schema = load_dataset(export)
+    except (ValueError, ImportError) as err:
+        _fail(err)
+    from dpcare.data import save_spec
+    from dpcare.io import write_text
+
+    write_text(out / f"{export}.csv", df.to_csv(index=False))
+    save_spec(schema, out / f"{export}.yaml")
+    typer.echo(f"wrote {out / (export + '.csv')} ({len(df)} rows) and {out / (export + '.yaml')}")
+
+
+def _json_float(x):
+    return "inf" if isinstance(x, float) and math.isinf(x) else str(x)
+
+
+def main() -> None:
+    ensure_fast_process()
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""End-to-end workflows that tie data, engine, methods and reports together."""

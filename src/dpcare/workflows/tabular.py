@@ -1,0 +1,180 @@
+"""Train one tabular model with a chosen method on a table with a privacy spec.
+
+The data flow keeps the public branch honest: the public tensors are built by
+``TableEncoder.transform_public`` from ``public_view(df)``, a frame that does not
+contain the private columns at all.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from dpcare.data import TableEncoder, TableSchema, public_view, split_table
+from dpcare.engine import TrainConfig, Trainer
+from dpcare.io import torch_save, write_json
+from dpcare.methods import make_objective
+from dpcare.models import TabularMLP
+from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
+
+#: which feature columns each method protects (encoder statistics must be public or DP for these)
+PROTECTS = {"non-private": "label", "dp-sgd": "all", "feature-dp": "private", "label-dp": "label"}
+SPLITS = {"train": 0.8, "val": 0.1, "test": 0.1}
+
+
+@dataclass
+class TabularRun:
+    """Settings of one run of ``train_tabular`` (the ``dpcare train`` options)."""
+
+    method: str = "feature-dp"
+    epsilon: float | None = 1.0  # ignored for non-private
+    delta: float | None = None  # default 1/n^1.1
+    clip_norm: float = 1.0
+    alpha: float = 1.0
+    epochs: float = 10.0
+    batch_size: int = 256
+    public_batch_size: int | None = None
+    lr: float = 1e-3
+    hidden: int = 256
+    pad: str = "gaussian"  # gaussian | zeros: how pad(Psi(x)) fills private features
+    public_pretrain_steps: int = 0
+    stats_epsilon: float | None = None  # DP budget for undeclared bounds of protected columns
+    accountant: str = "pld"
+    seed: int = 0
+    checkpoint_dir: str | None = None
+    progress: bool = True
+
+    def validate(self) -> None:
+        if self.method not in PROTECTS:
+            raise ValueError(f"unknown method {self.method!r}; choose one of {sorted(PROTECTS)}")
+        if self.method != "non-private":
+            if self.epsilon is None:
+                raise ValueError(f"method {self.method} needs an epsilon")
+            check_epsilon(self.epsilon)
+        if self.pad not in ("gaussian", "zeros"):
+            raise ValueError(f"pad must be 'gaussian' or 'zeros', got {self.pad!r}")
+
+
+@dataclass
+class TabularResult:
+    method: str
+    metrics: dict[str, float]
+    guarantee: dict[str, Any] | None
+    noise_multiplier: float | None
+    steps: int
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        g = self.guarantee or {}
+        return {
+            "method": self.method,
+            "AUPRC": self.metrics["test_auprc"],
+            "AUROC": self.metrics["test_auroc"],
+            "epsilon": g.get("epsilon", math.inf),
+            "delta": g.get("delta", 0.0),
+            "protected": protected_text(g),
+        }
+
+
+def protected_text(g: dict[str, Any]) -> str:
+    if not g:
+        return "nothing (non-private)"
+    unit = g["unit"]
+    if unit == ProtectedUnit.EXAMPLE.value:
+        return "whole example"
+    if unit == ProtectedUnit.LABEL.value:
+        return f"label ({', '.join(g['protected_columns'])})"
+    return "features: " + ", ".join(g["protected_columns"])
+
+
+def split(df: pd.DataFrame, seed: int) -> dict[str, pd.DataFrame]:
+    return split_table(df, SPLITS, seed=seed)
+
+
+def prepare(encoder: TableEncoder, frame: pd.DataFrame, pad: str, seed: int) -> dict[str, torch.Tensor]:
+    """Tensors of one split: x (all features), x_pub = pad(Psi(x)) from the public view only, y."""
+    return {
+        "x": torch.from_numpy(encoder.transform(frame)),
+        "x_pub": torch.from_numpy(encoder.transform_public(public_view(frame, encoder.schema), pad=pad, seed=seed)),
+        "y": torch.from_numpy(encoder.encode_target(frame)),
+    }
+
+
+def public_data_for(method: str, train: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+    """What the public branch may read: pad(Psi(x)) and y for Feature-DP, x alone for Label-DP."""
+    if method == "feature-dp":
+        return {"x_pub": train["x_pub"], "y": train["y"]}
+    if method == "label-dp":
+        return {"x": train["x"]}
+    return None
+
+
+def evaluate(model: torch.nn.Module, data: dict[str, torch.Tensor]) -> dict[str, float]:
+    model.eval()
+    with torch.no_grad():
+        logits = model(data["x"])
+    y = data["y"].numpy()
+    scores = logits[:, 0].numpy() if logits.shape[1] == 1 else torch.softmax(logits, 1)[:, 1].numpy()
+    if len(np.unique(y)) < 2:
+        raise ValueError("the evaluation split has a single class; AUROC/AUPRC are undefined")
+    return {"auprc": float(average_precision_score(y, scores)), "auroc": float(roc_auc_score(y, scores))}
+
+
+def train_tabular(df: pd.DataFrame, schema: TableSchema, run: TabularRun,
+                  out_dir: str | os.PathLike | None = None) -> TabularResult:
+    """Split, encode, train with ``run.method`` and evaluate on the held-out test split."""
+    run.validate()
+    torch.manual_seed(run.seed)
+    parts = split(df, run.seed)
+    train_df = parts["train"]
+    objective = make_objective(run.method)
+    ledger = None
+    if objective.private:
+        unit = objective.unit
+        protected = {ProtectedUnit.FEATURES: schema.private_columns, ProtectedUnit.LABEL: [schema.target],
+                     ProtectedUnit.EXAMPLE: []}[unit]
+        public = schema.public_columns if unit is ProtectedUnit.FEATURES else (
+            schema.feature_columns if unit is ProtectedUnit.LABEL else [])
+        if unit is ProtectedUnit.FEATURES:
+            schema.require_public()
+        ledger = PrivacyLedger(len(train_df), delta=run.delta, accountant=run.accountant, unit=unit,
+                               protected_columns=tuple(protected), public_columns=tuple(public))
+    encoder = TableEncoder(schema, protect=PROTECTS[run.method]).fit(
+        train_df, ledger=ledger, stats_epsilon=run.stats_epsilon, seed=run.seed)
+    data = {name: prepare(encoder, frame, run.pad, seed=run.seed + i) for i, (name, frame) in enumerate(parts.items())}
+    y_train = data["train"]["y"]
+    classes = int(y_train.max().item()) + 1 if not y_train.is_floating_point() else 2
+    model = TabularMLP(data["train"]["x"].shape[1], hidden=run.hidden, out_features=1 if classes == 2 else classes)
+    config = TrainConfig(
+        batch_size=run.batch_size, epochs=run.epochs, public_batch_size=run.public_batch_size, lr=run.lr,
+        clip_norm=run.clip_norm, target_epsilon=run.epsilon if objective.private else None, alpha=run.alpha,
+        public_pretrain_steps=run.public_pretrain_steps, seed=run.seed, checkpoint_dir=run.checkpoint_dir,
+        progress=run.progress,
+    )
+    trainer = Trainer(model, objective, config, ledger=ledger)
+    result = trainer.fit(data["train"], public_data_for(run.method, data["train"]))
+    metrics = {f"{split_name}_{k}": v for split_name in ("val", "test") for k, v in evaluate(model, data[split_name]).items()}
+    guarantee = result.guarantee.to_dict() if result.guarantee else None
+    out = TabularResult(run.method, metrics, guarantee, result.noise_multiplier, result.steps, asdict(run))
+    if out_dir is not None:
+        save_run(out_dir, model, encoder, out)
+    return out
+
+
+def save_run(out_dir: str | os.PathLike, model: TabularMLP, encoder: TableEncoder, result: TabularResult) -> None:
+    """model.pt (weights, model config, encoder), metrics.json and guarantee.json, each written atomically."""
+    out = Path(out_dir)
+    torch_save(out / "model.pt", {"model": model.state_dict(), "model_config": model.config,
+                                  "encoder": encoder.state_dict()})
+    write_json(out / "metrics.json", {"method": result.method, "metrics": result.metrics,
+                                             "noise_multiplier": result.noise_multiplier, "steps": result.steps,
+                                             "settings": result.settings})
+    write_json(out / "guarantee.json", result.guarantee or {"epsilon": None, "note": "non-private run"})

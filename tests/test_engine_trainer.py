@@ -1,0 +1,188 @@
+"""The training loop: sampling, noise scale, expected-batch division, micro-batching, resume."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dpcare.engine import Objective, TrainConfig, Trainer
+from dpcare.engine.sampling import poisson_indices
+from dpcare.methods import DPSGD, FeatureDP, NonPrivate
+from dpcare.models import TabularMLP
+from dpcare.privacy import PrivacyLedger
+
+
+def data(n=64, d=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    x_pub = x.clone()
+    x_pub[:, :2] = torch.randn(n, 2, generator=g)
+    y = (x[:, 2] + 0.5 * x[:, 0] > 0).float()
+    return {"x": x, "x_pub": x_pub, "y": y}
+
+
+class ZeroLoss(Objective):
+    """A loss with zero gradient: the private gradient is pure noise."""
+
+    name = "zero"
+
+    def private_loss(self, model, batch):
+        return 0.0 * model(batch["x"])[:, 0]
+
+
+def test_noise_std_is_sigma_c_over_expected_batch():
+    torch.manual_seed(0)
+    model = TabularMLP(6, hidden=64, dropout=0.0)
+    sigma, clip, m, n = 1.3, 0.7, 16, 64
+    trainer = Trainer(model, ZeroLoss(), TrainConfig(batch_size=m, noise_multiplier=sigma, clip_norm=clip,
+                                                     progress=False), ledger=PrivacyLedger(n))
+    d = data(n)
+    idx = torch.arange(40)  # realised size 40 differs from the expected 16
+    noise = torch.cat([g.flatten() for g in trainer.private_gradient(d, idx, expected_batch=m).values()])
+    expected = sigma * clip / m
+    # ~30k samples: the sample std is within 2% of the truth with overwhelming probability
+    assert noise.numel() > 20_000
+    assert float(noise.std()) == pytest.approx(expected, rel=0.02)
+    assert abs(float(noise.mean())) < 4 * expected / math.sqrt(noise.numel())
+
+
+def test_poisson_inclusion_is_independent_with_rate_q():
+    n, q, draws = 40, 0.15, 4000
+    g = torch.Generator().manual_seed(1)
+    masks = np.zeros((draws, n), dtype=bool)
+    for t in range(draws):
+        masks[t, poisson_indices(n, q, g).numpy()] = True
+    rate = masks.mean(0)
+    tol = 4.5 * math.sqrt(q * (1 - q) / draws)
+    assert np.all(np.abs(rate - q) < tol), rate
+    sizes = masks.sum(1)
+    assert sizes.var() == pytest.approx(n * q * (1 - q), rel=0.12)  # binomial, not fixed size
+    corr = np.corrcoef(masks.T.astype(float))
+    off = corr[~np.eye(n, dtype=bool)]
+    assert np.abs(off).max() < 5.5 / math.sqrt(draws)  # pairwise independence
+    # empty batches happen and are legal
+    g2 = torch.Generator().manual_seed(2)
+    assert any(poisson_indices(5, 0.05, g2).numel() == 0 for _ in range(200))
+
+
+def test_empty_batch_step_adds_only_noise_and_is_charged():
+    model = TabularMLP(6, hidden=8, dropout=0.0)
+    ledger = PrivacyLedger(64)
+    trainer = Trainer(model, DPSGD(), TrainConfig(batch_size=1, noise_multiplier=1.0, steps=1, progress=False),
+                      ledger=ledger)
+    grad = trainer.private_gradient(data(), torch.tensor([], dtype=torch.long), expected_batch=1.0)
+    assert all(torch.isfinite(g).all() for g in grad.values())
+    trainer.fit(data())
+    assert ledger.epsilon() > 0
+
+
+def test_micro_batching_gives_the_same_gradient():
+    d = data(50)
+    grads = []
+    for physical in (7, 1024):
+        torch.manual_seed(0)
+        model = TabularMLP(6, hidden=16, dropout=0.0).double()
+        t = Trainer(model, DPSGD(), TrainConfig(batch_size=10, noise_multiplier=1.0, max_physical_batch=physical,
+                                                progress=False, seed=5), ledger=PrivacyLedger(50))
+        dd = {k: v.double() for k, v in d.items()}
+        grads.append(t.private_gradient(dd, torch.arange(50), expected_batch=10.0))
+    for k in grads[0]:
+        torch.testing.assert_close(grads[0][k], grads[1][k])
+
+
+def test_ledger_is_charged_once_per_private_step_and_calibration_meets_target():
+    ledger = PrivacyLedger(64)
+    cfg = TrainConfig(batch_size=8, steps=40, target_epsilon=2.0, progress=False)
+    trainer = Trainer(TabularMLP(6, hidden=8), FeatureDP(), cfg, ledger=ledger)
+    result = trainer.fit(data(), {"x_pub": data()["x_pub"], "y": data()["y"]})
+    assert result.steps == 40 and result.sampling_rate == pytest.approx(8 / 64)
+    assert ledger.epsilon() <= 2.0
+    assert ledger.epsilon() > 1.9  # calibrated, not loose
+    assert result.guarantee.epsilon == pytest.approx(ledger.epsilon())
+
+
+def run(steps, ckpt_dir, crash_at=None):
+    torch.manual_seed(0)
+    model = TabularMLP(6, hidden=16)  # dropout on: the RNG state must resume too
+    cfg = TrainConfig(batch_size=8, steps=steps, noise_multiplier=1.1, public_pretrain_steps=3, progress=False,
+                      checkpoint_dir=str(ckpt_dir), checkpoint_every=4, seed=11)
+    trainer = Trainer(model, FeatureDP(), cfg, ledger=PrivacyLedger(64))
+    if crash_at is not None:
+        original = trainer.private_step
+
+        def crashing(*a, **k):
+            if trainer.step_count == crash_at:
+                raise KeyboardInterrupt("simulated kill")
+            return original(*a, **k)
+
+        trainer.private_step = crashing
+    d = data()
+    trainer.fit(d, {"x_pub": d["x_pub"], "y": d["y"]})
+    return model, trainer
+
+
+def test_killed_run_resumes_to_the_same_model_and_epsilon(tmp_path):
+    ref_model, ref = run(20, tmp_path / "a")
+    with pytest.raises(KeyboardInterrupt):
+        run(20, tmp_path / "b", crash_at=14)
+    model, resumed = run(20, tmp_path / "b")
+    for (n, p), (_, q) in zip(ref_model.state_dict().items(), model.state_dict().items()):
+        assert torch.equal(p, q), n
+    assert resumed.ledger.epsilon() == pytest.approx(ref.ledger.epsilon(), rel=1e-12)
+
+
+def test_resume_refuses_a_checkpoint_of_another_run(tmp_path):
+    run(8, tmp_path / "c")
+    with pytest.raises(ValueError, match="different run"):
+        run(12, tmp_path / "c")
+
+
+def test_same_seed_same_model_different_seed_different_model():
+    def train(seed):
+        torch.manual_seed(123)
+        model = TabularMLP(6, hidden=8)
+        Trainer(model, DPSGD(), TrainConfig(batch_size=8, steps=5, noise_multiplier=1.0, seed=seed, progress=False),
+                ledger=PrivacyLedger(64)).fit(data())
+        return torch.cat([p.flatten() for p in model.parameters()])
+
+    assert torch.equal(train(1), train(1))
+    assert not torch.equal(train(1), train(2))
+
+
+def test_nonprivate_training_learns():
+    torch.manual_seed(0)
+    model = TabularMLP(6, hidden=32, dropout=0.0)
+    d = data(256)
+    Trainer(model, NonPrivate(), TrainConfig(batch_size=32, epochs=20, lr=1e-2, progress=False)).fit(d)
+    acc = ((model(d["x"])[:, 0] > 0).float() == d["y"]).float().mean()
+    assert acc > 0.9
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"batch_size": 0, "noise_multiplier": 1.0}, "batch_size"),
+        ({"clip_norm": -1.0, "noise_multiplier": 1.0}, "clip_norm"),
+        ({"noise_multiplier": 1.0, "target_epsilon": 1.0}, "exactly one"),
+        ({}, "exactly one"),
+        ({"noise_multiplier": 1.0, "backend": "gpu"}, "backend"),
+        ({"noise_multiplier": 1.0, "alpha": -0.5}, "alpha"),
+    ],
+)
+def test_bad_config_is_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(progress=False, **kwargs))
+
+
+def test_bad_data_is_named():
+    t = Trainer(TabularMLP(6, hidden=8), FeatureDP(), TrainConfig(noise_multiplier=1.0, progress=False, steps=1))
+    d = data()
+    with pytest.raises(ValueError, match="public_data"):
+        t.fit(d)
+    bad = dict(d, x=d["x"].clone())
+    bad["x"][3, 1] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        t.fit(bad, {"x_pub": d["x_pub"], "y": d["y"]})
+    with pytest.raises(ValueError, match="lacks the keys"):
+        t.fit({"x": d["x"], "y": d["y"]}, {"x_pub": d["x_pub"], "y": d["y"]})
