@@ -44,6 +44,30 @@ def build(model_name: str, batch: int):
     return model, {"x": x, "x_pub": x_pub, "y": y}
 
 
+def opacus_step(model, data, batch: int, mode: str):
+    """A DP-SGD step of Opacus (reference only; Opacus is not a dpcare dependency)."""
+    import torch
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loader = DataLoader(TensorDataset(data["x"], data["y"]), batch_size=batch)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    crit = torch.nn.BCEWithLogitsLoss()
+    kwargs = {"criterion": crit} if mode == "ghost" else {}
+    out = PrivacyEngine().make_private(module=model, optimizer=opt, data_loader=loader, noise_multiplier=1.0,
+                                       max_grad_norm=1.0, grad_sample_mode=mode, poisson_sampling=False, **kwargs)
+    model, opt = out[0], out[1]
+    crit = out[2] if mode == "ghost" else crit
+
+    def step():
+        opt.zero_grad()
+        loss = crit(model(data["x"])[:, 0], data["y"])
+        loss.backward()
+        opt.step()
+
+    return step
+
+
 def run_one(model_name: str, mode: str, batch: int, steps: int) -> dict:
     import torch
 
@@ -53,6 +77,8 @@ def run_one(model_name: str, mode: str, batch: int, steps: int) -> dict:
 
     torch.set_num_threads(1)
     model, data = build(model_name, batch)
+    if mode.startswith("opacus"):
+        return time_steps(opacus_step(model, data, batch, mode.split()[1]), steps)
     method = mode.split()[0]
     objective = {"non-private": NonPrivate, "dp-sgd": DPSGD, "feature-dp": FeatureDP}[method]()
     backend = mode.split()[1] if " " in mode else "auto"
@@ -71,6 +97,10 @@ def run_one(model_name: str, mode: str, batch: int, steps: int) -> dict:
                 grad = {k: g_pub[k] + grad[k] for k in grad}
         trainer._apply(grad)
 
+    return time_steps(step, steps)
+
+
+def time_steps(step, steps: int) -> dict:
     for _ in range(3):
         step()
     times = []
@@ -95,9 +125,16 @@ def main() -> None:
     steps = 10 if args.quick else 30
     configs = [("mlp", 256), ("transformer", 32)]
     print(f"{'model':<12}{'mode':<22}{'ms/step':>10}{'x non-private':>15}{'peak RSS MiB':>14}")
+    try:
+        import opacus  # noqa: F401
+
+        extra = ["opacus hooks", "opacus ghost"]
+    except ImportError:
+        extra = []
+        print("(opacus not installed: its reference rows are skipped)")
     for model_name, batch in configs:
         base = None
-        for mode in MODES:
+        for mode in MODES + (extra if model_name == "mlp" else []):
             out = subprocess.run([sys.executable, __file__, "--child", model_name, mode, str(batch), str(steps)],
                                  env=env, capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])

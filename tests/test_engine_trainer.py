@@ -33,7 +33,7 @@ class ZeroLoss(Objective):
 
 def test_noise_std_is_sigma_c_over_expected_batch():
     torch.manual_seed(0)
-    model = TabularMLP(6, hidden=64, dropout=0.0)
+    model = TabularMLP(6, hidden=128, dropout=0.0)
     sigma, clip, m, n = 1.3, 0.7, 16, 64
     trainer = Trainer(model, ZeroLoss(), TrainConfig(batch_size=m, noise_multiplier=sigma, clip_norm=clip,
                                                      progress=False), ledger=PrivacyLedger(n))
@@ -68,7 +68,7 @@ def test_poisson_inclusion_is_independent_with_rate_q():
 
 def test_empty_batch_step_adds_only_noise_and_is_charged():
     model = TabularMLP(6, hidden=8, dropout=0.0)
-    ledger = PrivacyLedger(64)
+    ledger = PrivacyLedger(64, delta=1e-6)
     trainer = Trainer(model, DPSGD(), TrainConfig(batch_size=1, noise_multiplier=1.0, steps=1, progress=False),
                       ledger=ledger)
     grad = trainer.private_gradient(data(), torch.tensor([], dtype=torch.long), expected_batch=1.0)

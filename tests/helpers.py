@@ -1,0 +1,32 @@
+"""Small generated clinical-like tables for tests (no download, no real patients)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+SPEC = {
+    "name": "toy-icu",
+    "target": {"name": "death", "kind": "categorical", "categories": [0, 1]},
+    "columns": [
+        {"name": "age", "kind": "numeric", "role": "private", "bounds": [18, 100]},
+        {"name": "sex", "kind": "categorical", "role": "private", "categories": ["female", "male"]},
+        {"name": "hr", "kind": "numeric", "role": "public", "bounds": [20, 250]},
+        {"name": "lab", "kind": "numeric", "role": "public", "bounds": [0, 50], "nullable": True,
+         "transform": "log1p"},
+        {"name": "group", "kind": "categorical", "role": "public", "categories": ["a", "b", "c"]},
+    ],
+}
+
+
+def toy_table(n: int = 400, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    age = rng.uniform(20, 95, n)
+    sex = rng.choice(["female", "male"], n)
+    hr = rng.normal(90, 20, n).clip(30, 200)
+    lab = rng.lognormal(1.0, 0.8, n).clip(0, 49)
+    lab[rng.random(n) < 0.1] = np.nan
+    group = rng.choice(["a", "b", "c"], n)
+    logit = 0.04 * (age - 60) + 0.02 * (hr - 90) + 0.5 * (group == "c") + 0.3 * (sex == "male")
+    death = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
+    return pd.DataFrame({"age": age, "sex": sex, "hr": hr, "lab": lab, "group": group, "death": death})
