@@ -1,0 +1,42 @@
+"""Differentially private scaling bounds for numeric columns whose bounds are not public.
+
+A histogram over a FIXED, data-independent grid (sign x 10^k, k from -3 to 9 in
+steps of 0.05, plus 0) gets Gaussian noise; one record moves one count by one, so
+the L2 sensitivity under add/remove is 1 and each column is one Gaussian
+mechanism. The bounds are approximate lower/upper quantiles of the noisy CDF.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from dp_accounting import dp_event
+
+from dpcare.privacy import calibrate_noise_multiplier
+
+_POS = 10.0 ** np.arange(-3, 9.0001, 0.05)
+EDGES = np.concatenate([-_POS[::-1], [0.0], _POS])  # values beyond +-1e9 fall in the end bins
+
+
+def noise_for_columns(count: int, epsilon: float, delta: float) -> float:
+    """Noise multiplier of each of ``count`` histograms so that together they are (epsilon, delta)-DP."""
+    return calibrate_noise_multiplier(1.0, count, epsilon, delta, accountant="pld")
+
+
+def dp_bounds(values: np.ndarray, noise_multiplier: float, rng: np.random.Generator,
+              quantile: float = 0.01) -> tuple[float, float]:
+    """Noisy-histogram estimate of the (quantile, 1 - quantile) range of ``values`` (NaN ignored)."""
+    v = np.clip(values[~np.isnan(values)], EDGES[0], EDGES[-1])
+    counts = np.histogram(v, bins=EDGES)[0].astype(float)
+    noisy = np.clip(counts + rng.normal(0.0, noise_multiplier, counts.shape), 0.0, None)
+    total = noisy.sum()
+    if total <= 0:
+        raise ValueError("the noisy histogram is empty: too few rows for this stats budget")
+    cdf = np.cumsum(noisy) / total
+    lo_bin = int(np.searchsorted(cdf, quantile))
+    hi_bin = int(np.searchsorted(cdf, 1 - quantile))
+    lo, hi = EDGES[lo_bin], EDGES[min(hi_bin + 1, len(EDGES) - 1)]
+    return float(lo), float(hi if hi > lo else lo + 1.0)
+
+
+def histogram_event(noise_multiplier: float) -> dp_event.DpEvent:
+    return dp_event.GaussianDpEvent(noise_multiplier)

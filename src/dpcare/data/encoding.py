@@ -1,0 +1,178 @@
+"""Encode a validated table as a float matrix, and build pad(Psi(x)) from public columns alone.
+
+Numeric: transform (log1p), clip to bounds, scale to [-1, 1]; a nullable column gets
+the midpoint and a ``<col>__missing`` indicator. Categorical: one-hot (+ indicator
+if nullable). Bounds and categories of PROTECTED columns come from the spec or a
+DP estimate charged to the ledger; of other columns, from the training data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpcare.data.dp_bounds import dp_bounds, histogram_event, noise_for_columns
+from dpcare.data.schema import ColumnSpec, TableSchema
+
+PROTECT = ("private", "all", "label", "none")
+
+
+def public_view(df: pd.DataFrame, schema: TableSchema) -> pd.DataFrame:
+    """The table without its private columns: all the public branch may see."""
+    return df.drop(columns=[c for c in schema.private_columns if c in df.columns])
+
+
+def replace_private(df: pd.DataFrame, imputed: pd.DataFrame, schema: TableSchema) -> pd.DataFrame:
+    """Hybrid rows: the public columns of ``df`` exactly, the private columns from ``imputed``."""
+    missing = [c for c in schema.private_columns if c not in imputed.columns]
+    if missing or len(imputed) != len(df):
+        raise ValueError(f"imputed values must have {len(df)} rows and the private columns (lacks {missing})")
+    out = df.copy()
+    for c in schema.private_columns:
+        out[c] = imputed[c].to_numpy()
+    return out
+
+
+def _forward(spec: ColumnSpec, x: np.ndarray) -> np.ndarray:
+    return np.log1p(np.clip(x, -1 + 1e-9, None)) if spec.transform == "log1p" else x
+
+
+class TableEncoder:
+    """``protect``: which feature columns' statistics must not be read from data —
+    "private" (feature-level DP), "all" (DP-SGD), "label" or "none" (no feature)."""
+
+    def __init__(self, schema: TableSchema, protect: str = "private"):
+        if protect not in PROTECT:
+            raise ValueError(f"protect must be one of {PROTECT}, got {protect!r}")
+        self.schema, self.protect = schema, protect
+        self.stats: dict[str, dict[str, Any]] = {}
+
+    def protected(self, name: str) -> bool:
+        return self.protect == "all" or (self.protect == "private" and name in self.schema.private_columns)
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, df: pd.DataFrame, ledger=None, stats_epsilon: float | None = None, seed: int = 0) -> TableEncoder:
+        feats = [self.schema.column(n) for n in self.schema.feature_columns]
+        need_dp = [c for c in feats if self.protected(c.name) and c.kind == "numeric" and c.bounds is None]
+        for c in feats:
+            if self.protected(c.name) and c.kind == "categorical" and c.categories is None:
+                raise ValueError(f"column '{c.name}' is protected and categorical: declare its categories in the "
+                                 "spec (learning the category set from the data would leak it)")
+        if need_dp and (ledger is None or stats_epsilon is None):
+            raise ValueError(f"protected numeric columns {[c.name for c in need_dp]} have no declared bounds: "
+                             "declare bounds in the spec, or pass a ledger and stats_epsilon for a DP estimate")
+        sigma = noise_for_columns(len(need_dp), stats_epsilon, ledger.delta) if need_dp else None
+        rng = np.random.default_rng(seed)
+        self.stats = {}
+        for c in feats:
+            x = df[c.name]
+            st: dict[str, Any] = {"missing": c.nullable}
+            if c.kind == "numeric":
+                if c.bounds is not None:
+                    lo, hi = c.bounds
+                    tlo, thi = (float(v) for v in _forward(c, np.array([lo, hi])))
+                elif c in need_dp:
+                    tlo, thi = dp_bounds(_forward(c, x.to_numpy(float)), sigma, rng)
+                    ledger.charge(f"dp bounds of {c.name}", histogram_event(sigma),
+                                  f"noisy histogram for the scaling bounds of '{c.name}' (sigma = {sigma:.3g})")
+                else:
+                    t = _forward(c, x.to_numpy(float))
+                    t = t[~np.isnan(t)]
+                    tlo, thi = (float(t.min()), float(t.max())) if len(t) else (0.0, 1.0)
+                st["range"] = (tlo, thi if thi > tlo else tlo + 1.0)
+            else:
+                st["categories"] = list(c.categories) if c.categories is not None else sorted(set(x.dropna()))
+            self.stats[c.name] = st
+        return self
+
+    # ------------------------------------------------------------------ layout
+    def _check_fitted(self):
+        if not self.stats:
+            raise RuntimeError("call fit() before transform()")
+
+    @property
+    def feature_names(self) -> list[str]:
+        self._check_fitted()
+        names = []
+        for col, st in self.stats.items():
+            names += [col] if "range" in st else [f"{col}={v}" for v in st["categories"]]
+            names += [f"{col}__missing"] if st["missing"] else []
+        return names
+
+    @property
+    def column_slices(self) -> dict[str, slice]:
+        self._check_fitted()
+        out, pos = {}, 0
+        for col, st in self.stats.items():
+            width = (1 if "range" in st else len(st["categories"])) + int(st["missing"])
+            out[col] = slice(pos, pos + width)
+            pos += width
+        return out
+
+    @property
+    def private_feature_mask(self) -> np.ndarray:
+        mask = np.zeros(len(self.feature_names), dtype=bool)
+        for col, sl in self.column_slices.items():
+            mask[sl] = col in self.schema.private_columns
+        return mask
+
+    # ------------------------------------------------------------------ transform
+    def _encode_column(self, col: str, x: pd.Series) -> np.ndarray:
+        st, spec = self.stats[col], self.schema.column(col)
+        missing = x.isna().to_numpy()
+        if "range" in st:
+            lo, hi = st["range"]
+            t = np.clip(_forward(spec, x.to_numpy(float)), lo, hi)
+            block = (2 * (t - lo) / (hi - lo) - 1)[:, None]
+            block[missing] = 0.0
+        else:
+            cats = st["categories"]
+            block = (x.to_numpy(object)[:, None] == np.array(cats, dtype=object)[None, :]).astype(float)
+        if st["missing"]:
+            block = np.hstack([block, missing[:, None].astype(float)])
+        return block
+
+    def transform(self, df: pd.DataFrame) -> np.ndarray:
+        self._check_fitted()
+        return np.hstack([self._encode_column(c, df[c]) for c in self.stats]).astype(np.float32)
+
+    def transform_public(self, df_public: pd.DataFrame, pad: str = "gaussian", seed: int = 0) -> np.ndarray:
+        """pad(Psi(x)): public features encoded, private positions N(0,1) noise or zeros.
+
+        ``df_public`` must not contain private columns (use :func:`public_view`)."""
+        self._check_fitted()
+        present = [c for c in self.schema.private_columns if c in df_public.columns]
+        if present:
+            raise ValueError(f"transform_public got private columns {present}; pass public_view(df, schema)")
+        if pad not in ("gaussian", "zeros"):
+            raise ValueError(f"pad must be 'gaussian' or 'zeros', got {pad!r}")
+        n = len(df_public)
+        rng = np.random.default_rng(seed)
+        blocks = []
+        for col, sl in self.column_slices.items():
+            if col in self.schema.private_columns:
+                width = sl.stop - sl.start
+                blocks.append(rng.standard_normal((n, width)) if pad == "gaussian" else np.zeros((n, width)))
+            else:
+                blocks.append(self._encode_column(col, df_public[col]))
+        return np.hstack(blocks).astype(np.float32)
+
+    def encode_target(self, df: pd.DataFrame) -> np.ndarray:
+        spec = self.schema.column(self.schema.target)
+        y = df[spec.name].map(lambda v: spec.categories.index(v))
+        if len(spec.categories) == 2:
+            return y.to_numpy(np.float32)
+        return y.to_numpy(np.int64)
+
+    # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, Any]:
+        return {"schema": self.schema.to_dict(), "protect": self.protect,
+                "stats": {k: {**v, "range": list(v["range"])} if "range" in v else v for k, v in self.stats.items()}}
+
+    @classmethod
+    def from_state_dict(cls, d: dict[str, Any]) -> TableEncoder:
+        enc = cls(TableSchema.from_dict(d["schema"]), d["protect"])
+        enc.stats = {k: {**v, "range": tuple(v["range"])} if "range" in v else dict(v) for k, v in d["stats"].items()}
+        return enc

@@ -1,0 +1,75 @@
+"""Load a table (CSV, Parquet, DataFrame) and check it against its schema, with errors that name the problem."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from dpcare.data.schema import TableSchema
+
+log = logging.getLogger(__name__)
+
+
+def read_table(source: str | Path | pd.DataFrame) -> pd.DataFrame:
+    if isinstance(source, pd.DataFrame):
+        return source.copy()
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"data file not found: {path}")
+    if path.stat().st_size == 0:
+        raise ValueError(f"data file {path} is empty")
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".txt"):
+        try:
+            return pd.read_csv(path)
+        except pd.errors.EmptyDataError:
+            raise ValueError(f"data file {path} is empty") from None
+    if suffix in (".parquet", ".pq"):
+        return pd.read_parquet(path)
+    raise ValueError(f"data file {path}: unknown format {suffix!r} (use .csv or .parquet)")
+
+
+def load_table(source: str | Path | pd.DataFrame, schema: TableSchema) -> pd.DataFrame:
+    """The spec's columns, in spec order, validated: numeric columns as float, categorical as str."""
+    df = read_table(source)
+    what = source if not isinstance(source, pd.DataFrame) else "the table"
+    if len(df) == 0:
+        raise ValueError(f"{what} has no rows")
+    names = [c.name for c in schema.columns]
+    missing = [n for n in names if n not in df.columns]
+    if missing:
+        raise ValueError(f"{what} lacks the spec columns {missing} (it has {list(df.columns)})")
+    extra = [c for c in df.columns if c not in names]
+    if extra:
+        log.warning("dropping %d columns not in the spec: %s", len(extra), extra)
+    out = pd.DataFrame(index=df.index)
+    for col in schema.columns:
+        s = df[col.name]
+        if col.kind == "numeric":
+            num = pd.to_numeric(s, errors="coerce")
+            bad = s[num.isna() & s.notna()]
+            if len(bad):
+                raise ValueError(f"column '{col.name}' is numeric in the spec but has values like {bad.iloc[0]!r}")
+            s = num.astype(float)
+        else:
+            s = s.map(_category_text, na_action="ignore").astype(object)
+        nans = int(s.isna().sum())
+        if nans and not col.nullable:
+            raise ValueError(f"column '{col.name}' has {nans} missing values (NaN); declare it nullable: true in "
+                             "the spec or clean the data")
+        if col.categories is not None:
+            unknown = sorted(set(s.dropna()) - set(col.categories))
+            if unknown:
+                raise ValueError(f"column '{col.name}' has values {unknown[:5]} outside its declared categories "
+                                 f"{list(col.categories)}")
+        out[col.name] = s
+    return out.reset_index(drop=True)
+
+
+def _category_text(v) -> str:
+    """Category values as text; 1.0 read from a CSV equals the declared 1."""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
