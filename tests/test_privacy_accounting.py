@@ -61,10 +61,7 @@ def test_equals_dp_accounting_called_directly():
     rdp = rdp_privacy_accountant.RdpAccountant()
     rdp.compose(event)
     assert compute_epsilon(sampled_gaussian_event(0.02, 1.1, 500), 1e-5, "pld") == pytest.approx(pld.get_epsilon(1e-5))
-    # our order list is denser than the default one: equal or tighter, never looser by more than noise
-    assert compute_epsilon(sampled_gaussian_event(0.02, 1.1, 500), 1e-5, "rdp") <= rdp.get_epsilon(1e-5) + 1e-9
-    assert compute_epsilon(sampled_gaussian_event(0.02, 1.1, 500), 1e-5, "rdp") == pytest.approx(
-        rdp.get_epsilon(1e-5), rel=0.02)
+    assert compute_epsilon(sampled_gaussian_event(0.02, 1.1, 500), 1e-5, "rdp") == pytest.approx(rdp.get_epsilon(1e-5))
     delta = compute_delta(sampled_gaussian_event(0.02, 1.1, 500), 2.0)
     assert compute_epsilon(sampled_gaussian_event(0.02, 1.1, 500), delta) == pytest.approx(2.0, rel=1e-3)
 

@@ -15,6 +15,7 @@ import pandas as pd
 
 from dpcare.data.dp_bounds import dp_bounds, histogram_event, noise_for_columns
 from dpcare.data.schema import ColumnSpec, TableSchema
+from dpcare.data.tables import category_text
 
 PROTECT = ("private", "all", "label", "none")
 
@@ -83,7 +84,8 @@ class TableEncoder:
                     tlo, thi = (float(t.min()), float(t.max())) if len(t) else (0.0, 1.0)
                 st["range"] = (tlo, thi if thi > tlo else tlo + 1.0)
             else:
-                st["categories"] = list(c.categories) if c.categories is not None else sorted(set(x.dropna()))
+                seen = set(x.dropna().map(category_text))
+                st["categories"] = list(c.categories) if c.categories is not None else sorted(seen)
             self.stats[c.name] = st
         return self
 
@@ -129,6 +131,7 @@ class TableEncoder:
             block[missing] = 0.0
         else:
             cats = st["categories"]
+            x = x.map(category_text, na_action="ignore")
             block = (x.to_numpy(object)[:, None] == np.array(cats, dtype=object)[None, :]).astype(float)
         if st["missing"]:
             block = np.hstack([block, missing[:, None].astype(float)])
@@ -161,7 +164,11 @@ class TableEncoder:
 
     def encode_target(self, df: pd.DataFrame) -> np.ndarray:
         spec = self.schema.column(self.schema.target)
-        y = df[spec.name].map(lambda v: spec.categories.index(v))
+        text = df[spec.name].map(category_text, na_action="ignore")
+        unknown = sorted(set(text.dropna()) - set(spec.categories)) + (["NaN"] if text.isna().any() else [])
+        if unknown:
+            raise ValueError(f"target '{spec.name}' has values {unknown[:5]} outside {list(spec.categories)}")
+        y = text.map(spec.categories.index)
         if len(spec.categories) == 2:
             return y.to_numpy(np.float32)
         return y.to_numpy(np.int64)

@@ -54,7 +54,7 @@ def load_table(source: str | Path | pd.DataFrame, schema: TableSchema) -> pd.Dat
                 raise ValueError(f"column '{col.name}' is numeric in the spec but has values like {bad.iloc[0]!r}")
             s = num.astype(float)
         else:
-            s = s.map(_category_text, na_action="ignore").astype(object)
+            s = s.map(category_text, na_action="ignore").astype(object)
         nans = int(s.isna().sum())
         if nans and not col.nullable:
             raise ValueError(f"column '{col.name}' has {nans} missing values (NaN); declare it nullable: true in "
@@ -68,7 +68,7 @@ def load_table(source: str | Path | pd.DataFrame, schema: TableSchema) -> pd.Dat
     return out.reset_index(drop=True)
 
 
-def _category_text(v) -> str:
+def category_text(v) -> str:
     """Category values as text; 1.0 read from a CSV equals the declared 1."""
     if isinstance(v, float) and v.is_integer():
         return str(int(v))

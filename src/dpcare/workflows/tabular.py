@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from dpcare.data import TableEncoder, TableSchema, public_view, split_table
+from dpcare.data import TableEncoder, TableSchema, load_table, public_view, split_table
 from dpcare.engine import TrainConfig, Trainer
 from dpcare.io import torch_save, write_json
 from dpcare.methods import make_objective
@@ -71,6 +71,8 @@ class TabularResult:
     noise_multiplier: float | None
     steps: int
     settings: dict[str, Any] = field(default_factory=dict)
+    model: torch.nn.Module | None = field(default=None, repr=False)
+    encoder: TableEncoder | None = field(default=None, repr=False)
 
     def row(self) -> dict[str, Any]:
         g = self.guarantee or {}
@@ -133,7 +135,7 @@ def train_tabular(df: pd.DataFrame, schema: TableSchema, run: TabularRun,
     """Split, encode, train with ``run.method`` and evaluate on the held-out test split."""
     run.validate()
     torch.manual_seed(run.seed)
-    parts = split(df, run.seed)
+    parts = split(load_table(df, schema), run.seed)
     train_df = parts["train"]
     objective = make_objective(run.method)
     ledger = None
@@ -163,7 +165,8 @@ def train_tabular(df: pd.DataFrame, schema: TableSchema, run: TabularRun,
     result = trainer.fit(data["train"], public_data_for(run.method, data["train"]))
     metrics = {f"{split_name}_{k}": v for split_name in ("val", "test") for k, v in evaluate(model, data[split_name]).items()}
     guarantee = result.guarantee.to_dict() if result.guarantee else None
-    out = TabularResult(run.method, metrics, guarantee, result.noise_multiplier, result.steps, asdict(run))
+    out = TabularResult(run.method, metrics, guarantee, result.noise_multiplier, result.steps, asdict(run), model,
+                        encoder)
     if out_dir is not None:
         save_run(out_dir, model, encoder, out)
     return out
