@@ -124,7 +124,7 @@ def main() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", **FAST_ALLOCATOR}
     steps = 10 if args.quick else 30
     configs = [("mlp", 256), ("transformer", 32)]
-    print(f"{'model':<12}{'mode':<22}{'ms/step':>10}{'x non-private':>15}{'peak RSS MiB':>14}")
+    print(f"{'model':<17}{'mode':<22}{'ms/step':>10}{'x non-private':>15}{'peak RSS MiB':>14}")
     try:
         import opacus  # noqa: F401
 
@@ -139,7 +139,7 @@ def main() -> None:
                                  env=env, capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             base = base or r["median_s"]
-            print(f"{model_name + ' b' + str(batch):<12}{mode:<22}{1e3 * r['median_s']:>10.2f}"
+            print(f"{model_name + ' b' + str(batch):<17}{mode:<22}{1e3 * r['median_s']:>10.2f}"
                   f"{r['median_s'] / base:>15.2f}{r['peak_rss_mib']:>14.0f}", flush=True)
 
 

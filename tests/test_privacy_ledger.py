@@ -75,8 +75,3 @@ def test_guarantee_states_unit_and_public_columns(tmp_path):
     assert json.loads((tmp_path / "g.json").read_text())["guarantee"]["unit"] == "features"
     assert PrivacyLedger(10).epsilon() == 0.0
 
-
-def test_running_epsilon_is_an_upper_bound():
-    ledger = PrivacyLedger(5000)
-    ledger.charge_sampled_gaussian("train", 0.02, 1.0, 1000)
-    assert ledger.running_epsilon() >= ledger.epsilon()

@@ -246,6 +246,8 @@ class Trainer:
         pre = c.public_pretrain_steps
         bar = tqdm(total=pre + total, initial=self.step_count, disable=not c.progress, desc=obj.name, leave=False)
         every = max(1, (pre + total) // 50)
+        eps_every = max(1, (pre + total) // 10)  # the exact accountant, ~10 times a run
+        shown: dict[str, float] = {}
         while self.step_count < pre + total:
             if self.step_count < pre:
                 rec = {"public_loss": self.public_step(public_data)}
@@ -256,10 +258,11 @@ class Trainer:
             self.step_count += 1
             if self.step_count % every == 0 or self.step_count == pre + total:
                 rec["step"] = self.step_count
-                if obj.private:
-                    rec["epsilon_upper"] = self.ledger.running_epsilon()
+                if obj.private and (self.step_count % eps_every == 0 or self.step_count == pre + total):
+                    rec["epsilon"] = self.ledger.epsilon()
                 self.history.append(rec)
-                bar.set_postfix({k: round(v, 4) for k, v in rec.items() if k != "step"})
+                shown = {**shown, **{k: round(v, 4) for k, v in rec.items() if k != "step"}}
+                bar.set_postfix(shown)
             bar.update(1)
             if c.checkpoint_dir and (self.step_count % c.checkpoint_every == 0 or self.step_count == pre + total):
                 self.save_checkpoint(total)

@@ -72,10 +72,6 @@ class PrivacyLedger:
             return 0.0
         return compute_epsilon(self.event(), self.delta if delta is None else delta, accountant or self.accountant)
 
-    def running_epsilon(self) -> float:
-        """Cheap upper bound for progress bars (RDP; the final number uses the ledger's accountant)."""
-        return self.epsilon(accountant="rdp")
-
     def guarantee(self) -> Guarantee:
         return Guarantee(
             epsilon=self.epsilon(), delta=self.delta, unit=self.unit, protected_columns=self.protected_columns,
