@@ -119,7 +119,6 @@ def test_train_command_missing_file_is_named(tmp_path):
     assert r.exit_code == 2 and "nope.csv" in r.output
 
 
-@pytest.mark.slow
 def test_killed_train_command_resumes(tmp_path):
     data, spec = write_inputs(tmp_path, toy_table(3000))
     base = [sys.executable, "-m", "dpcare.cli", "train", str(data), "--spec", str(spec), "--epochs", "30",

@@ -143,8 +143,8 @@ def train_tabular(df: pd.DataFrame, schema: TableSchema, run: TabularRun,
         unit = objective.unit
         protected = {ProtectedUnit.FEATURES: schema.private_columns, ProtectedUnit.LABEL: [schema.target],
                      ProtectedUnit.EXAMPLE: []}[unit]
-        public = schema.public_columns if unit is ProtectedUnit.FEATURES else (
-            schema.feature_columns if unit is ProtectedUnit.LABEL else [])
+        public = {ProtectedUnit.FEATURES: [*schema.public_columns, schema.target],
+                  ProtectedUnit.LABEL: schema.feature_columns, ProtectedUnit.EXAMPLE: []}[unit]
         if unit is ProtectedUnit.FEATURES:
             schema.require_public()
         ledger = PrivacyLedger(len(train_df), delta=run.delta, accountant=run.accountant, unit=unit,

@@ -1,0 +1,56 @@
+"""The command line: help texts, accounting commands, data set export."""
+
+import re
+
+from typer.testing import CliRunner
+
+from dpcare.cli import app
+
+runner = CliRunner()
+
+
+def test_help_explains_every_command():
+    r = runner.invoke(app, ["--help"])
+    assert r.exit_code == 0
+    for cmd in ("train", "demo", "account", "datasets"):
+        assert cmd in r.output
+    r = runner.invoke(app, ["train", "--help"])
+    assert "--spec" in r.output and "--epsilon" in r.output and "expected private batch" in r.output
+
+
+def test_account_epsilon_both_accountants():
+    r = runner.invoke(app, ["account", "epsilon", "--q", "0.04", "--sigma", "1.5", "--steps", "2250",
+                            "--delta", "1e-5"])
+    assert r.exit_code == 0, r.output
+    eps = dict(re.findall(r"(pld|rdp): epsilon = ([\d.]+)", r.output))
+    assert abs(float(eps["rdp"]) - 7.33) < 0.01 and abs(float(eps["pld"]) - 6.77) < 0.015
+
+
+def test_account_sigma_meets_target():
+    r = runner.invoke(app, ["account", "sigma", "--q", "0.04", "--steps", "2250", "--epsilon", "3",
+                            "--delta", "1e-5", "--accountant", "pld"])
+    assert r.exit_code == 0, r.output
+    sigma = float(re.search(r"sigma = ([\d.]+)", r.output).group(1))
+    check = runner.invoke(app, ["account", "epsilon", "--q", "0.04", "--sigma", str(sigma), "--steps", "2250",
+                                "--delta", "1e-5", "--accountant", "pld"])
+    assert float(re.search(r"epsilon = ([\d.]+)", check.output).group(1)) <= 3.0
+
+
+def test_account_bad_inputs_are_named():
+    r = runner.invoke(app, ["account", "epsilon", "--q", "1.5", "--sigma", "1", "--steps", "10", "--delta", "1e-5"])
+    assert r.exit_code == 2 and "sampling rate" in r.output
+    r = runner.invoke(app, ["account", "sigma", "--q", "0.1", "--steps", "10", "--epsilon", "-1", "--delta", "1e-5"])
+    assert r.exit_code == 2 and "epsilon" in r.output
+    r = runner.invoke(app, ["account", "epsilon", "--q", "0.1", "--sigma", "1", "--steps", "10", "--delta", "1e-5",
+                            "--accountant", "moments"])
+    assert r.exit_code == 2 and "accountant" in r.output
+
+
+def test_datasets_list_and_export(tmp_path):
+    r = runner.invoke(app, ["datasets"])
+    assert r.exit_code == 0 and "support2" in r.output and "GPL-3" in r.output
+    r = runner.invoke(app, ["datasets", "--export", "support2", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "support2.csv").exists() and (tmp_path / "support2.yaml").exists()
+    r = runner.invoke(app, ["datasets", "--export", "mimic"])
+    assert r.exit_code == 2 and "mimic" in r.output
