@@ -42,14 +42,6 @@ def label_term(logits: Tensor, y: Tensor) -> Tensor:
     return -logits.gather(1, y.long()[:, None])[:, 0]
 
 
-class NonPrivate(Objective):
-    name = "non-private"
-    private = False
-
-    def private_loss(self, model: Model, batch: Batch) -> Tensor:
-        return task_loss(model(batch["x"]), batch["y"])
-
-
 class DPSGD(Objective):
     """Whole-example DP: every feature and the label are protected."""
 
@@ -57,6 +49,13 @@ class DPSGD(Objective):
 
     def private_loss(self, model: Model, batch: Batch) -> Tensor:
         return task_loss(model(batch["x"]), batch["y"])
+
+
+class NonPrivate(DPSGD):
+    """The same loss trained without clipping, noise or accounting."""
+
+    name = "non-private"
+    private = False
 
 
 class FeatureDP(Objective):
