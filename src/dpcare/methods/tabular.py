@@ -58,20 +58,46 @@ class NonPrivate(DPSGD):
     private = False
 
 
-class FeatureDP(Objective):
-    """Feature-level DP relative to the public columns (Algorithm 1 of feature-dp.txt)."""
+class HybridObjective(Objective):
+    """l_priv = l(x) - [l(r)] + beta ||h(x) - h(r)||^2 and l_pub = l(v), for a reference view r
+    (or none) and a public view v: the hybrid family of fusiondp.txt, Feature-DP included."""
 
-    name = "feature-dp"
     unit = ProtectedUnit.FEATURES
     has_public_branch = True
-    private_keys = ("x", "x_pub", "y")
-    public_keys = ("x_pub", "y")
+
+    def __init__(self, name: str, reference: str | None, public_view: str, beta: float = 0.0):
+        if beta < 0:
+            raise ValueError(f"beta must be >= 0, got {beta}")
+        if beta and reference is None:
+            raise ValueError("the consistency term needs a reference view")
+        self.name, self.reference, self.public_view, self.beta = name, reference, public_view, beta
+        self.private_keys = tuple(dict.fromkeys(["x", "y", *([reference] if reference else [])]))
+        self.public_keys = (public_view, "y")
 
     def private_loss(self, model: Model, batch: Batch) -> Tensor:
-        return task_loss(model(batch["x"]), batch["y"]) - task_loss(model(batch["x_pub"]), batch["y"])
+        if self.reference is None:
+            return task_loss(model(batch["x"]), batch["y"])
+        if not self.beta:
+            return task_loss(model(batch["x"]), batch["y"]) - task_loss(model(batch[self.reference]), batch["y"])
+        out, h = model(batch["x"], return_hidden=True)
+        out_r, h_r = model(batch[self.reference], return_hidden=True)
+        return task_loss(out, batch["y"]) - task_loss(out_r, batch["y"]) + self.beta * (h - h_r).pow(2).sum(1)
 
     def public_loss(self, model: Model, batch: Batch) -> Tensor:
-        return task_loss(model(batch["x_pub"]), batch["y"])
+        return task_loss(model(batch[self.public_view]), batch["y"])
+
+    def __repr__(self) -> str:
+        return f"HybridObjective({self.name!r}, reference={self.reference!r}, public={self.public_view!r}, beta={self.beta})"
+
+
+class FeatureDP(HybridObjective):
+    """Feature-level DP relative to the public columns (Algorithm 1 of feature-dp.txt):
+    l_priv = l(x) - l(pad(Psi(x))), l_pub = l(pad(Psi(x)))."""
+
+    name = "feature-dp"
+
+    def __init__(self):
+        super().__init__("feature-dp", reference="x_pub", public_view="x_pub")
 
 
 class LabelDP(Objective):
