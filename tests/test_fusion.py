@@ -135,3 +135,19 @@ def test_quick_benchmark_runs_every_method(tmp_path):
     for f in ("table.csv", "table.md", "auprc_vs_epsilon.png", "runs.csv", "imputation.json"):
         assert (tmp_path / f).exists(), f
     assert "does not count" in (tmp_path / "table.md").read_text()
+
+
+def test_charged_tuning_counts_candidates_and_selection(tmp_path):
+    df, schema = load_dataset("support2")
+    bench = FusionBenchmark.quick()
+    bench.workers, bench.epsilons, bench.clip_grid = 1, (1.0,), (0.1, 1.0)
+    bench.methods, bench.charge_tuning = ("sgd-org", "dp-sgd", "calibrated-fusion"), True
+    table = run_benchmark(df.sample(2000, random_state=1), schema, bench, tmp_path, progress=False)
+    runs = pd.read_csv(tmp_path / "runs.csv")
+    assert len(runs) == 1 + 2 + 2  # every grid candidate trained once per seed
+    private = table[table["target_epsilon"] < math.inf]
+    assert ((private["epsilon"] <= 1.0) & (private["epsilon"] > 0.97)).all()
+    # each candidate alone is well below the target: the budget was shared by K trainings + selection
+    cands = runs[runs["method"] != "sgd-org"]
+    assert (cands["epsilon"] < 0.85).all()
+    assert "counted" in (tmp_path / "table.md").read_text()

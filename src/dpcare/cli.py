@@ -177,6 +177,8 @@ def benchmark_fusiondp(
     tabpfn_regressor: Annotated[Optional[Path], typer.Option(help="local TabPFN regressor checkpoint")] = None,
     workers: Annotated[int, typer.Option(help="parallel training processes")] = 2,
     quick: Annotated[bool, typer.Option(help="smoke-size run (2 epsilons, 1 seed, 1 grid point, 2 epochs)")] = False,
+    charge_tuning: Annotated[bool, typer.Option(
+        help="tune privately on every seed and count it in epsilon (default: the paper's uncounted tuning)")] = False,
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/fusiondp"),
 ) -> None:
     """FusionDP vs Feature-DP vs DP-SGD vs the hybrid baselines over epsilons (fusiondp.txt, Figure 2)."""
@@ -203,7 +205,7 @@ def benchmark_fusiondp(
             options = {"classifier_checkpoint": tabpfn_classifier, "regressor_checkpoint": tabpfn_regressor}
             if None in options.values():
                 raise ValueError("--imputer tabpfn needs --tabpfn-classifier and --tabpfn-regressor checkpoint files")
-        bench = replace(bench, imputer=imputer, imputer_options=options, workers=workers)
+        bench = replace(bench, imputer=imputer, imputer_options=options, workers=workers, charge_tuning=charge_tuning)
         run_benchmark(df, schema, bench, out)
     except (ValueError, FileNotFoundError, ImportError) as err:
         _fail(err)
