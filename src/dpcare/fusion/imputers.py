@@ -127,7 +127,11 @@ def make_imputer(name: str, **kwargs) -> Imputer:
         return GradientBoostingImputer(**kwargs)
     if name == "tabpfn":
         return TabPFNImputer(**kwargs)
-    raise ValueError(f"unknown imputer {name!r}; choose gbm or tabpfn")
+    if name == "lm":
+        from dpcare.fusion.lm_imputer import LanguageModelImputer
+
+        return LanguageModelImputer(**kwargs)
+    raise ValueError(f"unknown imputer {name!r}; choose gbm, tabpfn or lm")
 
 
 def imputation_quality(imputer: Imputer, frame: pd.DataFrame) -> dict[str, dict[str, float]]:
