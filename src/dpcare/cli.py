@@ -172,7 +172,8 @@ def benchmark_fusiondp(
     epsilons: Annotated[str, typer.Option(help="comma-separated target epsilons")] = "0.1,0.3,0.5,1,2",
     seeds: Annotated[int, typer.Option(help="seeds (tuning uses seed 0)")] = 3,
     epochs: Annotated[float, typer.Option(help="epochs per run")] = 7.0,
-    imputer: Annotated[str, typer.Option(help="gbm (default) or tabpfn (needs local checkpoints)")] = "gbm",
+    imputer: Annotated[str, typer.Option(
+        help="gbm (default), lm (SmolLM2 in context; slow on CPU, see README) or tabpfn (local checkpoints)")] = "gbm",
     tabpfn_classifier: Annotated[Optional[Path], typer.Option(help="local TabPFN classifier checkpoint")] = None,
     tabpfn_regressor: Annotated[Optional[Path], typer.Option(help="local TabPFN regressor checkpoint")] = None,
     workers: Annotated[int, typer.Option(help="parallel training processes")] = 2,

@@ -103,7 +103,7 @@ def prepare_splits(df: pd.DataFrame, schema: TableSchema, seed: int, imputer: st
     """Split, impute the private columns of train/val/test from their public columns, encode three views."""
     schema.require_public()
     parts = split_table(df, FRACTIONS, seed=seed)
-    options = {"seed": seed} if imputer == "gbm" else {}
+    options = {"seed": seed} if imputer in ("gbm", "lm") else {}
     imp = make_imputer(imputer, **{**options, **(imputer_options or {})}).fit(parts["public"], schema)
     try:  # one encoding for every method; DP-SGD needs every column's statistics declared
         encoder = TableEncoder(schema, protect="all").fit(parts["train"])
