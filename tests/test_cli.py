@@ -54,3 +54,13 @@ def test_datasets_list_and_export(tmp_path):
     assert (tmp_path / "support2.csv").exists() and (tmp_path / "support2.yaml").exists()
     r = runner.invoke(app, ["datasets", "--export", "mimic"])
     assert r.exit_code == 2 and "mimic" in r.output
+
+
+def test_benchmark_fusiondp_bad_specs_are_named(tmp_path):
+    r = runner.invoke(app, ["benchmark", "fusiondp", "--quick", "--private", "age,shoe_size", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "shoe_size" in r.output
+    r = runner.invoke(app, ["benchmark", "fusiondp", "--quick", "--data", str(tmp_path / "x.csv"), "--out",
+                            str(tmp_path)])
+    assert r.exit_code == 2 and "--spec" in r.output
+    r = runner.invoke(app, ["benchmark", "fusiondp", "--quick", "--imputer", "tabpfn", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "checkpoint" in r.output

@@ -95,6 +95,7 @@ def train(
         help="DP budget for scaling bounds of protected columns the spec does not declare")] = None,
     seed: Annotated[int, typer.Option(help="seed of splits, sampling, noise")] = 0,
     checkpoint_dir: Annotated[Optional[Path], typer.Option(help="checkpoint here; an existing one is resumed")] = None,
+    audit: Annotated[bool, typer.Option(help="run the LOSS membership attack: training vs held-out test rows")] = False,
 ) -> None:
     """Train a model on a table with a privacy spec; print test AUPRC/AUROC and the guarantee."""
     from dpcare.data import load_spec, load_table
@@ -106,7 +107,7 @@ def train(
         run = TabularRun(method=method, epsilon=None if method == "non-private" else epsilon, delta=delta,
                          clip_norm=clip, alpha=alpha, epochs=epochs, batch_size=batch_size,
                          public_batch_size=public_batch_size, lr=lr, pad=pad, stats_epsilon=stats_epsilon, seed=seed,
-                         checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None)
+                         checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, audit=audit)
         result = train_tabular(df, schema, run, out_dir=out)
     except (ValueError, FileNotFoundError, KeyError) as err:
         _fail(err)
@@ -115,7 +116,50 @@ def train(
         from dpcare.privacy import Guarantee
 
         typer.echo(Guarantee.from_dict(result.guarantee).describe())
+    if result.audit:
+        a = result.audit
+        typer.echo(f"LOSS attack: AUC {a['metrics']['auc']['value']:.3f} "
+                   f"[{a['metrics']['auc']['low']:.3f}, {a['metrics']['auc']['high']:.3f}], TPR/FPR at the mean "
+                   f"training loss {a['tpr_fpr_ratio']:.3f} (audit.json, audit_roc.png)")
     typer.echo(f"written to {out}/")
+
+
+@app.command()
+def audit(
+    run_dir: Annotated[Path, typer.Argument(help="folder of a `dpcare train` run (model.pt)")],
+    members: Annotated[Path, typer.Option(help="CSV/Parquet of rows used in training")],
+    nonmembers: Annotated[Path, typer.Option(help="CSV/Parquet of rows not used in training")],
+    out: Annotated[Optional[Path], typer.Option(help="where to write audit.json and audit_roc.png")] = None,
+) -> None:
+    """Membership inference (LOSS attack) against a trained model: AUC, TPR at low FPR, ROC."""
+    import torch
+
+    from dpcare.data import TableEncoder, load_table
+    from dpcare.models import TabularMLP
+    from dpcare.workflows.tabular import membership_audit
+
+    try:
+        path = run_dir / "model.pt"
+        if not path.exists():
+            raise FileNotFoundError(f"no model.pt in {run_dir}")
+        saved = torch.load(path, map_location="cpu", weights_only=False)
+        encoder = TableEncoder.from_state_dict(saved["encoder"])
+        model = TabularMLP(**saved["model_config"])
+        model.load_state_dict(saved["model"])
+        frames = {name: load_table(p, encoder.schema) for name, p in (("members", members), ("non-members",
+                                                                                             nonmembers))}
+        both = frames["members"].merge(frames["non-members"], how="inner")
+        if len(both):
+            raise ValueError(f"{len(both)} rows appear in both the members and the non-members")
+        data = {k: {"x": torch.from_numpy(encoder.transform(f)), "y": torch.from_numpy(encoder.encode_target(f))}
+                for k, f in frames.items()}
+        result = membership_audit(model, data["members"], data["non-members"], out or run_dir, title=str(run_dir))
+    except (ValueError, FileNotFoundError) as err:
+        _fail(err)
+    m = result["metrics"]
+    typer.echo(f"LOSS attack: AUC {m['auc']['value']:.3f} [{m['auc']['low']:.3f}, {m['auc']['high']:.3f}]; "
+               f"TPR@1%FPR {m['tpr_at_1pct_fpr']['value']:.3f}; balanced accuracy "
+               f"{m['balanced_accuracy']['value']:.3f}; TPR/FPR at the mean training loss {result['tpr_fpr_ratio']:.3f}")
 
 
 @app.command()

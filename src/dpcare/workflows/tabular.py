@@ -51,6 +51,7 @@ class TabularRun:
     seed: int = 0
     checkpoint_dir: str | None = None
     progress: bool = True
+    audit: bool = False  # LOSS attack: training split (members) vs held-out test split (non-members)
 
     def validate(self) -> None:
         if self.method not in PROTECTS:
@@ -73,6 +74,7 @@ class TabularResult:
     settings: dict[str, Any] = field(default_factory=dict)
     model: torch.nn.Module | None = field(default=None, repr=False)
     encoder: TableEncoder | None = field(default=None, repr=False)
+    audit: dict[str, Any] | None = None
 
     def row(self) -> dict[str, Any]:
         g = self.guarantee or {}
@@ -167,9 +169,27 @@ def train_tabular(df: pd.DataFrame, schema: TableSchema, run: TabularRun,
     guarantee = result.guarantee.to_dict() if result.guarantee else None
     out = TabularResult(run.method, metrics, guarantee, result.noise_multiplier, result.steps, asdict(run), model,
                         encoder)
+    if run.audit:
+        out.audit = membership_audit(model, data["train"], data["test"], out_dir, title=run.method)
     if out_dir is not None:
         save_run(out_dir, model, encoder, out)
     return out
+
+
+def membership_audit(model, members: dict[str, torch.Tensor], nonmembers: dict[str, torch.Tensor],
+                     out_dir: str | os.PathLike | None = None, title: str = "") -> dict[str, Any]:
+    """LOSS attack with as many members as non-members (members subsampled, seeded); JSON + ROC plot."""
+    from dpcare.audit import loss_attack, per_example_losses, plot_roc
+
+    k = min(len(members["y"]), len(nonmembers["y"]))
+    pick = torch.randperm(len(members["y"]), generator=torch.Generator().manual_seed(0))[:k]
+    m = per_example_losses(model, members["x"][pick], members["y"][pick])
+    n = per_example_losses(model, nonmembers["x"][:k], nonmembers["y"][:k])
+    result = loss_attack(m, n).to_dict()
+    if out_dir is not None:
+        write_json(Path(out_dir) / "audit.json", result)
+        plot_roc({"LOSS": (-m, -n)}, Path(out_dir) / "audit_roc.png", title=f"LOSS attack: {title}")
+    return result
 
 
 def save_run(out_dir: str | os.PathLike, model: TabularMLP, encoder: TableEncoder, result: TabularResult) -> None:

@@ -1,0 +1,140 @@
+"""Attacks and audits: LOSS attack power, one-run lower bounds, planted bugs caught, bad inputs."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from dpcare.audit import attack_metrics, epsilon_lower_bound, loss_attack, one_run_audit, p_value
+from dpcare.audit.canaries import CanaryAuditSettings, audit_tabular
+from dpcare.cli import app
+from dpcare.data import load_dataset
+from dpcare.engine import Trainer
+from dpcare.engine.fast_clipping import clipped_sum_fast
+from dpcare.workflows.tabular import TabularRun, train_tabular
+from helpers import SPEC, toy_table
+
+
+def test_p_value_and_lower_bound_basics():
+    assert epsilon_lower_bound(1000, 100, 50, 1e-5) == 0.0  # chance guessing proves nothing
+    assert epsilon_lower_bound(1000, 200, 190, 1e-5) > epsilon_lower_bound(1000, 200, 170, 1e-5) > 0
+    assert p_value(1000, 100, 80, 1.0, 1e-3) >= p_value(1000, 100, 80, 1.0, 0.0)
+    with pytest.raises(ValueError):
+        p_value(10, 20, 5, 1.0, 0.0)
+
+
+def test_lower_bound_is_sound_for_randomized_response():
+    """Guesses that are right with the epsilon-DP maximum probability: the 95% bound exceeds epsilon rarely."""
+    rng = np.random.default_rng(0)
+    eps, m = 1.0, 1000
+    q = math.exp(eps) / (1 + math.exp(eps))
+    over = sum(epsilon_lower_bound(m, 200, int((rng.random(200) < q).sum()), 0.0) > eps for _ in range(200))
+    assert over <= 20  # expected <= 5% (10 of 200); allow sampling slack
+
+
+def test_one_run_audit_reads_perfect_and_random_guesses():
+    included = np.r_[np.ones(500, bool), np.zeros(500, bool)]
+    assert one_run_audit(included.astype(float), included, delta=1e-6).epsilon_lower_bound > 2.5
+    noise = np.random.default_rng(1).random(1000)
+    assert one_run_audit(noise, included, delta=1e-6).epsilon_lower_bound < 0.3
+    with pytest.raises(ValueError):
+        one_run_audit(np.array([]), np.array([], bool), delta=1e-6)
+
+
+def test_loss_attack_inputs():
+    with pytest.raises(ValueError, match="non-empty"):
+        loss_attack(np.array([]), np.array([1.0]))
+    with pytest.raises(ValueError, match="NaN"):
+        loss_attack(np.array([np.nan]), np.array([1.0]))
+    r = loss_attack(np.array([0.1, 0.2, 0.3]), np.array([0.5, 0.6, 0.2]), bootstrap=20)
+    assert r.tpr == pytest.approx(2 / 3) and r.fpr == pytest.approx(1 / 3) and r.tpr_fpr_ratio == pytest.approx(2)
+    m = attack_metrics(np.r_[np.ones(50)], np.r_[np.zeros(50)], bootstrap=20)
+    assert m["auc"]["value"] == 1.0 and m["tpr_at_1pct_fpr"]["value"] == 1.0
+
+
+def small_support2(n):
+    df, schema = load_dataset("support2")
+    return df.sample(n, random_state=0).reset_index(drop=True), schema
+
+
+def test_loss_attack_separates_an_overfit_model_and_not_a_dp_one():
+    df, schema = small_support2(400)
+    overfit = train_tabular(df, schema, TabularRun(method="non-private", epochs=300, batch_size=32, lr=3e-3,
+                                                   progress=False, audit=True))
+    a = overfit.audit["metrics"]["auc"]
+    assert a["value"] > 0.7 and a["low"] > 0.6
+    big, _ = small_support2(3000)  # 300 members vs 300 non-members: a tighter interval
+    private = train_tabular(big, schema, TabularRun(method="dp-sgd", epsilon=1.0, epochs=10, batch_size=64,
+                                                    progress=False, audit=True))
+    p = private.audit["metrics"]["auc"]
+    assert p["low"] < 0.5 < p["high"] or abs(p["value"] - 0.5) < 0.06
+
+
+class NoNoise(Trainer):
+    """Planted bug: the noise is switched off (the ledger still charges the calibrated sigma)."""
+
+    def private_gradient(self, data, idx, expected_batch):
+        keep, self.noise_multiplier = self.noise_multiplier, 0.0
+        try:
+            return super().private_gradient(data, idx, expected_batch)
+        finally:
+            self.noise_multiplier = keep
+
+
+class SkipClip(Trainer):
+    """Planted bug: per-example clipping skipped (the noise is still sigma * C)."""
+
+    def clipped_sum(self, batch):
+        return clipped_sum_fast(self.model, self.objective.private_loss, batch, self.trainable, 1e12)
+
+
+AUDIT = dict(epsilon=0.5, canaries=400, epochs=40)
+
+
+@pytest.mark.parametrize("method, clip", [("dp-sgd", 1.0), ("feature-dp", 10.0)])
+def test_one_run_audit_never_exceeds_a_correct_runs_epsilon(method, clip):
+    df, schema = small_support2(1500)
+    for seed in (0, 1):
+        r = audit_tabular(df, schema, CanaryAuditSettings(method=method, clip_norm=clip, seed=seed, **AUDIT))
+        assert r["epsilon_lower_bound"] <= r["claimed_epsilon"] <= 0.5
+
+
+@pytest.mark.parametrize("method, clip, bug", [("dp-sgd", 1.0, NoNoise), ("dp-sgd", 1.0, SkipClip),
+                                               ("feature-dp", 10.0, NoNoise)])
+def test_one_run_audit_catches_planted_bugs(method, clip, bug):
+    df, schema = small_support2(1500)
+    r = audit_tabular(df, schema, CanaryAuditSettings(method=method, clip_norm=clip, **AUDIT), trainer_cls=bug)
+    assert r["epsilon_lower_bound"] > r["claimed_epsilon"]
+
+
+def test_audit_command_and_its_bad_inputs(tmp_path):
+    runner = CliRunner()
+    df = toy_table(400)
+    df.iloc[:300].to_csv(tmp_path / "train.csv", index=False)
+    df.iloc[300:].to_csv(tmp_path / "heldout.csv", index=False)
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(SPEC))
+    r = runner.invoke(app, ["train", str(tmp_path / "train.csv"), "--spec", str(tmp_path / "spec.yaml"), "--out",
+                            str(tmp_path / "run"), "--epochs", "2", "--audit"])
+    assert r.exit_code == 0, r.output
+    assert "LOSS attack: AUC" in r.output and (tmp_path / "run" / "audit_roc.png").exists()
+    ok = runner.invoke(app, ["audit", str(tmp_path / "run"), "--members", str(tmp_path / "train.csv"),
+                             "--nonmembers", str(tmp_path / "heldout.csv")])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads((tmp_path / "run" / "audit.json").read_text())["members"] == 100
+    overlap = runner.invoke(app, ["audit", str(tmp_path / "run"), "--members", str(tmp_path / "train.csv"),
+                                  "--nonmembers", str(tmp_path / "train.csv")])
+    assert overlap.exit_code == 2 and "both" in overlap.output
+    df.iloc[300:].drop(columns=["hr"]).to_csv(tmp_path / "other.csv", index=False)
+    cols = runner.invoke(app, ["audit", str(tmp_path / "run"), "--members", str(tmp_path / "train.csv"),
+                               "--nonmembers", str(tmp_path / "other.csv")])
+    assert cols.exit_code == 2 and "hr" in cols.output
+    empty = tmp_path / "empty.csv"
+    df.iloc[:0].to_csv(empty, index=False)
+    r = runner.invoke(app, ["audit", str(tmp_path / "run"), "--members", str(empty), "--nonmembers",
+                            str(tmp_path / "heldout.csv")])
+    assert r.exit_code == 2 and "no rows" in r.output
+    torch.manual_seed(0)
