@@ -138,3 +138,42 @@ def test_audit_command_and_its_bad_inputs(tmp_path):
                             str(tmp_path / "heldout.csv")])
     assert r.exit_code == 2 and "no rows" in r.output
     torch.manual_seed(0)
+
+
+def test_theorem4_bound():
+    from dpcare.audit import theorem4_bound
+
+    assert theorem4_bound(0.5, 0.0, 0.0) == pytest.approx(0.5)  # no privacy loss: the prior
+    assert theorem4_bound(0.5, 1.0, 1e-5) == pytest.approx(1 - math.exp(-1) * (1 - 1e-5 - 0.5))
+    assert theorem4_bound(0.01, 1.0, 0.0) == pytest.approx(math.e * 0.01)
+    assert theorem4_bound(0.9, 5.0, 0.0) == pytest.approx(1 - math.exp(-5) * 0.1)
+    assert theorem4_bound(0.3, 5.0, 0.9) == 1.0
+    with pytest.raises(ValueError):
+        theorem4_bound(1.5, 1.0, 0.0)
+
+
+def test_attribute_inference_against_memorisation_and_theorem4():
+    """sex is independent of everything public (Ball of X|u = its marginal, ~0.5): an overfit non-private
+    model lets the attack beat the prior on its members; Feature-DP stays below Theorem 4's bound."""
+    from dpcare.audit import attribute_inference
+    from dpcare.data import TableSchema, load_table
+
+    schema = TableSchema.from_dict(SPEC)
+    df = toy_table(300, seed=3)
+    df["sex"] = np.random.default_rng(7).choice(["female", "male"], len(df))
+    members = load_table(df, schema).iloc[:240]  # the training split of train_tabular(seed 0) is a subset
+    leaky = train_tabular(df, schema, TabularRun(method="non-private", epochs=400, batch_size=32, lr=3e-3,
+                                                 progress=False))
+    from dpcare.workflows.tabular import split
+
+    train_rows = split(load_table(df, schema), 0)["train"]
+    r = attribute_inference(leaky.model, leaky.encoder, train_rows, "sex")
+    assert 0.4 < r["prior_ball"] < 0.6 and r["success"] > r["prior_ball"] + 0.1
+    private = train_tabular(df, schema, TabularRun(method="feature-dp", epsilon=0.5, epochs=20, batch_size=32,
+                                                   progress=False))
+    g = private.guarantee
+    r = attribute_inference(private.model, private.encoder, train_rows, "sex", epsilon=g["epsilon"],
+                            delta=g["delta"])
+    assert r["success"] <= r["theorem4_bound"]
+    with pytest.raises(ValueError, match="not a private column"):
+        attribute_inference(private.model, private.encoder, members, "hr")
