@@ -72,3 +72,36 @@ def test_smollm2_from_the_wheel_imputes_a_few_rows():
     pred = imp.predict(public_view(query.iloc[:4], schema))
     assert set(pred["sex"]) <= {"female", "male"} and pred["age"].between(18, 100).all()
     assert np.isfinite(pred["age"]).all()
+
+
+def test_prefix_cache_gives_the_same_answers_as_full_prompts():
+    """Batched, padded, cached scoring and decoding equal a plain per-row run over the whole prompt."""
+    import torch
+
+    from dpcare.fusion.lm_imputer import NUMBER
+
+    schema, support, query = frames()
+    model, tok = tiny_gpt2(seed=4)
+    imp = LanguageModelImputer(lm=(model, tok), shots=2, batch_size=3, max_new_tokens=4).fit(support, schema)
+    pub = public_view(query, schema)
+    pred = imp.predict(pub)
+    x = imp._features(pub)
+    for i in range(len(query)):
+        row = serialize(x.iloc[i], imp.inputs)
+        # categorical: likelihood of each category after the full prompt
+        prompt = tok(imp._models["sex"]["prefix"] + row + ", sex is", add_special_tokens=False)["input_ids"]
+        scores = []
+        for cat in ("female", "male"):
+            c = tok(" " + cat, add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                logp = torch.log_softmax(model(input_ids=torch.tensor([prompt + c])).logits[0].float(), -1)
+            scores.append(sum(float(logp[len(prompt) - 1 + j, t]) for j, t in enumerate(c)))
+        assert pred["sex"][i] == ("female", "male")[int(np.argmax(scores))]
+        # numeric: greedy continuation of the full prompt
+        prompt = tok(imp._models["age"]["prefix"] + row + ", age is", return_tensors="pt", add_special_tokens=False)
+        with torch.no_grad():
+            gen = model.generate(**prompt, max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
+        text = tok.decode(gen[0, prompt["input_ids"].shape[1]:], skip_special_tokens=True)
+        value = LanguageModelImputer._parse(text, schema.column("age"))
+        assert pred["age"][i] == pytest.approx(value if value is not None else imp._models["age"]["fallback"])
+    assert NUMBER.search("age is 63")
