@@ -177,3 +177,31 @@ def test_attribute_inference_against_memorisation_and_theorem4():
     assert r["success"] <= r["theorem4_bound"]
     with pytest.raises(ValueError, match="not a private column"):
         attribute_inference(private.model, private.encoder, members, "hr")
+
+
+def test_logit_confidence_matches_its_definition():
+    from dpcare.audit import logit_confidence
+
+    class Fixed(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    p = torch.tensor([[0.0], [2.0]])
+    phi = logit_confidence(Fixed(), p, torch.tensor([1.0, 0.0]))
+    assert phi == pytest.approx([0.0, -2.0])
+    three = torch.log(torch.tensor([[0.7, 0.2, 0.1]]))
+    assert logit_confidence(Fixed(), three, torch.tensor([0]))[0] == pytest.approx(math.log(0.7 / 0.3), rel=1e-5)
+
+
+def test_lira_separates_an_overfit_model_and_not_a_dp_one():
+    from dpcare.audit import lira
+
+    df, schema = small_support2(300)
+    overfit = lira(df, schema, TabularRun(method="non-private", epochs=150, batch_size=32, lr=3e-3, hidden=64),
+                   shadows=8, workers=2, bootstrap=50)
+    assert overfit.online["auc"]["value"] > 0.7 and overfit.offline["auc"]["value"] > 0.6
+    private = lira(df, schema, TabularRun(method="dp-sgd", epsilon=1.0, epochs=10, batch_size=32, hidden=64),
+                   shadows=8, workers=2, bootstrap=50)
+    assert abs(private.online["auc"]["value"] - 0.5) < 0.08
+    with pytest.raises(ValueError, match="at least 2"):
+        lira(df, schema, TabularRun(method="non-private"), shadows=1)

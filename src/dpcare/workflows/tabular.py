@@ -136,9 +136,24 @@ def train_tabular(df: pd.DataFrame, schema: TableSchema, run: TabularRun,
                   out_dir: str | os.PathLike | None = None) -> TabularResult:
     """Split, encode, train with ``run.method`` and evaluate on the held-out test split."""
     run.validate()
-    torch.manual_seed(run.seed)
     parts = split(load_table(df, schema), run.seed)
-    train_df = parts["train"]
+    model, encoder, result = train_on_split(parts["train"], schema, run)
+    data = {name: prepare(encoder, frame, run.pad, seed=run.seed + i) for i, (name, frame) in enumerate(parts.items())}
+    metrics = {f"{split_name}_{k}": v for split_name in ("val", "test") for k, v in evaluate(model, data[split_name]).items()}
+    guarantee = result.guarantee.to_dict() if result.guarantee else None
+    out = TabularResult(run.method, metrics, guarantee, result.noise_multiplier, result.steps, asdict(run), model,
+                        encoder)
+    if run.audit:
+        out.audit = membership_audit(model, data["train"], data["test"], out_dir, title=run.method)
+    if out_dir is not None:
+        save_run(out_dir, model, encoder, out)
+    return out
+
+
+def train_on_split(train_df: pd.DataFrame, schema: TableSchema, run: TabularRun):
+    """Fit the encoder and train on exactly ``train_df`` (validated rows); returns (model, encoder, TrainResult)."""
+    run.validate()
+    torch.manual_seed(run.seed)
     objective = make_objective(run.method)
     ledger = None
     if objective.private:
@@ -153,10 +168,10 @@ def train_tabular(df: pd.DataFrame, schema: TableSchema, run: TabularRun,
                                protected_columns=tuple(protected), public_columns=tuple(public))
     encoder = TableEncoder(schema, protect=PROTECTS[run.method]).fit(
         train_df, ledger=ledger, stats_epsilon=run.stats_epsilon, seed=run.seed)
-    data = {name: prepare(encoder, frame, run.pad, seed=run.seed + i) for i, (name, frame) in enumerate(parts.items())}
-    y_train = data["train"]["y"]
+    train = prepare(encoder, train_df, run.pad, seed=run.seed)
+    y_train = train["y"]
     classes = int(y_train.max().item()) + 1 if not y_train.is_floating_point() else 2
-    model = TabularMLP(data["train"]["x"].shape[1], hidden=run.hidden, out_features=1 if classes == 2 else classes)
+    model = TabularMLP(train["x"].shape[1], hidden=run.hidden, out_features=1 if classes == 2 else classes)
     config = TrainConfig(
         batch_size=run.batch_size, epochs=run.epochs, public_batch_size=run.public_batch_size, lr=run.lr,
         clip_norm=run.clip_norm, target_epsilon=run.epsilon if objective.private else None, alpha=run.alpha,
@@ -164,16 +179,8 @@ def train_tabular(df: pd.DataFrame, schema: TableSchema, run: TabularRun,
         progress=run.progress,
     )
     trainer = Trainer(model, objective, config, ledger=ledger)
-    result = trainer.fit(data["train"], public_data_for(run.method, data["train"]))
-    metrics = {f"{split_name}_{k}": v for split_name in ("val", "test") for k, v in evaluate(model, data[split_name]).items()}
-    guarantee = result.guarantee.to_dict() if result.guarantee else None
-    out = TabularResult(run.method, metrics, guarantee, result.noise_multiplier, result.steps, asdict(run), model,
-                        encoder)
-    if run.audit:
-        out.audit = membership_audit(model, data["train"], data["test"], out_dir, title=run.method)
-    if out_dir is not None:
-        save_run(out_dir, model, encoder, out)
-    return out
+    result = trainer.fit(train, public_data_for(run.method, train))
+    return model, encoder, result
 
 
 def membership_audit(model, members: dict[str, torch.Tensor], nonmembers: dict[str, torch.Tensor],
