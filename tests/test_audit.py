@@ -121,23 +121,36 @@ def test_audit_command_and_its_bad_inputs(tmp_path):
                             str(tmp_path / "run"), "--epochs", "2", "--audit"])
     assert r.exit_code == 0, r.output
     assert "LOSS attack: AUC" in r.output and (tmp_path / "run" / "audit_roc.png").exists()
-    ok = runner.invoke(app, ["audit", str(tmp_path / "run"), "--members", str(tmp_path / "train.csv"),
+    ok = runner.invoke(app, ["audit", "loss", str(tmp_path / "run"), "--members", str(tmp_path / "train.csv"),
                              "--nonmembers", str(tmp_path / "heldout.csv")])
     assert ok.exit_code == 0, ok.output
     assert json.loads((tmp_path / "run" / "audit.json").read_text())["members"] == 100
-    overlap = runner.invoke(app, ["audit", str(tmp_path / "run"), "--members", str(tmp_path / "train.csv"),
+    overlap = runner.invoke(app, ["audit", "loss", str(tmp_path / "run"), "--members", str(tmp_path / "train.csv"),
                                   "--nonmembers", str(tmp_path / "train.csv")])
     assert overlap.exit_code == 2 and "both" in overlap.output
     df.iloc[300:].drop(columns=["hr"]).to_csv(tmp_path / "other.csv", index=False)
-    cols = runner.invoke(app, ["audit", str(tmp_path / "run"), "--members", str(tmp_path / "train.csv"),
+    cols = runner.invoke(app, ["audit", "loss", str(tmp_path / "run"), "--members", str(tmp_path / "train.csv"),
                                "--nonmembers", str(tmp_path / "other.csv")])
     assert cols.exit_code == 2 and "hr" in cols.output
     empty = tmp_path / "empty.csv"
     df.iloc[:0].to_csv(empty, index=False)
-    r = runner.invoke(app, ["audit", str(tmp_path / "run"), "--members", str(empty), "--nonmembers",
+    r = runner.invoke(app, ["audit", "loss", str(tmp_path / "run"), "--members", str(empty), "--nonmembers",
                             str(tmp_path / "heldout.csv")])
     assert r.exit_code == 2 and "no rows" in r.output
-    torch.manual_seed(0)
+    att = runner.invoke(app, ["audit", "attribute", str(tmp_path / "run"), "--rows", str(tmp_path / "train.csv"),
+                              "--column", "sex"])
+    assert att.exit_code == 0 and "Theorem 4 bound" in att.output, att.output
+    bad = runner.invoke(app, ["audit", "attribute", str(tmp_path / "run"), "--rows", str(tmp_path / "train.csv"),
+                              "--column", "hr"])
+    assert bad.exit_code == 2 and "not a private column" in bad.output
+    big = toy_table(1200)
+    big.to_csv(tmp_path / "big.csv", index=False)
+    one = runner.invoke(app, ["audit", "one-run", str(tmp_path / "big.csv"), "--spec", str(tmp_path / "spec.yaml"),
+                              "--canaries", "200", "--epochs", "2"])
+    assert one.exit_code == 0 and "audited lower bound" in one.output, one.output
+    lr = runner.invoke(app, ["audit", "lira", str(tmp_path / "big.csv"), "--spec", str(tmp_path / "spec.yaml"),
+                             "--shadows", "2", "--workers", "1", "--epochs", "1", "--out", str(tmp_path / "lira")])
+    assert lr.exit_code == 0 and (tmp_path / "lira" / "lira.json").exists(), lr.output
 
 
 def test_theorem4_bound():

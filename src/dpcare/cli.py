@@ -124,8 +124,36 @@ def train(
     typer.echo(f"written to {out}/")
 
 
-@app.command()
-def audit(
+audit_app = typer.Typer(help="Attacks and audits: LOSS, LiRA, one-run epsilon lower bound, attribute inference.",
+                        no_args_is_help=True)
+app.add_typer(audit_app, name="audit")
+
+
+def _load_run(run_dir: Path):
+    import torch
+
+    from dpcare.data import TableEncoder
+    from dpcare.models import TabularMLP
+
+    path = run_dir / "model.pt"
+    if not path.exists():
+        raise FileNotFoundError(f"no model.pt in {run_dir}")
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    encoder = TableEncoder.from_state_dict(saved["encoder"])
+    model = TabularMLP(**saved["model_config"])
+    model.load_state_dict(saved["model"])
+    return model, encoder
+
+
+def _table_and_spec(data: Path, spec: Path):
+    from dpcare.data import load_spec, load_table
+
+    schema = load_spec(spec)
+    return load_table(data, schema), schema
+
+
+@audit_app.command("loss")
+def audit_loss(
     run_dir: Annotated[Path, typer.Argument(help="folder of a `dpcare train` run (model.pt)")],
     members: Annotated[Path, typer.Option(help="CSV/Parquet of rows used in training")],
     nonmembers: Annotated[Path, typer.Option(help="CSV/Parquet of rows not used in training")],
@@ -134,18 +162,11 @@ def audit(
     """Membership inference (LOSS attack) against a trained model: AUC, TPR at low FPR, ROC."""
     import torch
 
-    from dpcare.data import TableEncoder, load_table
-    from dpcare.models import TabularMLP
+    from dpcare.data import load_table
     from dpcare.workflows.tabular import membership_audit
 
     try:
-        path = run_dir / "model.pt"
-        if not path.exists():
-            raise FileNotFoundError(f"no model.pt in {run_dir}")
-        saved = torch.load(path, map_location="cpu", weights_only=False)
-        encoder = TableEncoder.from_state_dict(saved["encoder"])
-        model = TabularMLP(**saved["model_config"])
-        model.load_state_dict(saved["model"])
+        model, encoder = _load_run(run_dir)
         frames = {name: load_table(p, encoder.schema) for name, p in (("members", members), ("non-members",
                                                                                              nonmembers))}
         both = frames["members"].merge(frames["non-members"], how="inner")
@@ -160,6 +181,82 @@ def audit(
     typer.echo(f"LOSS attack: AUC {m['auc']['value']:.3f} [{m['auc']['low']:.3f}, {m['auc']['high']:.3f}]; "
                f"TPR@1%FPR {m['tpr_at_1pct_fpr']['value']:.3f}; balanced accuracy "
                f"{m['balanced_accuracy']['value']:.3f}; TPR/FPR at the mean training loss {result['tpr_fpr_ratio']:.3f}")
+
+
+@audit_app.command("lira")
+def audit_lira(
+    data: Annotated[Path, typer.Argument(help="the population table (CSV/Parquet)")],
+    spec: Annotated[Path, typer.Option(help="its privacy spec")],
+    method: Annotated[str, typer.Option(help="training recipe of target and shadows")] = "dp-sgd",
+    epsilon: Annotated[float, typer.Option(help="epsilon of the recipe (private methods)")] = 1.0,
+    epochs: Annotated[float, typer.Option(help="epochs of the recipe")] = 10.0,
+    batch_size: Annotated[int, typer.Option(help="expected batch size of the recipe")] = 64,
+    shadows: Annotated[int, typer.Option(help="shadow models")] = 16,
+    workers: Annotated[int, typer.Option(help="parallel processes")] = 2,
+    out: Annotated[Path, typer.Option(help="folder for lira.json")] = Path("results/lira"),
+) -> None:
+    """LiRA (online + offline) against a target trained on a random half of DATA, shadows on other halves."""
+    from dpcare.audit import lira
+    from dpcare.io import write_json
+    from dpcare.workflows.tabular import TabularRun
+
+    try:
+        df, schema = _table_and_spec(data, spec)
+        run = TabularRun(method=method, epsilon=None if method == "non-private" else epsilon, epochs=epochs,
+                         batch_size=batch_size)
+        r = lira(df, schema, run, shadows=shadows, workers=workers)
+    except (ValueError, FileNotFoundError) as err:
+        _fail(err)
+    write_json(out / "lira.json", r.to_dict())
+    typer.echo(f"LiRA, {shadows} shadows in {r.seconds_shadows:.1f} s: online AUC {r.online['auc']['value']:.3f}, "
+               f"TPR@1%FPR {r.online['tpr_at_1pct_fpr']['value']:.3f}; offline AUC "
+               f"{r.offline['auc']['value']:.3f} ({out}/lira.json)")
+
+
+@audit_app.command("one-run")
+def audit_one_run(
+    data: Annotated[Path, typer.Argument(help="training table (CSV/Parquet); canaries are drawn from it")],
+    spec: Annotated[Path, typer.Option(help="its privacy spec")],
+    method: Annotated[str, typer.Option(help="dp-sgd or feature-dp")] = "dp-sgd",
+    epsilon: Annotated[float, typer.Option(help="claimed epsilon of the run")] = 1.0,
+    canaries: Annotated[int, typer.Option(help="number of canaries (each included with probability 1/2)")] = 500,
+    epochs: Annotated[float, typer.Option(help="epochs")] = 20.0,
+    clip: Annotated[float, typer.Option(help="clipping norm")] = 1.0,
+    seed: Annotated[int, typer.Option(help="seed")] = 0,
+) -> None:
+    """Empirical epsilon lower bound from one training run with canaries (Steinke, Nasr, Jagielski 2023)."""
+    from dpcare.audit.canaries import CanaryAuditSettings, audit_tabular
+
+    try:
+        df, schema = _table_and_spec(data, spec)
+        r = audit_tabular(df, schema, CanaryAuditSettings(method=method, epsilon=epsilon, canaries=canaries,
+                                                          epochs=epochs, clip_norm=clip, seed=seed))
+    except (ValueError, FileNotFoundError) as err:
+        _fail(err)
+    typer.echo(f"claimed epsilon {r['claimed_epsilon']:.3f}; audited lower bound {r['epsilon_lower_bound']:.3f} "
+               f"({r['correct']}/{r['guesses']} correct guesses on {r['canaries']} canaries, "
+               f"{r['confidence']:.0%} confidence)")
+
+
+@audit_app.command("attribute")
+def audit_attribute(
+    run_dir: Annotated[Path, typer.Argument(help="folder of a `dpcare train` run (model.pt, guarantee.json)")],
+    rows: Annotated[Path, typer.Option(help="rows whose private column to reconstruct (CSV/Parquet)")],
+    column: Annotated[str, typer.Option(help="private column to reconstruct")],
+) -> None:
+    """Attribute inference from the model + public columns, against the prior and Theorem 4's bound."""
+    from dpcare.audit import attribute_inference
+    from dpcare.data import load_table
+
+    try:
+        model, encoder = _load_run(run_dir)
+        frame = load_table(rows, encoder.schema)
+        g = json.loads((run_dir / "guarantee.json").read_text()) if (run_dir / "guarantee.json").exists() else {}
+        r = attribute_inference(model, encoder, frame, column, epsilon=g.get("epsilon"), delta=g.get("delta") or 0.0)
+    except (ValueError, FileNotFoundError) as err:
+        _fail(err)
+    bound = f"; Theorem 4 bound {r['theorem4_bound']:.3f}" if "theorem4_bound" in r else ""
+    typer.echo(f"{column}: success {r['success']:.3f} on {r['rows']} rows; prior (Ball) {r['prior_ball']:.3f}{bound}")
 
 
 @app.command()
