@@ -151,6 +151,7 @@ def test_audit_command_and_its_bad_inputs(tmp_path):
     lr = runner.invoke(app, ["audit", "lira", str(tmp_path / "big.csv"), "--spec", str(tmp_path / "spec.yaml"),
                              "--shadows", "2", "--workers", "1", "--epochs", "1", "--out", str(tmp_path / "lira")])
     assert lr.exit_code == 0 and (tmp_path / "lira" / "lira.json").exists(), lr.output
+    assert (tmp_path / "lira" / "lira_roc.png").exists()
 
 
 def test_theorem4_bound():
@@ -218,3 +219,19 @@ def test_lira_separates_an_overfit_model_and_not_a_dp_one():
     assert abs(private.online["auc"]["value"] - 0.5) < 0.08
     with pytest.raises(ValueError, match="at least 2"):
         lira(df, schema, TabularRun(method="non-private"), shadows=1)
+
+
+def test_loss_attack_on_a_scikit_learn_model():
+    """Any model with per-example losses: an unpruned decision tree memorises its training rows."""
+    from sklearn.tree import DecisionTreeClassifier
+
+    from dpcare.audit import sklearn_losses
+
+    df, schema = small_support2(600)
+    x = df[["meanbp", "hrt", "resp", "temp", "sod"]].fillna(0).to_numpy()
+    y = df["death"].astype(int).to_numpy()
+    tree = DecisionTreeClassifier(random_state=0).fit(x[:300], y[:300])
+    r = loss_attack(sklearn_losses(tree, x[:300], y[:300]), sklearn_losses(tree, x[300:], y[300:]), bootstrap=50)
+    assert r.metrics["auc"]["value"] > 0.7
+    with pytest.raises(TypeError, match="predict_proba"):
+        sklearn_losses(object(), x, y)

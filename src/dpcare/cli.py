@@ -208,6 +208,9 @@ def audit_lira(
     except (ValueError, FileNotFoundError) as err:
         _fail(err)
     write_json(out / "lira.json", r.to_dict())
+    from dpcare.audit import plot_roc
+
+    plot_roc(r.scores, out / "lira_roc.png", title=f"LiRA: {method}")
     typer.echo(f"LiRA, {shadows} shadows in {r.seconds_shadows:.1f} s: online AUC {r.online['auc']['value']:.3f}, "
                f"TPR@1%FPR {r.online['tpr_at_1pct_fpr']['value']:.3f}; offline AUC "
                f"{r.offline['auc']['value']:.3f} ({out}/lira.json)")

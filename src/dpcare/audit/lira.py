@@ -19,7 +19,7 @@ import math
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -51,6 +51,7 @@ class LiraResult:
     offline: dict
     shadows: int
     seconds_shadows: float
+    scores: dict = field(default_factory=dict, repr=False)  # name -> (member scores, non-member scores)
 
     def to_dict(self) -> dict:
         return {"attack": "lira", "shadows": self.shadows, "seconds_shadows": self.seconds_shadows,
@@ -91,9 +92,10 @@ def lira(population: pd.DataFrame, schema: TableSchema, run: TabularRun, shadows
     target_phi, target_in = phis[0], masks[0]
     shadow_phi, shadow_in = phis[1:], masks[1:]
     online, offline = _scores(target_phi, shadow_phi, shadow_in)
-    return LiraResult(attack_metrics(online[target_in], online[~target_in], bootstrap=bootstrap),
-                      attack_metrics(offline[target_in], offline[~target_in], bootstrap=bootstrap),
-                      shadows, elapsed)
+    scores = {"LiRA online": (online[target_in], online[~target_in]),
+              "LiRA offline": (offline[target_in], offline[~target_in])}
+    return LiraResult(attack_metrics(*scores["LiRA online"], bootstrap=bootstrap),
+                      attack_metrics(*scores["LiRA offline"], bootstrap=bootstrap), shadows, elapsed, scores)
 
 
 def _scores(phi: np.ndarray, shadow_phi: np.ndarray, shadow_in: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -25,6 +25,15 @@ def per_example_losses(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
     return losses.detach().cpu().numpy().astype(float)
 
 
+def sklearn_losses(model, x, y) -> np.ndarray:
+    """Per-example log loss of a fitted scikit-learn classifier with ``predict_proba``."""
+    if not hasattr(model, "predict_proba"):
+        raise TypeError(f"{type(model).__name__} has no predict_proba: pass per-example losses instead")
+    proba = np.asarray(model.predict_proba(x), float)
+    idx = np.searchsorted(model.classes_, np.asarray(y))
+    return -np.log(np.clip(proba[np.arange(len(idx)), idx], 1e-12, 1.0))
+
+
 @dataclass
 class LossAttackResult:
     threshold: float
