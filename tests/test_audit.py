@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from helpers import SPEC, toy_table
 from typer.testing import CliRunner
 
 from dpcare.audit import attack_metrics, epsilon_lower_bound, loss_attack, one_run_audit, p_value
@@ -16,7 +17,6 @@ from dpcare.data import load_dataset
 from dpcare.engine import Trainer
 from dpcare.engine.fast_clipping import clipped_sum_fast
 from dpcare.workflows.tabular import TabularRun, train_tabular
-from helpers import SPEC, toy_table
 
 
 def test_p_value_and_lower_bound_basics():

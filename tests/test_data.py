@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
+from helpers import SPEC, toy_table
 
 from dpcare.data import (
     TableEncoder,
@@ -19,7 +19,6 @@ from dpcare.data import (
     split_table,
 )
 from dpcare.privacy import PrivacyLedger
-from helpers import SPEC, toy_table
 
 
 def spec_with(**changes):

@@ -79,7 +79,7 @@ def test_transformer_sequences_match_loop(backend):
     ids = torch.randint(0, 50, (5, 8))
     ids[0, :4] = 7  # repeated tokens exercise the embedding ghost norm
     batch = {"x": ids, "y": torch.tensor([0, 1, 1, 0, 1])}
-    loss_fn = lambda m, b: F.cross_entropy(m(b["x"]), b["y"], reduction="none")  # noqa: E731
+    loss_fn = lambda m, b: F.cross_entropy(m(b["x"]), b["y"], reduction="none")
     got, norms = BACKENDS[backend](model, loss_fn, batch, dict(model.named_parameters()), 0.5)
     want, want_norms = reference(model, loss_fn, batch, 0.5)
     torch.testing.assert_close(norms, want_norms, rtol=1e-6, atol=1e-9)
@@ -164,6 +164,6 @@ def test_raw_parameter_model_trains_through_functorch_fallback():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_per_example_loss_shape_is_enforced(backend):
     model = TabularMLP(6, hidden=8, dropout=0.0)
-    bad = lambda m, b: F.binary_cross_entropy_with_logits(m(b["x"]), b["y"][:, None], reduction="none")  # noqa: E731
+    bad = lambda m, b: F.binary_cross_entropy_with_logits(m(b["x"]), b["y"][:, None], reduction="none")
     with pytest.raises(ValueError, match="one loss per example|shape"):
         BACKENDS[backend](model, bad, tabular_batch(), dict(model.named_parameters()), 1.0)

@@ -2,19 +2,24 @@
 
 import math
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import SPEC, toy_table
 from torch import nn
 
 from dpcare.data import TableSchema, load_dataset, load_table, public_view
 from dpcare.engine.fast_clipping import clipped_sum_fast
 from dpcare.engine.functorch_backend import clipped_sum_functorch
 from dpcare.fusion import GradientBoostingImputer, TabPFNImputer, imputation_quality, make_imputer
-from dpcare.methods.fusion import HYBRID_METHODS, calibrated_fusion, feature_dp, fusiondp, naive_fusion
+from dpcare.methods.fusion import (
+    HYBRID_METHODS,
+    calibrated_fusion,
+    feature_dp,
+    fusiondp,
+    naive_fusion,
+)
 from dpcare.workflows.fusion_benchmark import FusionBenchmark, prepare_splits, run_benchmark
-from helpers import SPEC, toy_table
 
 
 def support_and_query():

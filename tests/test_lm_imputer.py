@@ -5,12 +5,12 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import SPEC, toy_table
+from lm_fixtures import tiny_gpt2
 
 from dpcare.data import TableSchema, load_table, public_view
 from dpcare.fusion.lm_imputer import LanguageModelImputer, serialize
 from dpcare.lm import load_causal_lm
-from helpers import SPEC, toy_table
-from lm_fixtures import tiny_gpt2
 
 
 def frames():

@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 import yaml
+from helpers import SPEC, toy_table
 from typer.testing import CliRunner
 
 from dpcare.cli import app
@@ -19,7 +20,6 @@ from dpcare.methods import FeatureDP
 from dpcare.models import TabularMLP
 from dpcare.privacy import PrivacyLedger
 from dpcare.workflows.tabular import TabularRun, prepare, public_data_for, train_tabular
-from helpers import SPEC, toy_table
 
 runner = CliRunner()
 

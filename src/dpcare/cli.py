@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -83,18 +83,18 @@ def train(
         "results/train"),
     method: Annotated[str, typer.Option(help="feature-dp, dp-sgd, label-dp or non-private")] = "feature-dp",
     epsilon: Annotated[float, typer.Option(help="target epsilon of the whole run")] = 1.0,
-    delta: Annotated[Optional[float], typer.Option(help="delta (default 1/n^1.1; must be < 1/n)")] = None,
+    delta: Annotated[float | None, typer.Option(help="delta (default 1/n^1.1; must be < 1/n)")] = None,
     clip: Annotated[float, typer.Option(help="per-example clipping norm C")] = 1.0,
     alpha: Annotated[float, typer.Option(help="weight of the private gradient: g = g_pub + alpha g_priv")] = 1.0,
     epochs: Annotated[float, typer.Option(help="passes over the private data (in expectation)")] = 10.0,
     batch_size: Annotated[int, typer.Option(help="expected private batch size (Poisson)")] = 256,
-    public_batch_size: Annotated[Optional[int], typer.Option(help="public batch size (default: batch size)")] = None,
+    public_batch_size: Annotated[int | None, typer.Option(help="public batch size (default: batch size)")] = None,
     lr: Annotated[float, typer.Option(help="Adam learning rate")] = 1e-3,
     pad: Annotated[str, typer.Option(help="how pad(Psi(x)) fills private features: gaussian or zeros")] = "gaussian",
-    stats_epsilon: Annotated[Optional[float], typer.Option(
+    stats_epsilon: Annotated[float | None, typer.Option(
         help="DP budget for scaling bounds of protected columns the spec does not declare")] = None,
     seed: Annotated[int, typer.Option(help="seed of splits, sampling, noise")] = 0,
-    checkpoint_dir: Annotated[Optional[Path], typer.Option(help="checkpoint here; an existing one is resumed")] = None,
+    checkpoint_dir: Annotated[Path | None, typer.Option(help="checkpoint here; an existing one is resumed")] = None,
     audit: Annotated[bool, typer.Option(help="run the LOSS membership attack: training vs held-out test rows")] = False,
 ) -> None:
     """Train a model on a table with a privacy spec; print test AUPRC/AUROC and the guarantee."""
@@ -157,7 +157,7 @@ def audit_loss(
     run_dir: Annotated[Path, typer.Argument(help="folder of a `dpcare train` run (model.pt)")],
     members: Annotated[Path, typer.Option(help="CSV/Parquet of rows used in training")],
     nonmembers: Annotated[Path, typer.Option(help="CSV/Parquet of rows not used in training")],
-    out: Annotated[Optional[Path], typer.Option(help="where to write audit.json and audit_roc.png")] = None,
+    out: Annotated[Path | None, typer.Option(help="where to write audit.json and audit_roc.png")] = None,
 ) -> None:
     """Membership inference (LOSS attack) against a trained model: AUC, TPR at low FPR, ROC."""
     import torch
@@ -284,7 +284,7 @@ def demo(
 
 @app.command()
 def datasets(
-    export: Annotated[Optional[str], typer.Option(help="write this bundled data set as CSV + its spec")] = None,
+    export: Annotated[str | None, typer.Option(help="write this bundled data set as CSV + its spec")] = None,
     out: Annotated[Path, typer.Option(help="folder for --export")] = Path("results/data"),
 ) -> None:
     """List the bundled real data sets, or export one with its privacy spec (a template for your own)."""
@@ -309,17 +309,17 @@ def datasets(
 @benchmark_app.command("fusiondp")
 def benchmark_fusiondp(
     dataset: Annotated[str, typer.Option(help="bundled data set: support2, rhc or adult")] = "support2",
-    data: Annotated[Optional[Path], typer.Option(help="your CSV/Parquet instead of a bundled set (needs --spec)")] = None,
-    spec: Annotated[Optional[Path], typer.Option(help="privacy spec of --data")] = None,
-    private: Annotated[Optional[str], typer.Option(
+    data: Annotated[Path | None, typer.Option(help="your CSV/Parquet instead of a bundled set (needs --spec)")] = None,
+    spec: Annotated[Path | None, typer.Option(help="privacy spec of --data")] = None,
+    private: Annotated[str | None, typer.Option(
         help="comma-separated private columns, overriding the spec (e.g. a few weak ones, Appendix D)")] = None,
     epsilons: Annotated[str, typer.Option(help="comma-separated target epsilons")] = "0.1,0.3,0.5,1,2",
     seeds: Annotated[int, typer.Option(help="seeds (tuning uses seed 0)")] = 3,
     epochs: Annotated[float, typer.Option(help="epochs per run")] = 7.0,
     imputer: Annotated[str, typer.Option(
         help="gbm (default), lm (SmolLM2 in context; slow on CPU, see README) or tabpfn (local checkpoints)")] = "gbm",
-    tabpfn_classifier: Annotated[Optional[Path], typer.Option(help="local TabPFN classifier checkpoint")] = None,
-    tabpfn_regressor: Annotated[Optional[Path], typer.Option(help="local TabPFN regressor checkpoint")] = None,
+    tabpfn_classifier: Annotated[Path | None, typer.Option(help="local TabPFN classifier checkpoint")] = None,
+    tabpfn_regressor: Annotated[Path | None, typer.Option(help="local TabPFN regressor checkpoint")] = None,
     workers: Annotated[int, typer.Option(help="parallel training processes")] = 2,
     quick: Annotated[bool, typer.Option(help="smoke-size run (2 epsilons, 1 seed, 1 grid point, 2 epochs)")] = False,
     charge_tuning: Annotated[bool, typer.Option(

@@ -37,3 +37,24 @@ def torch_save(path: str | os.PathLike, obj: Any) -> Path:
     import torch
 
     return atomic_write(path, lambda f: torch.save(obj, f), mode="wb")
+
+
+def new_figure(figsize: tuple[float, float]):
+    """A matplotlib figure and axes on the non-interactive backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=figsize)
+
+
+def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> Path:
+    """Save a matplotlib figure atomically as PNG and close it."""
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.tight_layout()
+        return atomic_write(path, lambda f: fig.savefig(f, dpi=dpi, format="png"), mode="wb")
+    finally:
+        plt.close(fig)

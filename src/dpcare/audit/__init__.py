@@ -2,9 +2,28 @@
 
 from dpcare.audit.attribute import attribute_inference, theorem4_bound
 from dpcare.audit.lira import LiraResult, lira, logit_confidence
-from dpcare.audit.loss_attack import LossAttackResult, loss_attack, per_example_losses, sklearn_losses
+from dpcare.audit.loss_attack import (
+    LossAttackResult,
+    loss_attack,
+    per_example_losses,
+    sklearn_losses,
+)
 from dpcare.audit.metrics import attack_metrics, plot_roc
 from dpcare.audit.one_run import epsilon_lower_bound, one_run_audit, p_value
 
-__all__ = ["LiraResult", "lira", "logit_confidence", "LossAttackResult", "attribute_inference", "theorem4_bound", "attack_metrics", "epsilon_lower_bound", "loss_attack", "one_run_audit",
-           "p_value", "per_example_losses", "plot_roc", "sklearn_losses"]
+__all__ = [
+    "LiraResult",
+    "LossAttackResult",
+    "attack_metrics",
+    "attribute_inference",
+    "epsilon_lower_bound",
+    "lira",
+    "logit_confidence",
+    "loss_attack",
+    "one_run_audit",
+    "p_value",
+    "per_example_losses",
+    "plot_roc",
+    "sklearn_losses",
+    "theorem4_bound",
+]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
+
+from dpcare.io import new_figure, save_figure
 
 
 def tpr_at_fpr(labels: np.ndarray, scores: np.ndarray, fpr_target: float) -> float:
@@ -49,12 +50,7 @@ def attack_metrics(member_scores: np.ndarray, nonmember_scores: np.ndarray, boot
 
 def plot_roc(curves: dict[str, tuple[np.ndarray, np.ndarray]], path: str | os.PathLike, title: str = "") -> None:
     """Log-log ROC curves: {name: (member_scores, nonmember_scores)}."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(4.5, 4.2))
+    fig, ax = new_figure((4.5, 4.2))
     for name, (m, n) in curves.items():
         labels = np.r_[np.ones(len(m)), np.zeros(len(n))]
         fpr, tpr, _ = roc_curve(labels, np.r_[m, n])
@@ -68,9 +64,4 @@ def plot_roc(curves: dict[str, tuple[np.ndarray, np.ndarray]], path: str | os.Pa
     ax.set_ylabel("true positive rate")
     ax.set_title(title)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)

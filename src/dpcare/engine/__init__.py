@@ -3,4 +3,4 @@
 from dpcare.engine.objective import Objective
 from dpcare.engine.trainer import TrainConfig, Trainer, TrainResult
 
-__all__ = ["Objective", "TrainConfig", "Trainer", "TrainResult"]
+__all__ = ["Objective", "TrainConfig", "TrainResult", "Trainer"]

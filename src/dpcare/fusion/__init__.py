@@ -1,5 +1,11 @@
 """FusionDP (fusiondp.txt): impute private features from public ones, then train hybrid objectives."""
 
-from dpcare.fusion.imputers import GradientBoostingImputer, Imputer, TabPFNImputer, imputation_quality, make_imputer
+from dpcare.fusion.imputers import (
+    GradientBoostingImputer,
+    Imputer,
+    TabPFNImputer,
+    imputation_quality,
+    make_imputer,
+)
 
 __all__ = ["GradientBoostingImputer", "Imputer", "TabPFNImputer", "imputation_quality", "make_imputer"]

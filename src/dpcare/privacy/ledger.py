@@ -12,7 +12,12 @@ from dpcare.privacy.accountants import ACCOUNTANTS, compute_epsilon
 from dpcare.privacy.calibration import calibrate_noise_multiplier
 from dpcare.privacy.events import sampled_gaussian_event
 from dpcare.privacy.guarantee import NEIGHBOURING, Guarantee, ProtectedUnit
-from dpcare.privacy.validation import check_delta, check_noise_multiplier, check_sampling_rate, default_delta
+from dpcare.privacy.validation import (
+    check_delta,
+    check_noise_multiplier,
+    check_sampling_rate,
+    default_delta,
+)
 
 
 @dataclass(frozen=True)

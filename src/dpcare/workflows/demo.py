@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpcare.io import write_text
+from dpcare.io import new_figure, save_figure, write_text
 from dpcare.workflows.tabular import TabularRun, train_tabular
 
 DEMO_METHODS = ("non-private", "dp-sgd", "feature-dp", "label-dp")
@@ -58,19 +58,10 @@ def markdown_table(summary: pd.DataFrame, dataset: str, epsilon: float, seeds: i
 
 
 def plot_summary(summary: pd.DataFrame, path: Path, dataset: str, epsilon: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    fig, ax = new_figure((6, 3.2))
     ax.bar(summary["method"], summary["AUPRC"], yerr=summary["AUPRC_sd"].fillna(0), capsize=4, color="#4C72B0")
     lo = max(0.0, float((summary["AUPRC"] - summary["AUPRC_sd"].fillna(0)).min()) - 0.05)
     ax.set_ylim(lo, 1.0)
     ax.set_ylabel("test AUPRC")
     ax.set_title(f"{dataset}, epsilon = {epsilon} (private methods)")
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from dpcare.data import TableEncoder, TableSchema, public_view, replace_private, split_table
 from dpcare.engine import TrainConfig, Trainer
 from dpcare.fusion import imputation_quality, make_imputer
-from dpcare.io import write_json, write_text
+from dpcare.io import new_figure, save_figure, write_json, write_text
 from dpcare.methods import DPSGD, NonPrivate
 from dpcare.methods.fusion import HYBRID_METHODS
 from dpcare.models import TabularMLP
@@ -311,12 +311,7 @@ def _cell(sub: pd.DataFrame, e: float) -> str:
 
 
 def plot(table: pd.DataFrame, path: Path, schema: TableSchema) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = new_figure((7, 4.2))
     for i, method in enumerate(table["method"].unique()):
         sub = table[table["method"] == method].sort_values("target_epsilon")
         finite = sub[sub["target_epsilon"] < math.inf]
@@ -332,8 +327,4 @@ def plot(table: pd.DataFrame, path: Path, schema: TableSchema) -> None:
     ax.set_ylabel("test AUPRC")
     ax.set_title(f"private: {', '.join(schema.private_columns)}")
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
