@@ -61,7 +61,7 @@ class LiraResult:
 def _train_and_score(args) -> np.ndarray:
     population, schema, run, train_idx, seed = args
     torch.set_num_threads(1)
-    model, encoder, _ = train_on_split(population.iloc[train_idx], schema, replace(run, seed=seed, progress=False))
+    model, encoder, _, _ = train_on_split(population.iloc[train_idx], schema, replace(run, seed=seed, progress=False))
     data = prepare(encoder, population, "zeros", seed=0)
     return logit_confidence(model, data["x"], data["y"])
 

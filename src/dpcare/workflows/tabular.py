@@ -137,8 +137,9 @@ def train_tabular(df: pd.DataFrame, schema: TableSchema, run: TabularRun,
     """Split, encode, train with ``run.method`` and evaluate on the held-out test split."""
     run.validate()
     parts = split(load_table(df, schema), run.seed)
-    model, encoder, result = train_on_split(parts["train"], schema, run)
-    data = {name: prepare(encoder, frame, run.pad, seed=run.seed + i) for i, (name, frame) in enumerate(parts.items())}
+    model, encoder, result, train = train_on_split(parts["train"], schema, run)
+    data = {"train": train, **{name: prepare(encoder, parts[name], run.pad, seed=run.seed + i)
+                               for i, name in enumerate(("val", "test"), start=1)}}
     metrics = {f"{split_name}_{k}": v for split_name in ("val", "test") for k, v in evaluate(model, data[split_name]).items()}
     guarantee = result.guarantee.to_dict() if result.guarantee else None
     out = TabularResult(run.method, metrics, guarantee, result.noise_multiplier, result.steps, asdict(run), model,
@@ -151,7 +152,9 @@ def train_tabular(df: pd.DataFrame, schema: TableSchema, run: TabularRun,
 
 
 def train_on_split(train_df: pd.DataFrame, schema: TableSchema, run: TabularRun):
-    """Fit the encoder and train on exactly ``train_df`` (validated rows); returns (model, encoder, TrainResult)."""
+    """Fit the encoder and train on exactly ``train_df`` (validated rows).
+
+    Returns (model, encoder, TrainResult, the training tensors)."""
     run.validate()
     torch.manual_seed(run.seed)
     objective = make_objective(run.method)
@@ -180,7 +183,7 @@ def train_on_split(train_df: pd.DataFrame, schema: TableSchema, run: TabularRun)
     )
     trainer = Trainer(model, objective, config, ledger=ledger)
     result = trainer.fit(train, public_data_for(run.method, train))
-    return model, encoder, result
+    return model, encoder, result, train
 
 
 def membership_audit(model, members: dict[str, torch.Tensor], nonmembers: dict[str, torch.Tensor],
