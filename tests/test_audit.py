@@ -146,8 +146,10 @@ def test_audit_command_and_its_bad_inputs(tmp_path):
     big = toy_table(1200)
     big.to_csv(tmp_path / "big.csv", index=False)
     one = runner.invoke(app, ["audit", "one-run", str(tmp_path / "big.csv"), "--spec", str(tmp_path / "spec.yaml"),
-                              "--canaries", "200", "--epochs", "2"])
+                              "--canaries", "200", "--epochs", "2", "--out", str(tmp_path / "one")])
     assert one.exit_code == 0 and "audited lower bound" in one.output, one.output
+    assert json.loads((tmp_path / "one" / "one_run.json").read_text())["canaries"] == 200
+    assert (tmp_path / "run" / "attribute.json").exists()
     lr = runner.invoke(app, ["audit", "lira", str(tmp_path / "big.csv"), "--spec", str(tmp_path / "spec.yaml"),
                              "--shadows", "2", "--workers", "1", "--epochs", "1", "--out", str(tmp_path / "lira")])
     assert lr.exit_code == 0 and (tmp_path / "lira" / "lira.json").exists(), lr.output

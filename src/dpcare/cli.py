@@ -226,6 +226,7 @@ def audit_one_run(
     epochs: Annotated[float, typer.Option(help="epochs")] = 20.0,
     clip: Annotated[float, typer.Option(help="clipping norm")] = 1.0,
     seed: Annotated[int, typer.Option(help="seed")] = 0,
+    out: Annotated[Path, typer.Option(help="folder for one_run.json")] = Path("results/audit"),
 ) -> None:
     """Empirical epsilon lower bound from one training run with canaries (Steinke, Nasr, Jagielski 2023)."""
     from dpcare.audit.canaries import CanaryAuditSettings, audit_tabular
@@ -236,6 +237,9 @@ def audit_one_run(
                                                           epochs=epochs, clip_norm=clip, seed=seed))
     except (ValueError, FileNotFoundError) as err:
         _fail(err)
+    from dpcare.io import write_json
+
+    write_json(out / "one_run.json", r)
     typer.echo(f"claimed epsilon {r['claimed_epsilon']:.3f}; audited lower bound {r['epsilon_lower_bound']:.3f} "
                f"({r['correct']}/{r['guesses']} correct guesses on {r['canaries']} canaries, "
                f"{r['confidence']:.0%} confidence)")
@@ -246,6 +250,7 @@ def audit_attribute(
     run_dir: Annotated[Path, typer.Argument(help="folder of a `dpcare train` run (model.pt, guarantee.json)")],
     rows: Annotated[Path, typer.Option(help="rows whose private column to reconstruct (CSV/Parquet)")],
     column: Annotated[str, typer.Option(help="private column to reconstruct")],
+    out: Annotated[Path | None, typer.Option(help="folder for attribute.json (default: RUN_DIR)")] = None,
 ) -> None:
     """Attribute inference from the model + public columns, against the prior and Theorem 4's bound."""
     from dpcare.audit import attribute_inference
@@ -258,6 +263,9 @@ def audit_attribute(
         r = attribute_inference(model, encoder, frame, column, epsilon=g.get("epsilon"), delta=g.get("delta") or 0.0)
     except (ValueError, FileNotFoundError) as err:
         _fail(err)
+    from dpcare.io import write_json
+
+    write_json((out or run_dir) / "attribute.json", r)
     bound = f"; Theorem 4 bound {r['theorem4_bound']:.3f}" if "theorem4_bound" in r else ""
     typer.echo(f"{column}: success {r['success']:.3f} on {r['rows']} rows; prior (Ball) {r['prior_ball']:.3f}{bound}")
 
