@@ -1,0 +1,81 @@
+"""Rows as text, "col is value, col is value, ..." (GReaT-style, as in dp-2stage.txt Section 4).
+
+The column order is fixed and starts with the target column (the paper's choice
+under DP), or shuffled per row. Numbers are written with a declared precision.
+The serialiser also returns the character spans of every key and value, so token
+roles can be derived from a tokenizer's offsets.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dpcare.data import TableSchema
+from dpcare.data.tables import category_text
+
+SEP, IS = ", ", " is "
+
+
+@dataclass(frozen=True)
+class Span:
+    kind: str  # "key" or "value"
+    column: str
+    start: int
+    end: int
+
+
+class RowSerializer:
+    def __init__(self, schema: TableSchema, order: str = "target-first", precision: int | dict[str, int] = 2):
+        if order not in ("target-first", "shuffle"):
+            raise ValueError(f"order must be 'target-first' or 'shuffle', got {order!r}")
+        self.schema, self.order = schema, order
+        self.columns = [schema.target] + schema.feature_columns
+        self.precision = precision
+        for c in self.columns:
+            if SEP.strip() in c or IS.strip() == c:
+                raise ValueError(f"column name {c!r} cannot be serialised unambiguously")
+
+    def _digits(self, col: str) -> int:
+        return self.precision.get(col, 2) if isinstance(self.precision, dict) else self.precision
+
+    def value_text(self, col: str, v) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "missing"
+        if self.schema.column(col).kind == "numeric":
+            text = f"{float(v):.{self._digits(col)}f}"
+            return text.rstrip("0").rstrip(".") if "." in text else text
+        return category_text(v)
+
+    def text(self, row: pd.Series, rng: np.random.Generator | None = None) -> tuple[str, list[Span]]:
+        """The row's text and the spans of its keys and values."""
+        cols = list(self.columns)
+        if self.order == "shuffle":
+            if rng is None:
+                raise ValueError("shuffled order needs an rng")
+            cols = [cols[i] for i in rng.permutation(len(cols))]
+        parts, spans, pos = [], [], 0
+        for i, col in enumerate(cols):
+            if i:
+                parts.append(SEP)
+                pos += len(SEP)
+            value = self.value_text(col, row[col])
+            spans.append(Span("key", col, pos, pos + len(col)))
+            pos += len(col) + len(IS)
+            spans.append(Span("value", col, pos, pos + len(value)))
+            pos += len(value)
+            parts.append(f"{col}{IS}{value}")
+        return "".join(parts), spans
+
+    def parse(self, text: str) -> dict[str, str]:
+        """Inverse of :meth:`text` for well-formed rows: {column: value text}; unknown keys raise."""
+        out = {}
+        for cell in text.split(SEP):
+            key, sep, value = cell.partition(IS)
+            if not sep or key not in self.columns:
+                raise ValueError(f"cannot parse cell {cell!r}")
+            out[key] = value
+        return out
