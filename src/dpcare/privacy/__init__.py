@@ -1,16 +1,28 @@
 """Privacy accounting for dpcare (pure math, no torch).
 
-Built on Google's dp-accounting: events describe what a run released, the PLD
-(default) or RDP accountant turns them into (epsilon, delta), the ledger
-composes every private release of a run, and a :class:`Guarantee` states what
-is protected.
+Built on Google's dp-accounting: events describe what a run releases, the PLD
+(default) or RDP accountant turns them into (epsilon, delta), calibration finds
+the smallest noise for a target, the ledger composes every private release of a
+run, and a :class:`Guarantee` states what is (and is not) protected.
 """
 
-from dpcare.privacy.accountants import compute_delta, compute_epsilon, make_accountant
+from dpcare.privacy.accountants import (
+    PLD_DISCRETIZATION,
+    RDP_ORDERS,
+    compute_delta,
+    compute_epsilon,
+    make_accountant,
+)
 from dpcare.privacy.calibration import calibrate_noise_multiplier
-from dpcare.privacy.events import gaussian_event, laplace_event, sampled_gaussian_event
+from dpcare.privacy.events import (
+    event_from_json,
+    event_to_json,
+    gaussian_event,
+    laplace_event,
+    sampled_gaussian_event,
+)
 from dpcare.privacy.guarantee import Guarantee, ProtectedUnit
-from dpcare.privacy.ledger import PrivacyLedger, event_from_json, event_to_json
+from dpcare.privacy.ledger import Entry, PrivacyLedger
 from dpcare.privacy.validation import (
     check_delta,
     check_epsilon,
@@ -21,8 +33,8 @@ from dpcare.privacy.validation import (
 )
 
 __all__ = [
-    "Guarantee", "PrivacyLedger", "ProtectedUnit", "calibrate_noise_multiplier", "check_delta", "check_epsilon",
-    "check_noise_multiplier", "check_sampling_rate", "check_steps", "compute_delta", "compute_epsilon",
-    "default_delta", "event_from_json", "event_to_json", "gaussian_event", "laplace_event", "make_accountant",
-    "sampled_gaussian_event",
+    "PLD_DISCRETIZATION", "RDP_ORDERS", "Entry", "Guarantee", "PrivacyLedger", "ProtectedUnit",
+    "calibrate_noise_multiplier", "check_delta", "check_epsilon", "check_noise_multiplier", "check_sampling_rate",
+    "check_steps", "compute_delta", "compute_epsilon", "default_delta", "event_from_json", "event_to_json",
+    "gaussian_event", "laplace_event", "make_accountant", "sampled_gaussian_event",
 ]

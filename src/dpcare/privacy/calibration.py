@@ -1,12 +1,19 @@
-"""Calibrate the noise multiplier to a target (epsilon, delta) without ever overshooting it.
+"""The smallest noise multiplier that meets a target (epsilon, delta), never above the target.
 
-The RDP bound is cheap and looser than PLD, so the RDP-calibrated sigma is an
-upper end of the PLD bracket. A safeguarded regula-falsi (Illinois) search on
-log(sigma) then closes the bracket with a coarse PLD grid (1e-3, ~10x cheaper;
-pessimistic, so its sigma is an upper end too), and one evaluation on the fine
-grid (1e-4) confirms it is within the target and within 0.2% of it; otherwise
-(at small epsilon the coarse grid is visibly looser) the search continues on the
-fine grid. The sigma returned has a computed epsilon <= target.
+Search on x = log(sigma) for the root of g(x) = log(epsilon(e^x) / target), which is
+decreasing and nearly linear: bracket it by secant steps, then shrink the bracket
+with regula falsi (Illinois), each step pushed by 0.4 tolerance across the root so
+the last two evaluations usually land on either side of it. Three stages, each
+seeding the next with its answer and slope:
+
+1. RDP, from cached RDP curves (a few ms per sigma). RDP >= PLD, so its answer is
+   an upper end for PLD; with ``accountant="rdp"`` it is the answer.
+2. PLD on a 1e-3 grid (~10x cheaper than 1e-4, and within ~0.5% of it).
+3. PLD on the requested grid: typically three evaluations.
+
+The sigma returned is the upper end of the final bracket; its epsilon was computed
+with the requested accountant (the same call as :func:`compute_epsilon`) and is
+<= target, and epsilon(sigma / (1 + tolerance)) > target was observed.
 """
 
 from __future__ import annotations
@@ -14,95 +21,170 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from dp_accounting import dp_event
 
-from dpcare.privacy.accountants import PLD_DISCRETIZATION, compute_epsilon
+from dpcare.privacy.accountants import (
+    PLD_DISCRETIZATION,
+    RDP_ORDERS,
+    compute_epsilon,
+    epsilon_from_rdp,
+    make_accountant,
+    rdp_curve,
+)
 from dpcare.privacy.events import sampled_gaussian_event
 from dpcare.privacy.validation import check_delta, check_epsilon, check_sampling_rate, check_steps
 
-MAX_SIGMA = 1e4
+MIN_SIGMA, MAX_SIGMA = 0.1, 1e5
 COARSE_PLD = 1e-3
-EPS_SLACK = 2e-3  # accept a coarse-grid sigma whose fine-grid epsilon is within 0.2% of the target
+SEED_TOLERANCE = 1e-2  # the RDP stage only seeds the PLD search
+MAX_STEP = 3.0  # at most a factor e^3 in sigma per RDP bracketing step
+MAX_PLD_STEP = 0.35  # PLD cost explodes at small sigma: creep (x1.4) from the RDP answer
+
+Bracket = tuple[float, float, float, float]  # lo, g(lo) > 0, hi, g(hi) <= 0
 
 
-def _epsilon_fn(q: float, steps: int, delta: float, accountant: str, other: Sequence[dp_event.DpEvent],
-                pld_discretization: float) -> Callable[[float], float]:
-    def eps(sigma: float) -> float:
-        event = dp_event.ComposedDpEvent([*other, sampled_gaussian_event(q, sigma, steps)])
-        return compute_epsilon(event, delta, accountant, pld_discretization)
+def _solve(g: Callable[[float], float], x: float, slope: float, tol: float, overshoot: float = 1.2,
+           max_step: float = MAX_STEP) -> Bracket:
+    """Bracket the root of the decreasing ``g`` starting at ``x``, then shrink to width ``tol``.
 
-    return eps
-
-
-def _solve(eps: Callable[[float], float], target: float, lo: float, f_lo: float, hi: float, f_hi: float,
-           rel_tol: float) -> float:
-    """Shrink [lo, hi] with eps(lo) > target >= eps(hi) until hi/lo <= 1 + rel_tol; return hi."""
-    side = 0
-    while hi / lo > 1 + rel_tol:
-        a, b = math.log(lo), math.log(hi)
-        ga, gb = f_lo - target, f_hi - target
-        x = b - gb * (b - a) / (gb - ga) if gb != ga else (a + b) / 2
-        # keep the step strictly inside, and at least a little away from the ends
-        margin = 0.02 * (b - a)
-        x = min(max(x, a + margin), b - margin)
-        sigma = math.exp(x)
-        f = eps(sigma)
-        if f > target:
-            lo, f_lo = sigma, f
-            if side == -1:
-                f_hi = target + (f_hi - target) / 2  # Illinois: halve the stale end
-            side = -1
+    Bracketing steps are the secant prediction times ``overshoot`` plus 0.4 tol.
+    Returns (lo, g_lo, hi, g_hi). If even MIN_SIGMA meets the target, lo = -inf.
+    """
+    x_min, x_max = math.log(MIN_SIGMA), math.log(MAX_SIGMA)
+    x = min(max(x, x_min), x_max)
+    gx = g(x)
+    lo, g_lo, hi, g_hi = -math.inf, math.inf, math.inf, -math.inf
+    last_step = 0.0
+    while True:  # bracket
+        if gx > 0:
+            lo, g_lo = x, gx
         else:
-            hi, f_hi = sigma, f
-            if side == 1:
-                f_lo = target + (f_lo - target) / 2
-            side = 1
+            hi, g_hi = x, gx
+        if math.isfinite(lo) and math.isfinite(hi):
+            break
+        if gx > 0 and x >= x_max:
+            raise ValueError(f"the target epsilon cannot be met even with noise multiplier {MAX_SIGMA:g}")
+        if gx <= 0 and x <= x_min:
+            return -math.inf, math.inf, hi, g_hi
+        if math.isfinite(gx) and slope < 0:
+            step = abs(gx / slope) * overshoot + 0.4 * tol
+        else:  # no usable slope: double the step
+            step = max(1.0, 2 * last_step)
+        step = min(step, max_step)
+        last_step = step
+        prev, g_prev = x, gx
+        x = min(max(x + (step if gx > 0 else -step), x_min), x_max)
+        gx = g(x)
+        if math.isfinite(gx) and math.isfinite(g_prev) and x != prev and (gx - g_prev) / (x - prev) < 0:
+            slope = (gx - g_prev) / (x - prev)
+    s_lo, s_hi, moved = g_lo, g_hi, 0  # Illinois keeps scaled copies for the interpolation
+    while hi - lo > tol:
+        w = hi - lo
+        if math.isfinite(s_lo) and math.isfinite(s_hi):
+            x = hi - s_hi * w / (s_hi - s_lo)
+            x += 0.4 * tol if x - lo < hi - x else -0.4 * tol  # aim past the root, away from the near end
+            x = min(max(x, lo + 0.05 * w), hi - 0.05 * w)
+        else:
+            x = lo + w / 2
+        gx = g(x)
+        if gx > 0:
+            lo, g_lo, s_lo = x, gx, gx
+            if moved == -1:
+                s_hi /= 2
+            moved = -1
+        else:
+            hi, g_hi, s_hi = x, gx, gx
+            if moved == 1:
+                s_lo /= 2
+            moved = 1
+    return lo, g_lo, hi, g_hi
+
+
+def _root(b: Bracket) -> float:
+    """The secant estimate of the root inside a bracket (its upper end if that is undefined)."""
+    lo, g_lo, hi, g_hi = b
+    if math.isfinite(lo) and math.isfinite(g_lo) and math.isfinite(g_hi) and g_lo > g_hi:
+        return hi - g_hi * (hi - lo) / (g_hi - g_lo)
     return hi
 
 
-def _bracket(eps: Callable[[float], float], target: float, start: float) -> tuple[float, float, float, float]:
-    """Find lo < hi with eps(lo) > target >= eps(hi), starting the search at ``start``."""
-    hi, f_hi = start, eps(start)
-    while f_hi > target:
-        if hi >= MAX_SIGMA:
-            raise ValueError(f"epsilon {target:g} cannot be reached even with noise multiplier {MAX_SIGMA:g}")
-        hi, f_hi = hi * 2, eps(hi * 2)
-    lo, f_lo = hi / 1.5, eps(hi / 1.5)
-    while f_lo <= target:
-        hi, f_hi = lo, f_lo
-        if lo < 1e-3:
-            return lo / 2, math.inf, hi, f_hi
-        lo, f_lo = lo / 2, eps(lo / 2)
-    return lo, f_lo, hi, f_hi
+def _slope(b: Bracket, default: float) -> float:
+    lo, g_lo, hi, g_hi = b
+    if math.isfinite(lo) and math.isfinite(g_lo) and math.isfinite(g_hi) and hi > lo and g_hi < g_lo:
+        return (g_hi - g_lo) / (hi - lo)
+    return default
+
+
+def _log_ratio(eps: float, target: float) -> float:
+    if math.isnan(eps):
+        return math.inf
+    return math.log(eps / target) if eps > 0 else -math.inf
 
 
 def calibrate_noise_multiplier(sampling_rate: float, steps: int, target_epsilon: float, delta: float,
                                accountant: str = "pld", other_events: Sequence[dp_event.DpEvent] = (),
                                tolerance: float = 1e-3, pld_discretization: float = PLD_DISCRETIZATION) -> float:
-    """Smallest sigma (within ``tolerance``, relative) with eps(other_events + training) <= target."""
+    """Smallest sigma (to relative ``tolerance``) with eps(other_events + training) <= target_epsilon.
+
+    Training is ``steps`` Poisson-sampled Gaussian steps at rate ``sampling_rate``.
+    Raises ValueError if ``other_events`` alone use up the target or it cannot be met.
+    With ``steps == 0`` any sigma meets the target and 1.0 is returned. If even sigma =
+    MIN_SIGMA (0.1) meets the target, MIN_SIGMA is returned. Targets that need sigma < ~0.4
+    (epsilon in the tens) are slow with PLD: its grid over the privacy loss grows as sigma shrinks.
+    """
     q, target = check_sampling_rate(sampling_rate), check_epsilon(target_epsilon)
-    check_steps(steps)
-    check_delta(delta)
-    if other_events:
-        spent = compute_epsilon(dp_event.ComposedDpEvent(list(other_events)), delta, accountant, pld_discretization)
-        if spent >= target:
-            raise ValueError(f"the releases already charged spend epsilon {spent:.4g} >= target {target:g}: "
-                             "no budget is left for training")
+    steps, delta = check_steps(steps), check_delta(delta)
+    make_accountant(accountant, pld_discretization)  # reject unknown names up front
+    if not 0 < tolerance <= 0.1:
+        raise ValueError(f"tolerance must be in (0, 0.1], got tolerance = {tolerance!r}")
+    other = list(other_events)
+    if other:
+        spent = compute_epsilon(dp_event.ComposedDpEvent(other), delta, accountant, pld_discretization)
+        if spent > target or (steps and spent == target):
+            raise ValueError(f"the releases already charged spend epsilon = {spent:.4g} of the target epsilon = "
+                             f"{target:g} (delta = {delta:g}): no budget is left for training")
     if steps == 0:
-        return 1.0  # no step is taken: any sigma meets the target
-    rdp = _epsilon_fn(q, steps, delta, "rdp", other_events, pld_discretization)
-    lo, f_lo, hi, f_hi = _bracket(rdp, target, 1.0)
-    sigma_rdp = _solve(rdp, target, lo, f_lo, hi, f_hi, tolerance)
+        return 1.0
+
+    def event(sigma: float) -> dp_event.DpEvent:
+        return dp_event.ComposedDpEvent([*other, sampled_gaussian_event(q, sigma, steps)])
+
+    base_rdp = rdp_curve(dp_event.ComposedDpEvent(other)) if other else np.zeros(len(RDP_ORDERS))
+
+    def g_rdp(x: float) -> float:
+        curve = base_rdp + steps * rdp_curve(sampled_gaussian_event(q, math.exp(x), 1))
+        return _log_ratio(epsilon_from_rdp(curve, delta), target)
+
+    exact: dict[float, float] = {}
+
+    def g_pld(grid: float) -> Callable[[float], float]:
+        def g(x: float) -> float:
+            sigma = math.exp(x)
+            eps = compute_epsilon(event(sigma), delta, accountant, grid)
+            if grid == pld_discretization:
+                exact[sigma] = eps
+            return _log_ratio(eps, target)
+
+        return g
+
+    tol = math.log1p(tolerance)
     if accountant == "rdp":
-        return sigma_rdp
-    sigma = sigma_rdp
-    if pld_discretization < COARSE_PLD:
-        coarse = _epsilon_fn(q, steps, delta, accountant, other_events, COARSE_PLD)
-        lo, f_lo, hi, f_hi = _bracket(coarse, target, sigma_rdp)
-        sigma = _solve(coarse, target, lo, f_lo, hi, f_hi, tolerance)
-    exact = _epsilon_fn(q, steps, delta, accountant, other_events, pld_discretization)
-    eps = exact(sigma)
-    if target * (1 - EPS_SLACK) <= eps <= target:  # the coarse answer is tight on the fine grid too
-        return sigma
-    lo, f_lo, hi, f_hi = _bracket(exact, target, sigma)
-    return _solve(exact, target, lo, f_lo, hi, f_hi, tolerance)
+        b = _solve(g_rdp, 0.0, -1.5, tol)
+    else:
+        b = _solve(g_rdp, 0.0, -1.5, math.log1p(max(tolerance, SEED_TOLERANCE)))
+        if pld_discretization < COARSE_PLD:
+            b = _solve(g_pld(COARSE_PLD), _root(b), _slope(b, -1.5), math.log1p(max(tolerance, 1e-3)),
+                       max_step=MAX_PLD_STEP)
+        # the coarse slope is accurate and the root close: no safety factor needed
+        b = _solve(g_pld(pld_discretization), _root(b), _slope(b, -1.5), tol, overshoot=1.0,
+                   max_step=MAX_PLD_STEP)
+    sigma = math.exp(b[2])
+    for _ in range(100):  # the answer is checked with the exact call users make
+        eps = exact.get(sigma)
+        if eps is None:
+            eps = compute_epsilon(event(sigma), delta, accountant, pld_discretization)
+        if eps <= target:
+            return sigma
+        sigma *= 1 + tolerance
+    raise RuntimeError(f"calibration failed to meet epsilon = {target:g}; please report this")

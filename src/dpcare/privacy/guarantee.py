@@ -1,4 +1,4 @@
-"""The statement a run makes: epsilon, delta, neighbouring relation and the unit protected."""
+"""The statement a run makes: (epsilon, delta), the neighbouring relation and the unit protected."""
 
 from __future__ import annotations
 
@@ -18,51 +18,70 @@ NEIGHBOURING = {
     ProtectedUnit.EXAMPLE: "add/remove one example",
     ProtectedUnit.FEATURES: (
         "add/remove one example's private features (simulation-based feature-DP, Definition 6 of "
-        "feature-dp.txt): the output is as likely as if a simulator had that example's public columns only"
+        "feature-dp.txt): the output is as likely as that of a simulator that knows every other example "
+        "and only the public columns of this one; public columns of that example may be revealed"
     ),
-    ProtectedUnit.LABEL: "add/remove one example's label (the simulator knows the example's features)",
+    ProtectedUnit.LABEL: (
+        "add/remove one example's label (simulation-based label-DP, Definition 6 of feature-dp.txt with "
+        "Psi(x, y) = x): the simulator knows every other example and this one's features"
+    ),
 }
 
 
 @dataclass(frozen=True)
 class Guarantee:
+    """An (epsilon, delta)-DP statement about the releases of one run over ``n`` private examples."""
+
     epsilon: float
     delta: float
-    unit: ProtectedUnit
-    protected_columns: tuple[str, ...] = ()
+    unit: ProtectedUnit = ProtectedUnit.EXAMPLE
+    protected_columns: tuple[str, ...] = ()  # FEATURES: private columns; LABEL: the label; EXAMPLE: () = all
     public_columns: tuple[str, ...] = ()
-    neighbouring: str = ""
+    neighbouring: str = NEIGHBOURING[ProtectedUnit.EXAMPLE]
     accountant: str = "pld"
     releases: tuple[str, ...] = ()
     n: int = 0
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "unit", ProtectedUnit(self.unit))
+        for k in ("protected_columns", "public_columns", "releases"):
+            object.__setattr__(self, k, tuple(getattr(self, k)))
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["unit"] = self.unit.value
-        d["protected_columns"], d["public_columns"] = list(self.protected_columns), list(self.public_columns)
-        d["releases"] = list(self.releases)
+        for k in ("protected_columns", "public_columns", "releases"):
+            d[k] = list(d[k])
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Guarantee:
-        d = dict(d)
-        d["unit"] = ProtectedUnit(d["unit"])
-        for k in ("protected_columns", "public_columns", "releases"):
-            d[k] = tuple(d.get(k, ()))
         return cls(**d)
 
     def describe(self) -> str:
-        """A few honest lines: what is protected, at which (epsilon, delta), and what is not."""
-        what = {
-            ProtectedUnit.EXAMPLE: "every column of every training example (the whole record)",
-            ProtectedUnit.FEATURES: "the private columns " + ", ".join(self.protected_columns),
-            ProtectedUnit.LABEL: "the label " + ", ".join(self.protected_columns),
+        """A few plain-English lines: what is protected, at which (epsilon, delta), and what is not."""
+        if not math.isfinite(self.epsilon):
+            return "NO differential privacy guarantee: a non-private release was charged (epsilon = inf)."
+        cols = ", ".join(self.protected_columns)
+        public = ", ".join(self.public_columns) or "not listed"
+        what, exposed = {
+            ProtectedUnit.EXAMPLE: ("every column of each training example, and whether it is in the data", ""),
+            ProtectedUnit.FEATURES: (
+                f"the private columns ({cols or 'not listed'}) of each training example",
+                f"the public columns ({public}) of each example, and hence whether it is in the data",
+            ),
+            ProtectedUnit.LABEL: (
+                f"the label ({cols or 'not listed'}) of each training example",
+                f"the features ({public}) of each example, and hence whether it is in the data",
+            ),
         }[self.unit]
-        eps = "inf" if math.isinf(self.epsilon) else f"{self.epsilon:.4g}"
-        lines = [f"({eps}, {self.delta:.3g})-DP ({self.accountant.upper()} accountant, n = {self.n}) protecting {what}.",
-                 f"Neighbouring datasets: {self.neighbouring}."]
-        if self.unit is not ProtectedUnit.EXAMPLE and self.public_columns:
-            lines.append("NOT protected (declared public, may be revealed): " + ", ".join(self.public_columns) + ".")
+        head = (f"({self.epsilon:.4g}, {self.delta:.3g})-differential privacy ({self.accountant.upper()} "
+                f"accountant, n = {self.n}) protecting {what}.")
+        lines = [head, f"Neighbouring datasets: {self.neighbouring}."]
+        if exposed:
+            lines.append(f"NOT protected: {exposed}.")
+        lines.append("Treated as public: the dataset size n and the declared support (column bounds, category "
+                     "lists); anything computed from the data outside the releases below is not covered.")
         if self.releases:
-            lines.append("Composed releases: " + "; ".join(self.releases) + ".")
+            lines.append("Releases composed: " + "; ".join(self.releases) + ".")
         return "\n".join(lines)
