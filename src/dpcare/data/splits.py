@@ -16,9 +16,16 @@ def split_table(df: pd.DataFrame, fractions: dict[str, float], seed: int = 0,
         raise ValueError(f"split fractions must be positive, got {fractions}")
     if abs(sum(fractions.values()) - 1) > 1e-9:
         raise ValueError(f"split fractions must sum to 1, got {sum(fractions.values()):.6g} from {fractions}")
+    if len(df) == 0:
+        raise ValueError("cannot split a table with no rows")
+    if stratify is not None and stratify not in df.columns:
+        raise ValueError(f"cannot stratify on '{stratify}': the table has no such column")
     rng = np.random.default_rng(seed)
-    groups = [np.arange(len(df))] if stratify is None else [
-        np.flatnonzero((df[stratify] == v).to_numpy()) for v in pd.unique(df[stratify])]
+    if stratify is None:
+        groups = [np.arange(len(df))]
+    else:  # one group per value, missing values form a group of their own
+        codes = pd.factorize(df[stratify], use_na_sentinel=False)[0]
+        groups = [np.flatnonzero(codes == k) for k in range(codes.max() + 1)]
     parts: dict[str, list[np.ndarray]] = {k: [] for k in fractions}
     for idx in groups:
         idx = rng.permutation(idx)

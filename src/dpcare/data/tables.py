@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from dpcare.data.schema import TableSchema
@@ -53,6 +54,10 @@ def load_table(source: str | Path | pd.DataFrame, schema: TableSchema) -> pd.Dat
             if len(bad):
                 raise ValueError(f"column '{col.name}' is numeric in the spec but has values like {bad.iloc[0]!r}")
             s = num.astype(float)
+            inf = int(np.isinf(s).sum())
+            if inf:
+                raise ValueError(f"column '{col.name}' has {inf} infinite values; use NaN (nullable: true) or a "
+                                 "finite number")
         else:
             s = s.map(category_text, na_action="ignore").astype(object)
         nans = int(s.isna().sum())
