@@ -12,7 +12,8 @@ on its padded public view, or read a hidden layer): the calls of one layer are
 stacked like positions of a sequence, so the per-example gradient is the sum
 over calls and positions, and its norm is exact.
 
-Supported trainable layers: ``nn.Linear``, ``nn.LayerNorm``, ``nn.Embedding``.
+Supported trainable layers: ``nn.Linear``, ``nn.LayerNorm``, ``nn.Embedding``, RMS norms (torch's and
+Hugging Face's ``*RMSNorm``) and Hugging Face's ``Conv1D`` (GPT-2).
 A model with any other trainable parameter, or with one parameter shared by
 two layers (tied embeddings), is not supported: use the functorch backend.
 """
@@ -126,7 +127,53 @@ class _EmbeddingRule:
         return sq, clipped
 
 
-_RULES: dict[type, type] = {nn.Linear: _LinearRule, nn.LayerNorm: _LayerNormRule, nn.Embedding: _EmbeddingRule}
+class _Conv1DRule:
+    """Hugging Face's ``Conv1D`` (GPT-2): a linear layer storing its weight as [in, out]."""
+
+    @staticmethod
+    def norms_and_grads(mod: nn.Module, rec: _Record, grads_out: list[Tensor], batch: int):
+        sq, linear_clipped = _LinearRule.norms_and_grads(mod, rec, grads_out, batch)
+
+        def clipped(c: Tensor) -> dict[str, Tensor]:
+            out = linear_clipped(c)
+            if "weight" in out:
+                out["weight"] = out["weight"].T
+            return out
+
+        return sq, clipped
+
+
+class _RMSNormRule:
+    """RMS normalisation ``weight * x / rms(x)`` (torch and Hugging Face variants; per-example
+    gradient of the weight is the sum over positions of ``d * x / rms(x)``)."""
+
+    @staticmethod
+    def norms_and_grads(mod: nn.Module, rec: _Record, grads_out: list[Tensor], batch: int):
+        x = _stack_calls(rec.inputs, batch, 1).float()
+        d = _stack_calls(grads_out, batch, 1).float()
+        eps = getattr(mod, "variance_epsilon", None) or getattr(mod, "eps", None) or torch.finfo(x.dtype).eps
+        xhat = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        per_example = (d * xhat).sum(1)
+        sq = per_example.pow(2).sum(1)
+
+        def clipped(c: Tensor) -> dict[str, Tensor]:
+            return {"weight": torch.einsum("b,bd->d", c, per_example).to(mod.weight.dtype)}
+
+        return sq, clipped
+
+
+_RULES: dict[type, type] = {nn.Linear: _LinearRule, nn.LayerNorm: _LayerNormRule, nn.Embedding: _EmbeddingRule,
+                            nn.RMSNorm: _RMSNormRule}
+
+
+def _rule_for(mod: nn.Module) -> type | None:
+    """The rule of a layer type; Hugging Face's Conv1D and *RMSNorm classes are matched by name (no import)."""
+    rule = _RULES.get(type(mod))
+    if rule is None and type(mod).__name__ == "Conv1D" and hasattr(mod, "nf"):
+        rule = _Conv1DRule
+    if rule is None and type(mod).__name__.endswith("RMSNorm") and set(_trainable(mod)) <= {"weight"}:
+        rule = _RMSNormRule
+    return rule
 
 
 def register_rule(module_type: type, rule: type) -> None:
@@ -142,7 +189,7 @@ def unsupported_reason(model: nn.Module, trainable: Mapping[str, nn.Parameter]) 
         own = _trainable(mod)
         if not own:
             continue
-        if type(mod) not in _RULES:
+        if _rule_for(mod) is None:
             return f"layer '{mname}' ({type(mod).__name__}) has trainable parameters and no fast rule"
         if isinstance(mod, nn.Embedding) and (mod.max_norm is not None or mod.sparse):
             return f"embedding '{mname}' uses max_norm/sparse"
@@ -162,7 +209,7 @@ def _recording(model: nn.Module):
     records: dict[str, _Record] = {}
     handles = []
     for mname, mod in model.named_modules():
-        if type(mod) in _RULES and _trainable(mod):
+        if _rule_for(mod) is not None and _trainable(mod):
             rec = records[mname] = _Record(mod)
 
             def hook(module, args, output, rec=rec):
@@ -196,7 +243,7 @@ def clipped_sum_fast(
     for mname, rec in records.items():
         g = list(grads_out[pos : pos + len(rec.outputs)])
         pos += len(rec.outputs)
-        layer_sq, clipped = _RULES[type(rec.module)].norms_and_grads(rec.module, rec, g, size)
+        layer_sq, clipped = _rule_for(rec.module).norms_and_grads(rec.module, rec, g, size)
         sq = sq + layer_sq
         pending.append((mname, clipped))
     norms = sq.clamp(min=0).sqrt()

@@ -10,13 +10,11 @@ import pandas as pd
 from dpcare.data import TableEncoder, TableSchema
 
 
-def uniform_pseudo_table(schema: TableSchema, n: int, seed: int = 0, private_table: pd.DataFrame | None = None,
-                         ledger=None, stats_epsilon: float | None = None) -> pd.DataFrame:
-    """``n`` rows; ``private_table`` is read only for undeclared numeric bounds, via a charged DP estimate."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+def numeric_ranges(schema: TableSchema, private_table: pd.DataFrame | None = None, ledger=None,
+                   stats_epsilon: float | None = None, seed: int = 0) -> dict[str, tuple[float, float]]:
+    """Public [lo, hi] of every numeric column: declared bounds, or a DP estimate charged to ``ledger``."""
     undeclared = [c.name for c in schema.columns if c.kind == "numeric" and c.bounds is None]
-    ranges: dict[str, tuple[float, float]] = {}
+    ranges = {c.name: c.bounds for c in schema.columns if c.kind == "numeric" and c.bounds is not None}
     if undeclared:
         if private_table is None:
             raise ValueError(f"columns {undeclared} have no public bounds: declare them, or pass the table with a "
@@ -26,6 +24,18 @@ def uniform_pseudo_table(schema: TableSchema, n: int, seed: int = 0, private_tab
         for c in undeclared:
             lo, hi = enc.stats[c]["range"]
             ranges[c] = (float(np.expm1(lo)), float(np.expm1(hi))) if schema.column(c).transform == "log1p" else (lo, hi)
+    return ranges
+
+
+def uniform_pseudo_table(schema: TableSchema, n: int, seed: int = 0, private_table: pd.DataFrame | None = None,
+                         ledger=None, stats_epsilon: float | None = None,
+                         ranges: dict[str, tuple[float, float]] | None = None) -> pd.DataFrame:
+    """``n`` rows; ``private_table`` is read only for undeclared numeric bounds, via a charged DP estimate
+    (pass ``ranges`` from :func:`numeric_ranges` to reuse an estimate already paid for)."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if ranges is None:
+        ranges = numeric_ranges(schema, private_table, ledger, stats_epsilon, seed)
     rng = np.random.default_rng(seed)
     out = {}
     for c in schema.columns:
@@ -34,6 +44,6 @@ def uniform_pseudo_table(schema: TableSchema, n: int, seed: int = 0, private_tab
                 raise ValueError(f"column '{c.name}' has no declared categories for pseudo data")
             out[c.name] = rng.choice(list(c.categories), n)
         else:
-            lo, hi = c.bounds if c.bounds is not None else ranges[c.name]
+            lo, hi = ranges[c.name]
             out[c.name] = rng.uniform(lo, hi, n)
     return pd.DataFrame(out)

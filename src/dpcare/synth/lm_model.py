@@ -1,0 +1,165 @@
+"""The language model of a synthesizer: a local causal LM whose output layer is cut to the schema's tokens.
+
+The tokens a serialised row can contain are public: the tokens of the column names,
+separators, declared categories, "missing", and every token made only of digits,
+".", "-" (numbers). Restricting the output layer to them (``vocab="schema"``) is a
+data-independent choice that cuts the largest matrix product of a small LM (49k
+outputs for SmolLM2) to a few hundred, without changing what can be written. The
+new output layer starts from the pretrained output embeddings of those tokens and
+is untied from the input embeddings. Perplexities are then over this vocabulary.
+
+Fine-tuning: ``"lora"`` (peft adapters on the attention and MLP projections, plus
+the output layer when ``train_head``) or ``"full"`` (every parameter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from dpcare.lm import load_causal_lm
+from dpcare.synth.constraints import is_number_piece
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj", "c_attn", "c_proj",
+                "c_fc")
+
+
+@dataclass
+class LMSettings:
+    """How the language model is built (saved with a fitted synthesizer)."""
+
+    model: str = "smollm2"  # "smollm2" or a local Hugging Face causal-LM folder
+    layers: int | None = None  # keep only the first k transformer blocks (a scaled model); None: all
+    finetune: str = "lora"  # lora | full
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
+    lora_targets: tuple[str, ...] = field(default_factory=lambda: LORA_TARGETS)
+    train_head: bool = True  # with LoRA: also train the (schema) output layer
+    vocab: str = "schema"  # schema | full
+
+    def __post_init__(self):
+        if self.finetune not in ("lora", "full"):
+            raise ValueError(f"finetune must be 'lora' or 'full', got {self.finetune!r}")
+        if self.vocab not in ("schema", "full"):
+            raise ValueError(f"vocab must be 'schema' or 'full', got {self.vocab!r}")
+        if self.layers is not None and self.layers < 1:
+            raise ValueError(f"layers must be >= 1, got {self.layers}")
+        if self.lora_rank < 1:
+            raise ValueError(f"lora_rank must be >= 1, got {self.lora_rank}")
+        self.lora_targets = tuple(self.lora_targets)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "lora_targets": list(self.lora_targets)}
+
+
+def number_token_ids(tokenizer) -> list[int]:
+    """Every vocabulary entry that decodes to digits, '.', '-' (with at most one leading space)."""
+    return [i for i in range(len(tokenizer)) if is_number_piece(tokenizer.decode([i]))]
+
+
+class SynthLM(nn.Module):
+    """A decoder body and an output layer over ``token_ids`` (original ids, in output order).
+
+    ``forward(ids)`` takes ORIGINAL token ids and returns logits over the output
+    vocabulary; ``to_output`` / ``token_ids`` map between the two numberings.
+    """
+
+    def __init__(self, body: nn.Module, head: nn.Linear, token_ids: list[int], vocab_size: int):
+        super().__init__()
+        self.body, self.head = body, head
+        self.register_buffer("token_ids", torch.tensor(token_ids, dtype=torch.long), persistent=False)
+        index = torch.full((vocab_size,), -1, dtype=torch.long)
+        index[self.token_ids] = torch.arange(len(token_ids))
+        self.register_buffer("output_index", index, persistent=False)
+
+    def to_output(self, ids: Tensor) -> Tensor:
+        out = self.output_index[ids]
+        if (out < 0).any():
+            bad = sorted({int(i) for i in ids[out < 0]})[:10]
+            raise ValueError(f"tokens {bad} are outside the model's output vocabulary (is the schema complete?)")
+        return out
+
+    def forward(self, ids: Tensor, attention_mask: Tensor | None = None, past_key_values=None,
+                use_cache: bool = False):
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        # per-row positions (not a broadcast [1, S]) so position embeddings see the batch dimension
+        positions = (past + torch.arange(ids.shape[1], device=ids.device)).expand(ids.shape[0], -1)
+        out = self.body(input_ids=ids, attention_mask=attention_mask, position_ids=positions,
+                        past_key_values=past_key_values, use_cache=use_cache)
+        logits = self.head(out.last_hidden_state)
+        return (logits, out.past_key_values) if use_cache else logits
+
+
+def _blocks(body: nn.Module) -> tuple[str, nn.ModuleList]:
+    for name in ("layers", "h", "blocks"):
+        mod = getattr(body, name, None)
+        if isinstance(mod, nn.ModuleList):
+            return name, mod
+    raise ValueError(f"cannot find the transformer blocks of {type(body).__name__} to truncate")
+
+
+def _truncate(body: nn.Module, k: int) -> None:
+    name, blocks = _blocks(body)
+    if k > len(blocks):
+        raise ValueError(f"layers={k} but the model has only {len(blocks)} blocks")
+    setattr(body, name, blocks[:k])
+    for attr in ("num_hidden_layers", "n_layer"):
+        if hasattr(body.config, attr):
+            setattr(body.config, attr, k)
+    if hasattr(body.config, "layer_types") and body.config.layer_types:
+        body.config.layer_types = body.config.layer_types[:k]
+
+
+def build_lm(settings: LMSettings, vocab_texts: list[str]) -> tuple[SynthLM, object]:
+    """(model, tokenizer): ``vocab_texts`` are the public strings whose tokens the output layer must cover."""
+    causal, tok = load_causal_lm(settings.model)
+    body = causal.base_model
+    if settings.layers is not None:
+        _truncate(body, settings.layers)
+    if settings.vocab == "full":
+        token_ids = list(range(len(tok)))
+    else:
+        wanted = set(number_token_ids(tok)) | {tok.eos_token_id}
+        if tok.bos_token_id is not None:
+            wanted.add(tok.bos_token_id)
+        for text in vocab_texts:
+            wanted.update(tok(text, add_special_tokens=False)["input_ids"])
+        token_ids = sorted(wanted)
+    emb = causal.get_output_embeddings().weight.detach()
+    head = nn.Linear(emb.shape[1], len(token_ids), bias=False)
+    with torch.no_grad():
+        head.weight.copy_(emb[token_ids])
+    model = SynthLM(body, head, token_ids, vocab_size=max(len(tok), emb.shape[0]))
+    _set_trainable(model, settings)
+    return model, tok
+
+
+def _set_trainable(model: SynthLM, s: LMSettings) -> None:
+    if s.finetune == "full":
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return
+    from peft import LoraConfig, inject_adapter_in_model
+
+    for p in model.parameters():
+        p.requires_grad_(False)
+    present = {n.rsplit(".", 1)[-1] for n, m in model.body.named_modules() if isinstance(m, nn.Linear)}
+    targets = [t for t in s.lora_targets if t in present]
+    if not targets:
+        # GPT-2 uses Conv1D projections; peft handles them under the same names
+        targets = [t for t in s.lora_targets if any(n.endswith("." + t) for n, _ in model.body.named_modules())]
+    if not targets:
+        raise ValueError(f"none of the LoRA targets {list(s.lora_targets)} exist in this model")
+    config = LoraConfig(r=s.lora_rank, lora_alpha=s.lora_alpha, lora_dropout=0.0, target_modules=targets)
+    inject_adapter_in_model(config, model.body)
+    for n, p in model.body.named_parameters():
+        p.requires_grad_("lora_" in n)
+    model.head.weight.requires_grad_(s.train_head)
+
+
+def trainable_state(model: nn.Module) -> dict[str, Tensor]:
+    """The parameters that fine-tuning changes (all that is saved besides the settings)."""
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad} | {
+        "head.weight": model.head.weight.detach().clone()}
