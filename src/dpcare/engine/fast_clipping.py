@@ -149,15 +149,16 @@ class _RMSNormRule:
 
     @staticmethod
     def norms_and_grads(mod: nn.Module, rec: _Record, grads_out: list[Tensor], batch: int):
-        x = _stack_calls(rec.inputs, batch, 1).float()
-        d = _stack_calls(grads_out, batch, 1).float()
+        x = _stack_calls(rec.inputs, batch, 1)
+        dtype = torch.promote_types(x.dtype, torch.float32)  # normalise in at least float32, as the layers do
+        x, d = x.to(dtype), _stack_calls(grads_out, batch, 1).to(dtype)
         eps = getattr(mod, "variance_epsilon", None) or getattr(mod, "eps", None) or torch.finfo(x.dtype).eps
         xhat = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
         per_example = (d * xhat).sum(1)
         sq = per_example.pow(2).sum(1)
 
         def clipped(c: Tensor) -> dict[str, Tensor]:
-            return {"weight": torch.einsum("b,bd->d", c, per_example).to(mod.weight.dtype)}
+            return {"weight": torch.einsum("b,bd->d", c.to(dtype), per_example).to(mod.weight.dtype)}
 
         return sq, clipped
 

@@ -152,7 +152,9 @@ def _set_trainable(model: SynthLM, s: LMSettings) -> None:
         targets = [t for t in s.lora_targets if any(n.endswith("." + t) for n, _ in model.body.named_modules())]
     if not targets:
         raise ValueError(f"none of the LoRA targets {list(s.lora_targets)} exist in this model")
-    config = LoraConfig(r=s.lora_rank, lora_alpha=s.lora_alpha, lora_dropout=0.0, target_modules=targets)
+    conv1d = any(type(m).__name__ == "Conv1D" for m in model.body.modules())  # GPT-2 stores weights as [in, out]
+    config = LoraConfig(r=s.lora_rank, lora_alpha=s.lora_alpha, lora_dropout=0.0, target_modules=targets,
+                        fan_in_fan_out=conv1d)
     inject_adapter_in_model(config, model.body)
     for n, p in model.body.named_parameters():
         p.requires_grad_("lora_" in n)

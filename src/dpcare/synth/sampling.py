@@ -16,11 +16,11 @@ next token to write (an ``int``) or the set of tokens it may sample from.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
@@ -281,8 +281,9 @@ def _agree(parsed: dict[str, str], conditions: dict[str, str]) -> bool:
     return all(parsed.get(c) == v for c, v in conditions.items())
 
 
-def cells_to_frame(rows: list[dict[str, str]], schema, dtypes: dict[str, object] | None = None) -> pd.DataFrame:
-    """Value texts to a typed table: numbers as floats, 'missing' as NaN, categories as the real table's type."""
+def cells_to_frame(rows: list[dict[str, str]], schema) -> pd.DataFrame:
+    """Value texts to a table like :func:`dpcare.data.load_table` gives: numbers as floats, 'missing' as NaN,
+    categories as declared (integers where every declared category is an integer, e.g. a 0/1 label)."""
     cols = [schema.target] + schema.feature_columns
     df = pd.DataFrame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
     for c in cols:
@@ -290,9 +291,8 @@ def cells_to_frame(rows: list[dict[str, str]], schema, dtypes: dict[str, object]
         values = df[c].where(df[c] != MISSING, None)
         if spec.kind == "numeric":
             df[c] = pd.to_numeric(values, errors="raise").astype(float)
+        elif all(re.fullmatch(r"-?[0-9]+", v) for v in spec.categories):
+            df[c] = pd.Series([None if v is None else int(v) for v in values], dtype=object)
         else:
             df[c] = values.astype(object)
-            kind = np.dtype(dtypes[c]).kind if dtypes and c in dtypes else "O"
-            if kind in "iufb":
-                df[c] = pd.to_numeric(df[c]).astype(float if df[c].isna().any() or kind == "f" else dtypes[c])
     return df

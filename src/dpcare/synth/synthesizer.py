@@ -102,7 +102,6 @@ class Synthesizer:
         self.model = self.tokenizer = self.rows = None
         self.ranges: dict[str, tuple[float, float]] = {}
         self.ledger: PrivacyLedger | None = None
-        self.dtypes: dict[str, str] = {}
         self.history: dict[str, list] = {}
         self.last_sampling: SamplingStats | None = None
 
@@ -130,7 +129,6 @@ class Synthesizer:
         df = load_table(df, self.schema)
         if len(df) == 0:
             raise ValueError("the private table has no rows")
-        self.dtypes = {c: str(df[c].dtype) for c in df.columns}
         private = s.mode != "non-private"
         if private:
             self.ledger = ledger or PrivacyLedger(len(df), s.delta)
@@ -182,7 +180,7 @@ class Synthesizer:
         if len(rows) < n:
             warnings.warn(f"{method} sampling produced only {len(rows)} valid rows of {n} "
                           f"in {stats.attempts} attempts", stacklevel=2)
-        return cells_to_frame(rows, self.schema, self.dtypes)
+        return cells_to_frame(rows, self.schema)
 
     def perplexity(self, df: pd.DataFrame) -> dict[str, float]:
         """Perplexity of real rows, over all tokens and per role (key, value, other)."""
@@ -198,7 +196,7 @@ class Synthesizer:
         write_json(folder / STATE_FILE, {
             "schema": self.schema.to_dict(), "public_schema": self.public_schema.to_dict() if self.public_schema else None,
             "settings": self.settings.to_dict(), "ranges": {k: list(v) for k, v in self.ranges.items()},
-            "dtypes": self.dtypes, "ledger": self.ledger.state_dict() if self.ledger else None,
+            "ledger": self.ledger.state_dict() if self.ledger else None,
             "guarantee": self.guarantee.to_dict() if self.ledger else None, "history": self.history})
         return folder
 
@@ -213,7 +211,7 @@ class Synthesizer:
         self = cls(TableSchema.from_dict(state["schema"]), settings, progress=progress,
                    public_table=pd.DataFrame() if public else None, public_schema=public)
         self.ranges = {k: tuple(v) for k, v in state["ranges"].items()}
-        self.dtypes, self.history = state["dtypes"], state["history"]
+        self.history = state["history"]
         self.ledger = PrivacyLedger.from_state_dict(state["ledger"]) if state["ledger"] else None
         self._build()
         weights = torch.load(folder / WEIGHTS_FILE, weights_only=True)
