@@ -25,6 +25,11 @@ app.add_typer(benchmark_app, name="benchmark")
 
 Accountant = Annotated[str, typer.Option(help="pld, rdp or both")]
 
+from dpcare.cli_synth import benchmark_dp2stage, synth_app  # noqa: E402  (sub-commands live in their module)
+
+app.add_typer(synth_app, name="synth")
+benchmark_app.command("dp2stage")(benchmark_dp2stage)
+
 
 def _fail(err: Exception) -> None:
     typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)

@@ -15,6 +15,7 @@ use of the private table: DP range estimates and training.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import warnings
@@ -124,7 +125,11 @@ class Synthesizer:
         data["targets"] = self.model.to_output(data["ids"])
         return data
 
-    def fit(self, df: pd.DataFrame, ledger: PrivacyLedger | None = None, checkpoint_dir: str | None = None):
+    def fit(self, df: pd.DataFrame, ledger: PrivacyLedger | None = None, checkpoint_dir: str | None = None,
+            stage1_cache: str | Path | None = None):
+        """Fit on the private table ``df``. ``stage1_cache``: a folder where stage-1 models are kept by a
+        hash of everything stage 1 depends on (settings, schemas, public ranges), so runs that differ only
+        in stage 2 (e.g. epsilon) share one stage 1."""
         s = self.settings
         df = load_table(df, self.schema)
         if len(df) == 0:
@@ -135,7 +140,7 @@ class Synthesizer:
         self.ranges = numeric_ranges(self.schema, df, self.ledger, s.stats_epsilon, s.seed)
         self._build()
         if s.mode in ("dp-2stage-u", "dp-2stage-o"):
-            self._stage1(len(df), checkpoint_dir)
+            self._stage1_cached(len(df), checkpoint_dir, stage1_cache)
         data = self._encode(self.rows, df)
         objective = TokenLoss(s.lam if private else None, private=private)
         kw = {"target_epsilon": s.epsilon} if private else {}
@@ -145,6 +150,26 @@ class Synthesizer:
         self.history["stage2"] = result.history
         self.noise_multiplier = result.noise_multiplier
         return self
+
+    def _stage1_cached(self, n_private: int, checkpoint_dir: str | None, cache: str | Path | None) -> None:
+        if cache is None:
+            return self._stage1(n_private, checkpoint_dir)
+        s = self.settings
+        key = json.dumps({"lm": s.lm.to_dict(), "stage1": asdict(s.stage1), "mode": s.mode, "order": s.order,
+                          "precision": s.precision, "rows": s.pseudo_rows or n_private, "seed": s.seed,
+                          "schema": self.schema.to_dict(), "ranges": self.ranges,
+                          "public": self.public_schema.to_dict() if self.public_schema else None,
+                          "public_rows": len(self.public_table) if self.public_table is not None else 0},
+                         sort_keys=True, default=str)
+        path = Path(cache) / f"stage1-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
+        if path.exists():
+            saved = torch.load(path, weights_only=True)
+            self.model.load_state_dict(saved["weights"], strict=False)
+            self.history["stage1"] = saved["history"]
+            log.info("stage 1 loaded from %s", path)
+            return
+        self._stage1(n_private, checkpoint_dir)
+        torch_save(path, {"weights": trainable_state(self.model), "history": self.history["stage1"]})
 
     def _stage1(self, n_private: int, checkpoint_dir: str | None) -> None:
         s = self.settings
