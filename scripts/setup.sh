@@ -33,3 +33,18 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   fi
   touch "$stamp"
 fi
+# SmartNoise baselines (MST, AIM, DP-CTGAN) live in their own venv: smartnoise-sql pins pandas<3 and
+# DP-CTGAN needs opacus 0.14. torch==2.13.0 first (CPU build on disk). Optional: a failure only warns,
+# and their tests then skip with the reason shown.
+bstamp=.venv-baselines/.dpcare-installed
+if [ ! -f "$bstamp" ]; then
+  if ( [ -x .venv-baselines/bin/python ] || "$PY" -m venv .venv-baselines ) &&
+     .venv-baselines/bin/python -m pip install -q --upgrade pip &&
+     .venv-baselines/bin/python -m pip install -q torch==2.13.0 &&
+     .venv-baselines/bin/python -m pip install -q torch==2.13.0 smartnoise-synth==1.0.8 mbi==1.1.0 \
+       opacus==0.14.0 jax==0.10.2 jaxlib==0.10.2 pandas==2.3.3 packaging; then
+    touch "$bstamp"
+  else
+    echo "warning: SmartNoise baselines could not be installed in .venv-baselines" >&2
+  fi
+fi
