@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from dpcare.cli_common import fail as _fail
+from dpcare.cli_common import table_and_spec as _table_and_spec
 from dpcare.runtime import ensure_fast_process
 
 app = typer.Typer(
@@ -29,11 +31,6 @@ from dpcare.cli_synth import benchmark_dp2stage, synth_app  # noqa: E402  (sub-c
 
 app.add_typer(synth_app, name="synth")
 benchmark_app.command("dp2stage")(benchmark_dp2stage)
-
-
-def _fail(err: Exception) -> None:
-    typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(2)
 
 
 @account_app.command("epsilon")
@@ -148,13 +145,6 @@ def _load_run(run_dir: Path):
     model = TabularMLP(**saved["model_config"])
     model.load_state_dict(saved["model"])
     return model, encoder
-
-
-def _table_and_spec(data: Path, spec: Path):
-    from dpcare.data import load_spec, load_table
-
-    schema = load_spec(spec)
-    return load_table(data, schema), schema
 
 
 @audit_app.command("loss")

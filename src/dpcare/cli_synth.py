@@ -8,19 +8,10 @@ from typing import Annotated
 
 import typer
 
+from dpcare.cli_common import fail as _fail
+from dpcare.cli_common import table_and_spec as _table
+
 synth_app = typer.Typer(help="DP synthetic tables from a language model (DP-2Stage).", no_args_is_help=True)
-
-
-def _fail(err: Exception) -> None:
-    typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(2)
-
-
-def _table(data: Path, spec: Path):
-    from dpcare.data import load_spec, load_table
-
-    schema = load_spec(spec)
-    return load_table(data, schema), schema
 
 
 def _public(name: str | None, data: Path | None, spec: Path | None):
