@@ -11,6 +11,7 @@ import typer
 
 from dpcare.cli_common import fail as _fail
 from dpcare.cli_common import table_and_spec as _table_and_spec
+from dpcare.cli_synth import benchmark_dp2stage, synth_app
 from dpcare.runtime import ensure_fast_process
 
 app = typer.Typer(
@@ -26,8 +27,6 @@ benchmark_app = typer.Typer(help="Reproduce the papers' comparisons on real tabl
 app.add_typer(benchmark_app, name="benchmark")
 
 Accountant = Annotated[str, typer.Option(help="pld, rdp or both")]
-
-from dpcare.cli_synth import benchmark_dp2stage, synth_app  # noqa: E402  (sub-commands live in their module)
 
 app.add_typer(synth_app, name="synth")
 benchmark_app.command("dp2stage")(benchmark_dp2stage)
