@@ -5,12 +5,12 @@ import json
 import pandas as pd
 import pytest
 import yaml
+from helpers import SPEC, toy_table
+from lm_fixtures import tiny_gpt2
 from typer.testing import CliRunner
 
 from dpcare.cli import app
 from dpcare.data import TableSchema, load_table
-from helpers import SPEC, toy_table
-from lm_fixtures import tiny_gpt2
 
 runner = CliRunner()
 

@@ -6,6 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import SPEC, toy_table
+from lm_fixtures import tiny_gpt2
+from test_engine_gradients import reference
 
 from dpcare.data import TableSchema, load_table
 from dpcare.engine.fast_clipping import clipped_sum_fast, unsupported_reason
@@ -16,9 +19,6 @@ from dpcare.synth.row_tokens import RowTokenizer
 from dpcare.synth.serialize import RowSerializer
 from dpcare.synth.synthesizer import StageSettings, Synthesizer
 from dpcare.synth.tokens import KEY, OTHER, VALUE, weighted_token_loss
-from helpers import SPEC, toy_table
-from lm_fixtures import tiny_gpt2
-from test_engine_gradients import reference
 
 SCHEMA = TableSchema.from_dict(SPEC)
 
@@ -227,6 +227,11 @@ def test_dp_2stage_o_uses_the_public_table_in_stage_1(gpt2_folder):
     assert len(s.sample(5)) == 5
     with pytest.raises(ValueError, match="public table"):
         Synthesizer(SCHEMA, mode="dp-2stage-o", lm=LMSettings(model=str(gpt2_folder)))
+    no_rows = Synthesizer(SCHEMA, mode="dp-2stage-o", lm=LMSettings(model=str(gpt2_folder)),
+                          public_table=adult.iloc[:0], public_schema=adult_schema)
+    with pytest.raises(ValueError, match="non-empty public table"):
+        no_rows.fit(toy_table(20))
+    assert no_rows.ledger is None  # refused before anything read the private table
 
 
 def test_imputation_sampling_completes_rows_rejection_discards(gpt2_folder):

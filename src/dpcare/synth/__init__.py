@@ -9,7 +9,7 @@ from dpcare.synth.lm_model import LMSettings
 from dpcare.synth.pseudo import numeric_ranges, uniform_pseudo_table
 from dpcare.synth.serialize import RowSerializer, Span
 from dpcare.synth.synthesizer import StageSettings, Synthesizer, SynthSettings
-from dpcare.synth.tokens import KEY, OTHER, VALUE, token_roles, weighted_token_loss
+from dpcare.synth.tokens import KEY, OTHER, VALUE, weighted_token_loss
 
 __all__ = ["KEY", "OTHER", "VALUE", "LMSettings", "RowSerializer", "Span", "StageSettings", "SynthSettings",
-           "Synthesizer", "numeric_ranges", "token_roles", "uniform_pseudo_table", "weighted_token_loss"]
+           "Synthesizer", "numeric_ranges", "uniform_pseudo_table", "weighted_token_loss"]

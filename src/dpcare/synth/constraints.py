@@ -8,7 +8,6 @@ bounds. "missing" is allowed only for columns declared nullable.
 
 from __future__ import annotations
 
-import math
 import re
 from functools import lru_cache
 

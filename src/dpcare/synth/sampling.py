@@ -73,7 +73,7 @@ class RowSampler:
                 self.tries[c.name] = CategoryTrie({t: rows.ids(" " + t) for t in texts})
             else:
                 lo, hi = ranges[c.name]
-                self.numbers[c.name] = NumberRule(lo, hi, rows.serializer._digits(c.name), c.nullable)
+                self.numbers[c.name] = NumberRule(lo, hi, rows.serializer.digits(c.name), c.nullable)
         number_tokens = [i for i in self.vocab if is_number_piece(self.piece[i])]
         self.number_candidates = number_tokens + rows.ids(" " + MISSING)
         self._allowed: dict[tuple[str, str], list[int]] = {}

@@ -39,14 +39,15 @@ class RowSerializer:
             if SEP.strip() in c or IS.strip() == c:
                 raise ValueError(f"column name {c!r} cannot be serialised unambiguously")
 
-    def _digits(self, col: str) -> int:
+    def digits(self, col: str) -> int:
+        """Decimals written for numeric column ``col`` (the declared precision)."""
         return self.precision.get(col, 2) if isinstance(self.precision, dict) else self.precision
 
     def value_text(self, col: str, v) -> str:
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "missing"
         if self.schema.column(col).kind == "numeric":
-            text = f"{float(v):.{self._digits(col)}f}"
+            text = f"{float(v):.{self.digits(col)}f}"
             return text.rstrip("0").rstrip(".") if "." in text else text
         return category_text(v)
 

@@ -96,7 +96,7 @@ class Synthesizer:
         self.settings = settings or SynthSettings(**overrides)
         if settings is not None and overrides:
             raise ValueError("pass either settings or keyword overrides, not both")
-        if self.settings.mode == "dp-2stage-o" and (public_table is None or public_schema is None):
+        if self.settings.mode == "dp-2stage-o" and public_schema is None:
             raise ValueError("dp-2stage-o needs a public table and its schema for stage 1 (e.g. Adult)")
         self.public_table, self.public_schema, self.progress = public_table, public_schema, progress
         self.serializer = RowSerializer(schema, self.settings.order, self.settings.precision)
@@ -134,6 +134,8 @@ class Synthesizer:
         df = load_table(df, self.schema)
         if len(df) == 0:
             raise ValueError("the private table has no rows")
+        if s.mode == "dp-2stage-o" and (self.public_table is None or len(self.public_table) == 0):
+            raise ValueError("dp-2stage-o needs a non-empty public table for stage 1 (e.g. Adult)")
         private = s.mode != "non-private"
         if private:
             self.ledger = ledger or PrivacyLedger(len(df), s.delta)
@@ -233,8 +235,7 @@ class Synthesizer:
         state = json.loads((folder / STATE_FILE).read_text())
         public = TableSchema.from_dict(state["public_schema"]) if state["public_schema"] else None
         settings = SynthSettings(**state["settings"])
-        self = cls(TableSchema.from_dict(state["schema"]), settings, progress=progress,
-                   public_table=pd.DataFrame() if public else None, public_schema=public)
+        self = cls(TableSchema.from_dict(state["schema"]), settings, progress=progress, public_schema=public)
         self.ranges = {k: tuple(v) for k, v in state["ranges"].items()}
         self.history = state["history"]
         self.ledger = PrivacyLedger.from_state_dict(state["ledger"]) if state["ledger"] else None

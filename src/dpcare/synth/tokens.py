@@ -1,4 +1,5 @@
-"""Token roles (key / value / other) and the weighted stage-2 loss of dp-2stage.txt, Eq. (6):
+"""Token roles (key / value / other; assigned exactly by ``row_tokens.RowTokenizer``) and the weighted
+stage-2 loss of dp-2stage.txt, Eq. (6):
 
     L = -lambda * sum_{t in values} log p(t | t_<) - (1 - lambda) * sum_{t in keys, others} log p(t | t_<)
 
@@ -11,24 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dpcare.synth.serialize import Span
-
 OTHER, KEY, VALUE = 0, 1, 2
-
-
-def token_roles(offsets: list[tuple[int, int]], spans: list[Span]) -> list[int]:
-    """Role of each token from its character offsets: VALUE if it overlaps a value span, else KEY if it
-    overlaps a key span, else OTHER (separators and " is ")."""
-    roles = []
-    for a, b in offsets:
-        role = OTHER
-        for s in spans:
-            if a < s.end and s.start < b:
-                role = VALUE if s.kind == "value" else max(role, KEY)
-                if role == VALUE:
-                    break
-        roles.append(role)
-    return roles
 
 
 def weighted_token_loss(logits: Tensor, ids: Tensor, roles: Tensor, mask: Tensor, lam: float = 0.65) -> Tensor:

@@ -103,8 +103,8 @@ def run_one(dataset: str, method: str, eps: float, train: pd.DataFrame, test: pd
         row["epsilon_spent"] = synth.guarantee.epsilon if synth.guarantee else None
         row["delta"] = synth.guarantee.delta if synth.guarantee else None
     else:
-        from dpcare.synth.baselines import run_baseline
         from dpcare.privacy import default_delta
+        from dpcare.synth.baselines import run_baseline
 
         delta = default_delta(len(train))
         fake = run_baseline(method, train, schema, eps, delta, bench.n_synth, seed=bench.seed)
