@@ -87,6 +87,12 @@ def _synthesizer(method: str, eps: float, schema: TableSchema, bench: Dp2StageBe
     return Synthesizer(schema, settings, public_table=public_table, public_schema=public_schema)
 
 
+def fitted_synthesizer(method: str, eps: float, train: pd.DataFrame, schema: TableSchema,
+                       bench: Dp2StageBenchmark, dataset: str, stage1_cache: Path | str | None = None) -> Synthesizer:
+    """A synthesizer of ``method`` fitted on ``train`` with the benchmark's settings."""
+    return _synthesizer(method, eps, schema, bench, dataset).fit(train, stage1_cache=stage1_cache)
+
+
 def run_one(dataset: str, method: str, eps: float, train: pd.DataFrame, test: pd.DataFrame, schema: TableSchema,
             bench: Dp2StageBenchmark, stage1_cache: Path | None = None) -> dict:
     """Fit, sample and evaluate one method at one epsilon."""
@@ -95,7 +101,7 @@ def run_one(dataset: str, method: str, eps: float, train: pd.DataFrame, test: pd
     row: dict = {"dataset": dataset, "method": method, "epsilon": eps, "n_train": len(train)}
     start = time.perf_counter()
     if method in LM_METHODS or method == "non-private":
-        synth = _synthesizer(method, eps, schema, bench, dataset).fit(train, stage1_cache=stage1_cache)
+        synth = fitted_synthesizer(method, eps, train, schema, bench, dataset, stage1_cache)
         row["fit_seconds"] = time.perf_counter() - start
         fake = synth.sample(bench.n_synth, seed=bench.seed)
         row["sampling"] = synth.last_sampling.to_dict()
@@ -121,7 +127,7 @@ def compare_sampling(train: pd.DataFrame, schema: TableSchema, bench: Dp2StageBe
     DP-2Stage-U model at the smallest epsilon."""
     out = {}
     for mode in ("dp-standard", "dp-2stage-u"):
-        synth = _synthesizer(mode, min(bench.epsilons), schema, bench, dataset).fit(train, stage1_cache=stage1_cache)
+        synth = fitted_synthesizer(mode, min(bench.epsilons), train, schema, bench, dataset, stage1_cache)
         out[mode] = {}
         for method in ("constrained", "rejection", "imputation"):
             _, stats = synth.sampler(seed=bench.seed).sample(bench.compare_sampling_rows, method, progress=False,
