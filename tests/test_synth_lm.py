@@ -234,14 +234,50 @@ def test_dp_2stage_o_uses_the_public_table_in_stage_1(gpt2_folder):
     assert no_rows.ledger is None  # refused before anything read the private table
 
 
-def test_imputation_sampling_completes_rows_rejection_discards(gpt2_folder):
-    s = fit_small(gpt2_folder, "non-private")
-    sampler = s.sampler(seed=0)
-    imputed, st_imp = sampler.sample(20, "imputation", batch_size=20, progress=False, max_attempts=20)
-    rejected, st_rej = sampler.sample(20, "rejection", batch_size=20, progress=False, max_attempts=20)
-    assert st_imp.valid_rate >= st_rej.valid_rate
-    for row in imputed + rejected:
-        assert set(row) == {c.name for c in SCHEMA.columns} and all(sampler.valid_cell(c, v) for c, v in row.items())
+class ScriptedLM:
+    """A stand-in model that writes one of two fixed token sequences: a valid row, or the same row with an
+    out-of-bounds age, with equal probability where they differ. After a prompt that is not a prefix of
+    either sequence it can only end the row."""
+
+    def __init__(self, real, good: list[int], bad: list[int]):
+        self.token_ids, self.to_output, self.scripts = real.token_ids, real.to_output, (good, bad)
+
+    def eval(self):
+        return self
+
+    def __call__(self, ids, past_key_values=None, use_cache=True):
+        history = past_key_values or [[] for _ in range(len(ids))]
+        logits = torch.full((len(ids), 1, len(self.token_ids)), -1e9)
+        for i, row in enumerate(history):
+            row.extend(ids[i].tolist())
+            nxt = {sc[len(row)] for sc in self.scripts if sc[:len(row)] == row and len(sc) > len(row)}
+            for t in nxt or {self.scripts[0][-1]}:  # eos when the prompt matches neither script
+                logits[i, 0, int(self.to_output(torch.tensor(t)))] = 0.0
+        return logits, history
+
+
+def test_imputation_completes_rows_that_rejection_discards(gpt2_folder):
+    """Rejection keeps a row only when every cell is valid (here about half); imputation re-prompts with the
+    valid cells BEFORE the first invalid one (fixed column order) and completes every row. Prompting with all
+    valid cells instead ("death, sex, hr, ...", skipping age) is off-script and completes none."""
+    from dpcare.synth.sampling import RowSampler
+
+    model, tok = build_lm(LMSettings(model=str(gpt2_folder)), vocab_texts())
+    rows = RowTokenizer(RowSerializer(SCHEMA, precision=0), tok)
+    row = load_table(toy_table(1), SCHEMA).iloc[0]
+    good = rows.encode_row(row)[0]
+    bad = rows.encode_row(row.copy().replace({row["age"]: 999.0}))[0]
+    assert good != bad
+    ranges = {c.name: c.bounds for c in SCHEMA.columns if c.kind == "numeric"}
+    sampler = RowSampler(ScriptedLM(model, good, bad), rows, ranges, seed=0)
+    rejected, st_rej = sampler.sample(40, "rejection", batch_size=40, progress=False, max_attempts=40)
+    imputed, st_imp = sampler.sample(40, "imputation", batch_size=40, progress=False, max_attempts=40)
+    assert 0.2 < st_rej.valid_rate < 0.8 and st_imp.valid_rate == 1.0
+    want = {c: rows.serializer.value_text(c, row[c]) for c in rows.serializer.columns}
+    assert all(r == want for r in rejected + imputed)
+    assert sampler._prompt_cells({"death": "1", "sex": "male"}) == {"death": "1"}
+    rows.serializer.order = "shuffle"  # any order was seen in training: every valid cell is kept
+    assert sampler._prompt_cells({"death": "1", "sex": "male"}) == {"death": "1", "sex": "male"}
 
 
 def test_bad_inputs_give_clear_errors(gpt2_folder, tmp_path):

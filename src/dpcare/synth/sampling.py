@@ -241,7 +241,8 @@ class RowSampler:
             if not todo:
                 break
             generated = [[] for _ in todo]
-            self.run([self.free_program(self._prompt(cells[i]), g) for i, g in zip(todo, generated)])
+            self.run([self.free_program(self._prompt(self._prompt_cells(cells[i])), g)
+                      for i, g in zip(todo, generated)])
             for i, g in zip(todo, generated):
                 parsed = self.parse_cells(self.rows.tokenizer.decode(g))
                 if method == "rejection":
@@ -249,6 +250,20 @@ class RowSampler:
                 else:
                     cells[i] = {**parsed, **cells[i]}
         return [c if self._complete(c) else None for c in cells]
+
+    def _prompt_cells(self, cells: dict[str, str]) -> dict[str, str]:
+        """The cells to re-prompt with. With shuffled columns, all valid cells (any order was seen in training;
+        the paper's Appendix B.1). With a fixed order, only the valid cells BEFORE the first missing column:
+        a model trained on one order continues after the last column it is shown, so a prompt that skips a
+        column (e.g. "income, age, race") would never get the skipped column filled in."""
+        if self.rows.serializer.order == "shuffle":
+            return cells
+        prefix = {}
+        for col in self.rows.serializer.columns:
+            if col not in cells:
+                break
+            prefix[col] = cells[col]
+        return prefix
 
     def _prompt(self, cells: dict[str, str]) -> list[int]:
         """Tokens of the given cells, in the fixed column order, ready for the next key."""
