@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -27,19 +28,24 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=300, help="valid rows asked of each method")
     ap.add_argument("--mode", default="dp-standard", help="mode of the fitted model when no folder is given")
     ap.add_argument("--epsilon", type=float, default=1.0)
+    ap.add_argument("--epochs", type=float, help="stage-2 epochs (default: the benchmark's 2)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     if args.folder:
         synth = Synthesizer.load(args.folder, progress=False)
     else:
         bench = Dp2StageBenchmark(datasets=("adult",), epsilons=(args.epsilon,), seed=args.seed)
+        if args.epochs:
+            bench.stage2 = replace(bench.stage2, epochs=args.epochs)
         train, _, schema = prepare("adult", bench)
         synth = fitted_synthesizer(args.mode, args.epsilon, train, schema, bench, "adult",
                                    "results/dp2stage/stage1")
     sampler = synth.sampler(seed=args.seed)
     results = {m: sampler.sample(args.rows, m, progress=True, max_attempts=5 * args.rows)[1] for m in METHODS}
     base = results["constrained"].rows_per_second
-    print(f"\n{synth.settings.mode}, epsilon {synth.settings.epsilon:g}, {args.rows} rows asked per method\n")
+    eps = "" if synth.settings.mode == "non-private" else f", epsilon {synth.settings.epsilon:g}"
+    print(f"\n{synth.settings.mode}{eps}, stage-2 epochs {synth.settings.stage2.epochs:g}, "
+          f"{args.rows} rows asked per method (at most {5 * args.rows} generated)\n")
     print("| sampling | valid rows | generated | valid rate | s | valid rows/s | speed vs constrained |")
     print("|---|---|---|---|---|---|---|")
     for m, st in results.items():
