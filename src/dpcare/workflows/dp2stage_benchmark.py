@@ -51,7 +51,7 @@ class Dp2StageBenchmark:
     lm: LMSettings = field(default_factory=lambda: LMSettings(layers=1, lora_rank=8))
     stage1: StageSettings = field(default_factory=lambda: StageSettings(epochs=1.0, batch_size=32, lr=2e-3))
     stage2: StageSettings = field(default_factory=lambda: StageSettings(epochs=2.0, batch_size=64, lr=2e-3))
-    compare_sampling_rows: int = 200  # constrained vs rejection on one model; 0 skips
+    compare_sampling_rows: int = 100  # constrained vs rejection vs imputation on one model; 0 skips
     seed: int = 0
 
     @classmethod
