@@ -18,8 +18,12 @@ from dataclasses import replace
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from dpcare.synth import Synthesizer
-from dpcare.synth.sampling import METHODS
-from dpcare.workflows.dp2stage_benchmark import Dp2StageBenchmark, fitted_synthesizer, prepare
+from dpcare.workflows.dp2stage_benchmark import (
+    Dp2StageBenchmark,
+    fitted_synthesizer,
+    prepare,
+    sampling_methods,
+)
 
 
 def main() -> None:
@@ -40,8 +44,7 @@ def main() -> None:
         train, _, schema = prepare("adult", bench)
         synth = fitted_synthesizer(args.mode, args.epsilon, train, schema, bench, "adult",
                                    "results/dp2stage/stage1")
-    sampler = synth.sampler(seed=args.seed)
-    results = {m: sampler.sample(args.rows, m, progress=True, max_attempts=5 * args.rows)[1] for m in METHODS}
+    results = sampling_methods(synth, args.rows, args.seed)
     base = results["constrained"].rows_per_second
     eps = "" if synth.settings.mode == "non-private" else f", epsilon {synth.settings.epsilon:g}"
     print(f"\n{synth.settings.mode}{eps}, stage-2 epochs {synth.settings.stage2.epochs:g}, "

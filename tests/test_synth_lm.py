@@ -266,7 +266,9 @@ def test_imputation_completes_rows_that_rejection_discards(gpt2_folder):
     rows = RowTokenizer(RowSerializer(SCHEMA, precision=0), tok)
     row = load_table(toy_table(1), SCHEMA).iloc[0]
     good = rows.encode_row(row)[0]
-    bad = rows.encode_row(row.copy().replace({row["age"]: 999.0}))[0]
+    out_of_bounds = row.copy()
+    out_of_bounds["age"] = 999.0
+    bad = rows.encode_row(out_of_bounds)[0]
     assert good != bad
     ranges = {c.name: c.bounds for c in SCHEMA.columns if c.kind == "numeric"}
     sampler = RowSampler(ScriptedLM(model, good, bad), rows, ranges, seed=0)

@@ -21,6 +21,7 @@ import pandas as pd
 from dpcare.data import TableSchema, load_dataset, split_table
 from dpcare.io import new_figure, save_figure, write_json, write_text
 from dpcare.synth.lm_model import LMSettings
+from dpcare.synth.sampling import METHODS
 from dpcare.synth.synthesizer import StageSettings, Synthesizer, SynthSettings
 
 log = logging.getLogger(__name__)
@@ -128,12 +129,16 @@ def compare_sampling(train: pd.DataFrame, schema: TableSchema, bench: Dp2StageBe
     out = {}
     for mode in ("dp-standard", "dp-2stage-u"):
         synth = fitted_synthesizer(mode, min(bench.epsilons), train, schema, bench, dataset, stage1_cache)
-        out[mode] = {}
-        for method in ("constrained", "rejection", "imputation"):
-            _, stats = synth.sampler(seed=bench.seed).sample(bench.compare_sampling_rows, method, progress=False,
-                                                               max_attempts=5 * bench.compare_sampling_rows)
-            out[mode][method] = stats.to_dict()
+        stats = sampling_methods(synth, bench.compare_sampling_rows, bench.seed, progress=False)
+        out[mode] = {method: st.to_dict() for method, st in stats.items()}
     return out
+
+
+def sampling_methods(synth: Synthesizer, rows: int, seed: int = 0, progress: bool = True) -> dict:
+    """``{method: SamplingStats}``: each sampling method asked for ``rows`` valid rows of the same fitted model
+    (a fresh sampler with the same seed each), generating at most ``5 * rows``."""
+    return {m: synth.sampler(seed=seed).sample(rows, m, progress=progress, max_attempts=5 * rows)[1]
+            for m in METHODS}
 
 
 def run_benchmark(bench: Dp2StageBenchmark, out: Path) -> pd.DataFrame:
