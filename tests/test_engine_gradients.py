@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from grad_reference import reference
 from torch import nn
 
 from dpcare.engine.fast_clipping import clipped_sum_fast, unsupported_reason
@@ -22,23 +23,6 @@ def two_forward_with_hidden(beta=0.7):
         return task_loss(out, batch["y"]) - task_loss(out2, batch["y"]) + beta * (h - h2).pow(2).sum(1)
 
     return loss
-
-
-def reference(model, loss_fn, batch, clip):
-    """Loop over examples: exact gradient of each, clipped, summed."""
-    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    total = {n: torch.zeros_like(p) for n, p in params.items()}
-    norms = []
-    size = next(iter(batch.values())).shape[0]
-    for i in range(size):
-        one = {k: v[i : i + 1] for k, v in batch.items()}
-        grads = torch.autograd.grad(loss_fn(model, one).sum(), list(params.values()))
-        norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))
-        norms.append(norm)
-        factor = min(1.0, clip / (float(norm) + 1e-6))
-        for n, g in zip(params, grads):
-            total[n] += factor * g
-    return total, torch.stack(norms)
 
 
 def tabular_batch(b=9, d=6, seed=0):

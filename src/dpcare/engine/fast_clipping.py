@@ -12,7 +12,12 @@ on its padded public view, or read a hidden layer): the calls of one layer are
 stacked like positions of a sequence, so the per-example gradient is the sum
 over calls and positions, and its norm is exact.
 
-Supported trainable layers: ``nn.Linear``, ``nn.LayerNorm``, ``nn.Embedding``, RMS norms (torch's and
+Grouped examples (the privacy unit is a patient with several rows, e.g. forecasting windows or note
+windows): each layer's per-row tensors are padded into one sequence per unit, so the unit's gradient is
+the sum over its rows, and its norm (the one clipped) is exact.
+
+Supported trainable layers: ``nn.Linear``, ``nn.Conv1d``/``nn.Conv2d`` (stride, padding incl. "same" and
+circular, dilation, groups), ``nn.LayerNorm``, ``nn.GroupNorm``, ``nn.Embedding``, RMS norms (torch's and
 Hugging Face's ``*RMSNorm``) and Hugging Face's ``Conv1D`` (GPT-2).
 A model with any other trainable parameter, or with one parameter shared by
 two layers (tied embeddings), is not supported: use the functorch backend.
@@ -30,6 +35,7 @@ from torch import Tensor, nn
 
 from dpcare.engine.clip import check_losses, clip_factors
 from dpcare.engine.functorch_backend import LossFn
+from dpcare.engine.layout import Layout
 
 
 @dataclass
@@ -39,40 +45,30 @@ class _Record:
     outputs: list[Tensor] = field(default_factory=list)
 
 
-def _stack_calls(tensors: list[Tensor], batch: int, trailing: int) -> Tensor:
-    """Reshape each call's tensor to [B, S_c, *trailing dims] and concatenate along S."""
-    parts = []
-    for t in tensors:
-        if t.shape[0] != batch:
-            raise ValueError(
-                f"a layer saw a leading dimension of {t.shape[0]}, not the batch size {batch}: "
-                "call the model once per view with the examples on dimension 0 (do not concatenate "
-                "views along the batch dimension)"
-            )
-        tail = t.shape[t.dim() - trailing :] if trailing else ()
-        parts.append(t.reshape(batch, -1, *tail))
-    return torch.cat(parts, dim=1)
-
-
 def _trainable(module: nn.Module) -> dict[str, nn.Parameter]:
     return {n: p for n, p in module.named_parameters(recurse=False) if p.requires_grad}
 
 
+def _matmul_sq(a: Tensor, d: Tensor) -> Tensor:
+    """Per-example ||d_i^T a_i||_F^2 for a [B, S, d_in], d [B, S, d_out], without forming the product
+    when the ghost norm (Gram matrices S x S) is cheaper."""
+    s, d_in, d_out = a.shape[1], a.shape[2], d.shape[2]
+    if s == 1:
+        return a.pow(2).sum((1, 2)) * d.pow(2).sum((1, 2))
+    if s * s <= d_in * d_out:
+        return (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(d, d.transpose(1, 2))).sum((1, 2))
+    return torch.bmm(d.transpose(1, 2), a).pow(2).sum((1, 2))
+
+
 class _LinearRule:
     @staticmethod
-    def norms_and_grads(mod: nn.Linear, rec: _Record, grads_out: list[Tensor], batch: int):
-        a = _stack_calls(rec.inputs, batch, 1)
-        d = _stack_calls(grads_out, batch, 1)
+    def norms_and_grads(mod: nn.Linear, rec: _Record, grads_out: list[Tensor], layout: Layout):
+        a = layout.stack(rec.inputs, 1)
+        d = layout.stack(grads_out, 1)
         params = _trainable(mod)
-        sq = torch.zeros(batch, dtype=d.dtype, device=d.device)
+        sq = torch.zeros(layout.size, dtype=d.dtype, device=d.device)
         if "weight" in params:
-            s, d_in, d_out = a.shape[1], a.shape[2], d.shape[2]
-            if s == 1:
-                sq = sq + a.pow(2).sum((1, 2)) * d.pow(2).sum((1, 2))
-            elif s * s <= d_in * d_out:
-                sq = sq + (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(d, d.transpose(1, 2))).sum((1, 2))
-            else:
-                sq = sq + torch.bmm(d.transpose(1, 2), a).pow(2).sum((1, 2))
+            sq = sq + _matmul_sq(a, d)
         if "bias" in params:
             sq = sq + d.sum(1).pow(2).sum(1)
 
@@ -88,12 +84,58 @@ class _LinearRule:
         return sq, clipped
 
 
+class _ConvRule:
+    """``nn.Conv1d`` / ``nn.Conv2d``: unfold the input into patches, then each group of channels is a
+    linear layer applied at every output position (positions stacked like a sequence)."""
+
+    @staticmethod
+    def _patches(mod: nn.Module, x: Tensor) -> Tensor:
+        """[B, C, *spatial] -> [B, L_out, C * prod(kernel)] (channel-major, as the weight is laid out)."""
+        k, dil, stride = mod.kernel_size, mod.dilation, mod.stride
+        if mod.padding_mode != "zeros":
+            x, pad = F.pad(x, mod._reversed_padding_repeated_twice, mode=mod.padding_mode), (0,) * len(k)
+        elif mod.padding == "same":
+            widths = [dl * (kk - 1) for kk, dl in zip(k, dil)]
+            x = F.pad(x, [p for w in reversed(widths) for p in (w // 2, w - w // 2)])
+            pad = (0,) * len(k)
+        else:
+            pad = (0,) * len(k) if mod.padding == "valid" else mod.padding
+        if len(k) == 1:  # as a 2-d unfold over a height-1 image
+            x, k, dil, pad, stride = x.unsqueeze(2), (1, *k), (1, *dil), (0, *pad), (1, *stride)
+        return F.unfold(x, k, dilation=dil, padding=pad, stride=stride).transpose(1, 2)
+
+    @staticmethod
+    def norms_and_grads(mod: nn.Module, rec: _Record, grads_out: list[Tensor], layout: Layout):
+        g = mod.groups
+        a = layout.stack([_ConvRule._patches(mod, x) for x in rec.inputs], 1)  # [U, S, C*K]
+        d = layout.stack([t.flatten(2).transpose(1, 2) for t in grads_out], 1)  # [U, S, C_out]
+        units, s = a.shape[0], a.shape[1]
+        ag = a.reshape(units, s, g, -1).transpose(1, 2)  # [U, G, S, C/G*K]
+        dg = d.reshape(units, s, g, -1).transpose(1, 2)  # [U, G, S, C_out/G]
+        params = _trainable(mod)
+        sq = torch.zeros(units, dtype=d.dtype, device=d.device)
+        if "weight" in params:
+            sq = sq + _matmul_sq(ag.reshape(units * g, s, -1), dg.reshape(units * g, s, -1)).view(units, g).sum(1)
+        if "bias" in params:
+            sq = sq + d.sum(1).pow(2).sum(1)
+
+        def clipped(c: Tensor) -> dict[str, Tensor]:
+            out = {}
+            if "weight" in params:
+                out["weight"] = torch.einsum("u,ugso,ugsk->gok", c, dg, ag).reshape(mod.weight.shape)
+            if "bias" in params:
+                out["bias"] = torch.einsum("u,uso->o", c, d)
+            return out
+
+        return sq, clipped
+
+
 class _LayerNormRule:
     @staticmethod
-    def norms_and_grads(mod: nn.LayerNorm, rec: _Record, grads_out: list[Tensor], batch: int):
+    def norms_and_grads(mod: nn.LayerNorm, rec: _Record, grads_out: list[Tensor], layout: Layout):
         k = len(mod.normalized_shape)
-        x = _stack_calls(rec.inputs, batch, k)
-        d = _stack_calls(grads_out, batch, k)
+        x = layout.stack(rec.inputs, k)
+        d = layout.stack(grads_out, k)
         xhat = F.layer_norm(x, mod.normalized_shape, None, None, mod.eps)
         params = _trainable(mod)
         per_example = {}
@@ -101,19 +143,39 @@ class _LayerNormRule:
             per_example["weight"] = (d * xhat).sum(1)
         if "bias" in params:
             per_example["bias"] = d.sum(1)
-        sq = sum(g.reshape(batch, -1).pow(2).sum(1) for g in per_example.values())
+        return _per_example_sq_and_sum(per_example, layout.size)
 
-        def clipped(c: Tensor) -> dict[str, Tensor]:
-            return {n: torch.einsum("b,b...->...", c, g) for n, g in per_example.items()}
 
-        return sq, clipped
+def _per_example_sq_and_sum(per_example: dict[str, Tensor], units: int):
+    """Rules that form per-example gradients [U, *shape] directly (norm layers): norms and clipped sums."""
+    sq = sum(g.reshape(units, -1).pow(2).sum(1) for g in per_example.values())
+
+    def clipped(c: Tensor) -> dict[str, Tensor]:
+        return {n: torch.einsum("b,b...->...", c, g) for n, g in per_example.items()}
+
+    return sq, clipped
+
+
+class _GroupNormRule:
+    """``nn.GroupNorm``: per example, weight gradient sum over positions of d * xhat, bias of d."""
+
+    @staticmethod
+    def norms_and_grads(mod: nn.GroupNorm, rec: _Record, grads_out: list[Tensor], layout: Layout):
+        params = _trainable(mod)
+        calls = {"weight": [], "bias": []}
+        for x, d in zip(rec.inputs, grads_out):
+            xhat = F.group_norm(x, mod.num_groups, eps=mod.eps)
+            calls["weight"].append((d * xhat).flatten(2).sum(2).unsqueeze(1))  # [B, 1, C]
+            calls["bias"].append(d.flatten(2).sum(2).unsqueeze(1))
+        per_example = {n: layout.stack(calls[n], 1).sum(1) for n in params}
+        return _per_example_sq_and_sum(per_example, layout.size)
 
 
 class _EmbeddingRule:
     @staticmethod
-    def norms_and_grads(mod: nn.Embedding, rec: _Record, grads_out: list[Tensor], batch: int):
-        idx = _stack_calls(rec.inputs, batch, 0)
-        d = _stack_calls(grads_out, batch, 1)
+    def norms_and_grads(mod: nn.Embedding, rec: _Record, grads_out: list[Tensor], layout: Layout):
+        idx = layout.stack(rec.inputs, 0)
+        d = layout.stack(grads_out, 1)
         if mod.padding_idx is not None:
             d = d * (idx != mod.padding_idx).unsqueeze(-1).to(d.dtype)
         same = (idx[:, :, None] == idx[:, None, :]).to(d.dtype)
@@ -131,8 +193,8 @@ class _Conv1DRule:
     """Hugging Face's ``Conv1D`` (GPT-2): a linear layer storing its weight as [in, out]."""
 
     @staticmethod
-    def norms_and_grads(mod: nn.Module, rec: _Record, grads_out: list[Tensor], batch: int):
-        sq, linear_clipped = _LinearRule.norms_and_grads(mod, rec, grads_out, batch)
+    def norms_and_grads(mod: nn.Module, rec: _Record, grads_out: list[Tensor], layout: Layout):
+        sq, linear_clipped = _LinearRule.norms_and_grads(mod, rec, grads_out, layout)
 
         def clipped(c: Tensor) -> dict[str, Tensor]:
             out = linear_clipped(c)
@@ -148,10 +210,10 @@ class _RMSNormRule:
     gradient of the weight is the sum over positions of ``d * x / rms(x)``)."""
 
     @staticmethod
-    def norms_and_grads(mod: nn.Module, rec: _Record, grads_out: list[Tensor], batch: int):
-        x = _stack_calls(rec.inputs, batch, 1)
+    def norms_and_grads(mod: nn.Module, rec: _Record, grads_out: list[Tensor], layout: Layout):
+        x = layout.stack(rec.inputs, 1)
         dtype = torch.promote_types(x.dtype, torch.float32)  # normalise in at least float32, as the layers do
-        x, d = x.to(dtype), _stack_calls(grads_out, batch, 1).to(dtype)
+        x, d = x.to(dtype), layout.stack(grads_out, 1).to(dtype)
         eps = getattr(mod, "variance_epsilon", None) or getattr(mod, "eps", None) or torch.finfo(x.dtype).eps
         xhat = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
         per_example = (d * xhat).sum(1)
@@ -164,7 +226,8 @@ class _RMSNormRule:
 
 
 _RULES: dict[type, type] = {nn.Linear: _LinearRule, nn.LayerNorm: _LayerNormRule, nn.Embedding: _EmbeddingRule,
-                            nn.RMSNorm: _RMSNormRule}
+                            nn.RMSNorm: _RMSNormRule, nn.Conv1d: _ConvRule, nn.Conv2d: _ConvRule,
+                            nn.GroupNorm: _GroupNormRule}
 
 
 def _rule_for(mod: nn.Module) -> type | None:
@@ -178,7 +241,8 @@ def _rule_for(mod: nn.Module) -> type | None:
 
 
 def register_rule(module_type: type, rule: type) -> None:
-    """Register a rule class with ``norms_and_grads(module, record, grads_out, batch)``."""
+    """Register a rule class with ``norms_and_grads(module, record, grads_out, layout)`` returning the
+    per-unit squared norms [layout.size] and a function of the clip factors giving the clipped sums."""
     _RULES[module_type] = rule
 
 
@@ -231,20 +295,23 @@ def clipped_sum_fast(
     batch: Mapping[str, Tensor],
     trainable: Mapping[str, nn.Parameter],
     clip_norm: float,
+    groups: Tensor | None = None,
 ) -> tuple[dict[str, Tensor], Tensor]:
-    """Sum of per-example gradients clipped to ``clip_norm``, and the per-example norms."""
+    """Sum of per-unit gradients clipped to ``clip_norm``, and the per-unit norms. A unit is a row, or with
+    ``groups`` (one label per row) all rows sharing a label (their gradients summed before clipping)."""
     size = next(iter(batch.values())).shape[0]
+    layout = Layout(size, groups)
     with _recording(model) as records:
         losses = check_losses(loss_fn(model, batch), size)
     outputs = [o for rec in records.values() for o in rec.outputs]
     grads_out = torch.autograd.grad(losses.sum(), outputs, allow_unused=True, materialize_grads=True)
-    sq = torch.zeros(size, dtype=losses.dtype, device=losses.device)
+    sq = torch.zeros(layout.size, dtype=losses.dtype, device=losses.device)
     pending: list[tuple[str, Callable[[Tensor], dict[str, Tensor]]]] = []
     pos = 0
     for mname, rec in records.items():
         g = list(grads_out[pos : pos + len(rec.outputs)])
         pos += len(rec.outputs)
-        layer_sq, clipped = _rule_for(rec.module).norms_and_grads(rec.module, rec, g, size)
+        layer_sq, clipped = _rule_for(rec.module).norms_and_grads(rec.module, rec, g, layout)
         sq = sq + layer_sq
         pending.append((mname, clipped))
     norms = sq.clamp(min=0).sqrt()

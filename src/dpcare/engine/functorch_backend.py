@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from dpcare.engine.clip import check_losses, clip_factors
+from dpcare.engine.layout import Layout
 
 LossFn = Callable[[Callable[..., Tensor], Mapping[str, Tensor]], Tensor]
 
@@ -51,9 +52,14 @@ def clipped_sum_functorch(
     batch: Mapping[str, Tensor],
     trainable: Mapping[str, nn.Parameter],
     clip_norm: float,
+    groups: Tensor | None = None,
 ) -> tuple[dict[str, Tensor], Tensor]:
-    """Sum over the batch of per-example gradients clipped to ``clip_norm``; also the norms."""
+    """Sum over the batch of per-unit gradients clipped to ``clip_norm``; also the norms. A unit is a row,
+    or with ``groups`` (one label per row) all rows sharing a label, their gradients summed first."""
     grads = per_example_gradients(model, loss_fn, batch, trainable)
+    if groups is not None:
+        layout = Layout(next(iter(batch.values())).shape[0], groups)
+        grads = {n: layout.units_of(g) for n, g in grads.items()}
     sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(1) for g in grads.values())
     norms = sq.sqrt()
     factors = clip_factors(norms, clip_norm)

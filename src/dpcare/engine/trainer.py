@@ -11,6 +11,11 @@ The sum is divided by the EXPECTED batch size q n, never the realised one
 (dividing by the realised size leaks it and breaks the accounting). One ledger
 charge per private step; public-only pretraining steps are free (feature-dp.txt,
 Remark 2).
+
+Grouped examples (``fit(..., groups=)``): the privacy unit is a patient with several rows
+(forecasting windows, note windows). Poisson sampling draws patients at rate q = m / patients, a
+patient's rows are clipped as ONE gradient (the sum of its rows' gradients), the noisy sum is divided
+by the expected number of patients q P, and the guarantee names the patient.
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ from dpcare.engine.clip import check_losses
 from dpcare.engine.fast_clipping import clipped_sum_fast, unsupported_reason
 from dpcare.engine.functorch_backend import clipped_sum_functorch
 from dpcare.engine.objective import Objective
-from dpcare.engine.sampling import chunks, poisson_indices, take, uniform_indices
-from dpcare.privacy import Guarantee, PrivacyLedger, check_noise_multiplier
+from dpcare.engine.sampling import UnitIndex, chunks, poisson_indices, take, uniform_indices
+from dpcare.privacy import Guarantee, PrivacyLedger, ProtectedUnit, check_noise_multiplier
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +125,10 @@ class Trainer:
         optimizer_factory: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None,
     ):
         config.validate(objective)
+        if objective.private:
+            _refuse_batch_norm(model)
         self.model, self.objective, self.config, self.ledger = model, objective, config, ledger
+        self.units: UnitIndex | None = None  # set by fit(groups=...): rows grouped into privacy units
         self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
         if not self.trainable:
             raise ValueError("the model has no trainable parameters (all have requires_grad=False)")
@@ -162,17 +170,24 @@ class Trainer:
         return min(1.0, self.config.batch_size / n)
 
     # ---------------------------------------------------------------- gradients
-    def clipped_sum(self, batch: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], Tensor]:
-        """Sum of clipped per-example gradients of the private loss over ``batch``."""
+    def clipped_sum(self, batch: Mapping[str, Tensor], groups: Tensor | None = None) -> tuple[dict[str, Tensor], Tensor]:
+        """Sum of clipped per-unit gradients of the private loss over ``batch`` (a unit: a row, or the rows
+        sharing a label in ``groups``)."""
         fn = clipped_sum_fast if self.backend == "fast" else clipped_sum_functorch
-        return fn(self.model, self.objective.private_loss, batch, self.trainable, self.config.clip_norm)
+        return fn(self.model, self.objective.private_loss, batch, self.trainable, self.config.clip_norm, groups)
 
     def private_gradient(self, data: Mapping[str, Tensor], idx: Tensor, expected_batch: float) -> dict[str, Tensor]:
-        """Noisy clipped gradient of the private loss, divided by the expected batch size."""
+        """Noisy clipped gradient of the private loss, divided by the expected batch size.
+
+        ``idx`` indexes privacy units: rows, or after ``fit(groups=...)`` the grouped units."""
         c = self.config
         total = {n: torch.zeros_like(p) for n, p in self.trainable.items()}
-        for part in chunks(idx, c.max_physical_batch):
-            summed, _ = self.clipped_sum(take(data, part))
+        if self.units is None:
+            parts = [(rows, None) for rows in chunks(idx, c.max_physical_batch)]
+        else:
+            parts = [(rows, self.units.labels[rows]) for rows in self.units.chunks(idx, c.max_physical_batch)]
+        for rows, labels in parts:
+            summed, _ = self.clipped_sum(take(data, rows), labels)
             for n, g in summed.items():
                 total[n] += g
         std = self.noise_multiplier * c.clip_norm
@@ -202,7 +217,7 @@ class Trainer:
         return loss
 
     def private_step(self, private_data: Mapping[str, Tensor], public_data: Mapping[str, Tensor] | None) -> dict:
-        n = _rows(private_data)
+        n = self.units.n if self.units is not None else _rows(private_data)
         q = self.sampling_rate(n)
         idx = poisson_indices(n, q, self._gens["private"])
         grad = self.private_gradient(private_data, idx, expected_batch=q * n)
@@ -227,7 +242,10 @@ class Trainer:
         return self.config.public_batch_size or self.config.batch_size
 
     # ---------------------------------------------------------------- loop
-    def fit(self, private_data: Mapping[str, Tensor], public_data: Mapping[str, Tensor] | None = None) -> TrainResult:
+    def fit(self, private_data: Mapping[str, Tensor], public_data: Mapping[str, Tensor] | None = None,
+            groups: Tensor | None = None) -> TrainResult:
+        """Train. ``groups`` (one integer label per private row) makes each label a privacy unit: a
+        patient whose rows are sampled, clipped and accounted together (see the module docstring)."""
         obj, c = self.objective, self.config
         _check_data(private_data, obj.private_keys, "private_data")
         if obj.has_public_branch or c.public_pretrain_steps:
@@ -235,10 +253,12 @@ class Trainer:
                 raise ValueError(f"{obj.name} has a public branch: pass public_data")
             _check_data(public_data, obj.public_keys, "public_data")
         n = _rows(private_data)
+        if groups is not None:
+            n = self._group(groups, n)
         total = self.total_steps(n)
         if obj.private:
             if self.ledger is None:
-                self.ledger = PrivacyLedger(n, unit=obj.unit)
+                self.ledger = PrivacyLedger(n, unit=ProtectedUnit.PATIENT if self.units else obj.unit)
             if self.noise_multiplier is None:
                 self.noise_multiplier = self.ledger.calibrate_training_noise(self.sampling_rate(n), total, c.target_epsilon)
         self._maybe_resume(total)
@@ -277,10 +297,24 @@ class Trainer:
             history=self.history,
         )
 
+    def _group(self, groups: Tensor, rows: int) -> int:
+        """Index the privacy units of grouped rows; returns the number of units."""
+        if groups.shape != (rows,):
+            raise ValueError(f"groups must hold one label per private row: shape ({rows},), got {tuple(groups.shape)}")
+        if self.objective.private and self.objective.unit is not ProtectedUnit.EXAMPLE:
+            raise ValueError(f"grouped examples (patient-level privacy) need a whole-example objective such as DP-SGD; "
+                             f"{self.objective.name} protects the {self.objective.unit.value}")
+        self.units = UnitIndex(groups)
+        if self.ledger is not None and (self.ledger.unit is not ProtectedUnit.PATIENT or self.ledger.n != self.units.n):
+            raise ValueError(f"with grouped rows the ledger must count patients: unit 'patient' and n = "
+                             f"{self.units.n} units, got unit {self.ledger.unit.value!r} and n = {self.ledger.n}")
+        return self.units.n
+
     # ---------------------------------------------------------------- checkpoints
     def _fingerprint(self, total: int) -> dict[str, Any]:
         keep = {k: v for k, v in asdict(self.config).items() if k not in ("progress", "checkpoint_dir", "checkpoint_every")}
-        return {"config": keep, "objective": self.objective.name, "total_steps": total}
+        return {"config": keep, "objective": self.objective.name, "total_steps": total,
+                "units": self.units.n if self.units is not None else None}
 
     def save_checkpoint(self, total: int) -> None:
         state = {
@@ -319,6 +353,16 @@ class Trainer:
         self.history = state["history"]
         self.step_count = state["step"]
         log.info("resumed from %s at step %d", path, self.step_count)
+
+
+def _refuse_batch_norm(model: nn.Module) -> None:
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+            raise ValueError(
+                f"layer '{name}' ({type(mod).__name__}) is batch normalisation: it mixes the examples of a batch, "
+                "so clipping each example's gradient no longer bounds its influence; use GroupNorm or LayerNorm "
+                "in private training"
+            )
 
 
 def _rows(data: Mapping[str, Tensor]) -> int:

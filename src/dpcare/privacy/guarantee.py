@@ -12,6 +12,7 @@ class ProtectedUnit(str, Enum):
     EXAMPLE = "example"  # the whole record (DP-SGD)
     FEATURES = "features"  # the columns outside the public set Psi (feature-level DP)
     LABEL = "label"  # the label (Label-DP)
+    PATIENT = "patient"  # every record of one patient (grouped examples: all windows, stays or notes)
 
 
 NEIGHBOURING = {
@@ -24,6 +25,10 @@ NEIGHBOURING = {
     ProtectedUnit.LABEL: (
         "add/remove one example's label (simulation-based label-DP, Definition 6 of feature-dp.txt with "
         "Psi(x, y) = x): the simulator knows every other example and this one's features"
+    ),
+    ProtectedUnit.PATIENT: (
+        "add/remove one patient with all of that patient's records (every window, stay or note); "
+        "n counts patients"
     ),
 }
 
@@ -73,6 +78,11 @@ class Guarantee:
             ProtectedUnit.LABEL: (
                 f"the label ({cols or 'not listed'}) of each training example",
                 f"the features ({public}) of each example, and hence whether it is in the data",
+            ),
+            ProtectedUnit.PATIENT: (
+                ("every record of each patient (all of the patient's windows, stays or notes together), "
+                 "and whether the patient is in the data"),
+                "",
             ),
         }[self.unit]
         head = (f"({self.epsilon:.4g}, {self.delta:.3g})-differential privacy ({self.accountant.upper()} "
