@@ -1,0 +1,172 @@
+"""Transformer forecaster for binned clinical time series (zoo-tsf-spec.md, "Model").
+
+Input windows ``x`` [B, T_in, 2V] (z-scored values, then 0/1 masks) are embedded by a
+circular Conv1d plus fixed sinusoidal positions (the embedding E [B, T_in, d], the space
+the augmentation defences work in). An Informer-style encoder (attention, distilling
+conv, attention, LayerNorm, Linear d -> V) gives a memory M [B, T', V]; one decoder layer
+of width V predicts the output window hour by hour from its own fed-back predictions
+(student forcing: gradients flow through them).
+
+For per-example DP (fast clipping): every trainable parameter lives in ``nn.Linear``,
+``nn.LayerNorm`` or ``nn.Conv1d``; attention uses separate q/k/v/out ``nn.Linear``
+projections (no fused ``in_proj``); no layer uses batch statistics, and every layer is
+called with the examples on dimension 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def masked_mse(yhat: Tensor, y: Tensor, mask: Tensor) -> Tensor:
+    """Per-example masked MSE (Eq. 1): sum m (yhat - y)^2 / max(sum m, 1), shape [B].
+
+    Unobserved cells never contribute, even where ``y`` holds NaN there.
+    """
+    m = mask.to(yhat.dtype)
+    sq = torch.where(m > 0, (yhat - y) ** 2, torch.zeros((), dtype=yhat.dtype, device=yhat.device))
+    dims = tuple(range(1, yhat.dim()))
+    return (sq * m).sum(dims) / m.sum(dims).clamp_min(1.0)
+
+
+def sinusoidal_positions(length: int, dim: int) -> Tensor:
+    """Fixed sinusoidal position table [length, dim] (sin on even, cos on odd channels)."""
+    pos = torch.arange(length, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
+    return table
+
+
+class Attention(nn.Module):
+    """Multi-head attention from four plain ``nn.Linear`` projections (q, k, v, out)."""
+
+    def __init__(self, dim: int, heads: int, dropout: float = 0.0):
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"width {dim} is not divisible by {heads} heads")
+        self.heads, self.dropout = heads, dropout
+        self.q, self.k, self.v, self.out = (nn.Linear(dim, dim) for _ in range(4))
+
+    def forward(self, query: Tensor, context: Tensor, causal: bool = False) -> Tensor:
+        b, tq, d = query.shape
+        tk, h = context.shape[1], self.heads
+        q = self.q(query).view(b, tq, h, d // h).transpose(1, 2)
+        k = self.k(context).view(b, tk, h, d // h).transpose(1, 2)
+        v = self.v(context).view(b, tk, h, d // h).transpose(1, 2)
+        att = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=causal
+        )
+        return self.out(att.transpose(1, 2).reshape(b, tq, d))
+
+
+class EncoderLayer(nn.Module):
+    """Post-norm self-attention block with a GELU feed-forward."""
+
+    def __init__(self, dim: int, heads: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.attn = Attention(dim, heads, dropout)
+        self.ff1, self.ff2 = nn.Linear(dim, d_ff), nn.Linear(d_ff, dim)
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.norm1(x + self.drop(self.attn(x, x)))
+        return self.norm2(x + self.drop(self.ff2(self.drop(F.gelu(self.ff1(x))))))
+
+
+class DistillLayer(nn.Module):
+    """Conv1d (k3, circular) -> per-time-step LayerNorm -> ELU -> MaxPool (k3, s2): T -> ceil(T/2).
+
+    A LayerNorm over channels replaces the original BatchNorm, which mixes examples.
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.conv = nn.Conv1d(dim, dim, 3, padding=1, padding_mode="circular")
+        self.norm = nn.LayerNorm(dim)
+        self.pool = nn.MaxPool1d(3, stride=2, padding=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.norm(self.conv(x.transpose(1, 2)).transpose(1, 2))
+        return self.pool(F.elu(h).transpose(1, 2)).transpose(1, 2)
+
+
+class DecoderLayer(nn.Module):
+    """Post-norm decoder layer: causal self-attention, cross-attention to the memory, FF."""
+
+    def __init__(self, dim: int, heads: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.self_attn = Attention(dim, heads, dropout)
+        self.cross_attn = Attention(dim, heads, dropout)
+        self.ff1, self.ff2 = nn.Linear(dim, d_ff), nn.Linear(d_ff, dim)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(dim) for _ in range(3))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, s: Tensor, memory: Tensor) -> Tensor:
+        s = self.norm1(s + self.drop(self.self_attn(s, s, causal=True)))
+        s = self.norm2(s + self.drop(self.cross_attn(s, memory)))
+        return self.norm3(s + self.drop(self.ff2(self.drop(F.gelu(self.ff1(s))))))
+
+
+class Forecaster(nn.Module):
+    """Windows x [B, T_in, 2V] -> forecasts [B, T_out, V] (iterated multi-step decoder)."""
+
+    def __init__(self, n_vars: int, input_len: int = 24, output_len: int = 24,
+                 d_model: int = 64, n_heads: int = 4, d_ff: int | None = None,
+                 dropout: float = 0.0, decoder_ff: int | None = None):
+        super().__init__()
+        self.n_vars, self.input_len, self.output_len = n_vars, input_len, output_len
+        self.d_model = d_model
+        self.token_embedding = nn.Conv1d(2 * n_vars, d_model, 3, padding=1,
+                                         padding_mode="circular", bias=False)
+        self.register_buffer("positions", sinusoidal_positions(input_len, d_model),
+                             persistent=False)
+        self.embed_drop = nn.Dropout(dropout)
+        d_ff = d_ff or 4 * d_model
+        self.encoder1 = EncoderLayer(d_model, n_heads, d_ff, dropout)
+        self.distill = DistillLayer(d_model)
+        self.encoder2 = EncoderLayer(d_model, n_heads, d_ff, dropout)
+        self.encoder_norm = nn.LayerNorm(d_model)
+        self.to_memory = nn.Linear(d_model, n_vars)
+        self.decoder = DecoderLayer(n_vars, 1, decoder_ff or 4 * n_vars, dropout)
+
+    def embed(self, x: Tensor) -> Tensor:
+        """Conv token embedding plus sinusoidal positions: E [B, T_in, d]."""
+        if x.dim() != 3 or x.shape[2] != 2 * self.n_vars:
+            raise ValueError(f"expected x of shape [B, T, {2 * self.n_vars}], got {tuple(x.shape)}")
+        if x.shape[1] > self.input_len:
+            raise ValueError(f"input of {x.shape[1]} steps is longer than input_len "
+                             f"{self.input_len}")
+        tokens = self.token_embedding(x.transpose(1, 2)).transpose(1, 2)
+        return tokens + self.positions[: x.shape[1]]
+
+    def encode(self, e: Tensor) -> Tensor:
+        """Embedding E -> memory M [B, ceil(T_in / 2), V]."""
+        h = self.encoder2(self.distill(self.encoder1(self.embed_drop(e))))
+        return self.to_memory(self.encoder_norm(h))
+
+    def from_embedding(self, e: Tensor, output_len: int | None = None) -> Tensor:
+        """Forecast [B, T_out, V] from embeddings; predictions are fed back (student forcing)."""
+        memory = self.encode(e)
+        seq = memory.new_zeros(e.shape[0], 1, self.n_vars)
+        preds = []
+        for step in range(output_len or self.output_len):
+            pred = self.decoder(seq, memory)[:, -1:]
+            preds.append(pred)
+            if step + 1 < (output_len or self.output_len):
+                seq = torch.cat([seq, pred], dim=1)
+        return torch.cat(preds, dim=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.from_embedding(self.embed(x))
+
+    def embedding_parameters(self) -> Iterator[nn.Parameter]:
+        """Parameters of the conv token embedding (frozen during augmentation retraining)."""
+        return self.token_embedding.parameters()
