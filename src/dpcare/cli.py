@@ -12,6 +12,7 @@ import typer
 from dpcare.cli_common import fail as _fail
 from dpcare.cli_common import table_and_spec as _table_and_spec
 from dpcare.cli_synth import benchmark_dp2stage, synth_app
+from dpcare.cli_tsf import benchmark_tsf
 from dpcare.runtime import ensure_fast_process
 
 app = typer.Typer(
@@ -23,13 +24,14 @@ app = typer.Typer(
 account_app = typer.Typer(help="Privacy accounting for DP-SGD / Feature-DP steps (Poisson-subsampled Gaussian).",
                           no_args_is_help=True)
 app.add_typer(account_app, name="account")
-benchmark_app = typer.Typer(help="Reproduce the papers' comparisons on real tables.", no_args_is_help=True)
+benchmark_app = typer.Typer(help="Reproduce the papers' comparisons on real data.", no_args_is_help=True)
 app.add_typer(benchmark_app, name="benchmark")
 
 Accountant = Annotated[str, typer.Option(help="pld, rdp or both")]
 
 app.add_typer(synth_app, name="synth")
 benchmark_app.command("dp2stage")(benchmark_dp2stage)
+benchmark_app.command("tsf")(benchmark_tsf)
 
 
 @account_app.command("epsilon")

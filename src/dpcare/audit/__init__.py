@@ -1,6 +1,7 @@
 """Attacks and audits: membership inference (LOSS), one-run epsilon lower bounds, metrics."""
 
 from dpcare.audit.attribute import attribute_inference, theorem4_bound
+from dpcare.audit.likelihood_ratio import lira_scores
 from dpcare.audit.lira import LiraResult, lira, logit_confidence
 from dpcare.audit.loss_attack import (
     LossAttackResult,
@@ -18,6 +19,7 @@ __all__ = [
     "attribute_inference",
     "epsilon_lower_bound",
     "lira",
+    "lira_scores",
     "logit_confidence",
     "loss_attack",
     "one_run_audit",

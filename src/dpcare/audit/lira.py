@@ -15,7 +15,6 @@ Shadows train in parallel processes.
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -24,8 +23,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 import torch
-from scipy.stats import norm
 
+from dpcare.audit.likelihood_ratio import lira_scores
 from dpcare.audit.metrics import attack_metrics
 from dpcare.data import TableSchema, load_table
 from dpcare.workflows.tabular import TabularRun, prepare, train_on_split
@@ -91,32 +90,8 @@ def lira(population: pd.DataFrame, schema: TableSchema, run: TabularRun, shadows
     elapsed = time.perf_counter() - t0
     target_phi, target_in = phis[0], masks[0]
     shadow_phi, shadow_in = phis[1:], masks[1:]
-    online, offline = _scores(target_phi, shadow_phi, shadow_in)
+    online, offline = lira_scores(target_phi, shadow_phi, shadow_in)
     scores = {"LiRA online": (online[target_in], online[~target_in]),
               "LiRA offline": (offline[target_in], offline[~target_in])}
     return LiraResult(attack_metrics(*scores["LiRA online"], bootstrap=bootstrap),
                       attack_metrics(*scores["LiRA offline"], bootstrap=bootstrap), shadows, elapsed, scores)
-
-
-def _scores(phi: np.ndarray, shadow_phi: np.ndarray, shadow_in: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    online, offline = np.empty(len(phi)), np.empty(len(phi))
-    # a global variance estimate is more stable than per-example ones with few shadows (Carlini et al., Sec. 5)
-    s_in = _pooled_std(shadow_phi, shadow_in)
-    s_out = _pooled_std(shadow_phi, ~shadow_in)
-    for j in range(len(phi)):
-        ins, outs = shadow_phi[shadow_in[:, j], j], shadow_phi[~shadow_in[:, j], j]
-        mu_out = outs.mean() if len(outs) else 0.0
-        mu_in = ins.mean() if len(ins) else mu_out
-        online[j] = norm.logpdf(phi[j], mu_in, s_in) - norm.logpdf(phi[j], mu_out, s_out)
-        offline[j] = norm.logcdf((phi[j] - mu_out) / s_out)
-    return online, offline
-
-
-def _pooled_std(values: np.ndarray, mask: np.ndarray) -> float:
-    centred = []
-    for j in range(values.shape[1]):
-        v = values[mask[:, j], j]
-        if len(v) > 1:
-            centred.append(v - v.mean())
-    s = float(np.concatenate(centred).std()) if centred else 1.0
-    return s if s > 0 and math.isfinite(s) else 1.0

@@ -4,8 +4,10 @@ from dpcare.timeseries.binning import BinnedStays, Standardizer, bin_events
 from dpcare.timeseries.datasets import (
     DATASETS,
     TimeSeriesDataset,
+    load_events,
     mimic_demo_events,
     pbcseq_events,
+    user_dataset,
 )
 from dpcare.timeseries.events import (
     EVENT_COLUMNS,
@@ -31,6 +33,7 @@ __all__ = [
     "WindowSet",
     "bin_events",
     "check_patient_splits",
+    "load_events",
     "make_windows",
     "mimic_demo_events",
     "pbcseq_events",
@@ -38,6 +41,7 @@ __all__ = [
     "read_meds",
     "read_mimic_csv",
     "split_patients",
+    "user_dataset",
     "validate_events",
     "windows_for",
 ]

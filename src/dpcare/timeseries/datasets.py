@@ -16,7 +16,7 @@ import pandas as pd
 import yaml
 
 from dpcare.timeseries.binning import Standardizer
-from dpcare.timeseries.events import read_clif, validate_events
+from dpcare.timeseries.events import read_clif, read_meds, validate_events
 
 PBCSEQ_LABS = ("bili", "chol", "albumin", "alk.phos", "ast", "platelet", "protime")
 
@@ -81,13 +81,61 @@ class TimeSeriesDataset:
         return {"input_len": self.input_len, "output_len": self.output_len, "stride": self.stride}
 
 
+LAYOUTS = ("canonical", "meds", "clif")
+
+
+def load_events(path: Path | str, layout: str = "canonical", variables: Iterable[str] | None = None,
+                time_unit: str = "hours") -> pd.DataFrame:
+    """A user's event table: ``canonical`` (CSV/Parquet with the EVENT_COLUMNS), ``meds`` (file or
+    folder) or ``clif`` (folder of clif_*.parquet). MIMIC CSV extracts: use read_mimic_csv."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown event layout {layout!r}; choose one of {LAYOUTS} (MIMIC CSVs: read_mimic_csv)")
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file or folder: {path}")
+    if layout == "meds":
+        events = read_meds(path)
+    elif layout == "clif":
+        return read_clif(path, variables=None if variables is None else list(variables))
+    else:
+        table = pd.read_parquet(path) if path.suffix in (".parquet", ".pq") else pd.read_csv(path)
+        events = validate_events(table, time_unit=time_unit)
+    if variables is not None:
+        events = events[events["variable"].isin(list(variables))]
+    return events
+
+
+def user_dataset(path: Path | str, layout: str, spec: Path | str) -> TimeSeriesDataset:
+    """A data set from a user's files and a spec YAML in the bundled format (name, step, window,
+    default_variables, variables with DECLARED center/scale; source and licence optional)."""
+    spec_path = Path(spec)
+    if not spec_path.exists():
+        raise FileNotFoundError(f"no such spec file: {spec_path}")
+
+    def loader(variables=None):
+        return load_events(path, layout, variables)
+
+    return _parse_spec(yaml.safe_load(spec_path.read_text()), loader, str(spec_path))
+
+
 def _from_spec(file: str, loader: Callable[..., pd.DataFrame]) -> TimeSeriesDataset:
     spec = yaml.safe_load((resources.files("dpcare.data") / "specs" / file).read_text())
+    return _parse_spec(spec, loader, file)
+
+
+def _parse_spec(spec: dict, loader: Callable[..., pd.DataFrame], where: str) -> TimeSeriesDataset:
+    needed = ["name", "step", "window", "default_variables", "variables"]
+    missing = [k for k in needed if not isinstance(spec, dict) or k not in spec]
+    if missing:
+        raise ValueError(f"time-series spec {where} lacks {missing} (needs {needed})")
+    bad = [k for k, v in spec["variables"].items() if not {"center", "scale"} <= set(v or {})]
+    if bad:
+        raise ValueError(f"time-series spec {where}: variables {bad} need a declared center and scale")
     declared = {k: (float(v["center"]), float(v["scale"])) for k, v in spec["variables"].items()}
     return TimeSeriesDataset(
         name=spec["name"], loader=loader, variables=tuple(spec["default_variables"]),
-        step=spec["step"], declared=declared, source=" ".join(spec["source"].split()),
-        licence=spec["licence"], **{k: int(v) for k, v in spec["window"].items()})
+        step=spec["step"], declared=declared, source=" ".join(str(spec.get("source", "")).split()),
+        licence=str(spec.get("licence", "")), **{k: int(v) for k, v in spec["window"].items()})
 
 
 DATASETS: dict[str, TimeSeriesDataset] = {

