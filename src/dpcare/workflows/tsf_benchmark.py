@@ -73,7 +73,7 @@ def _target(data: TsfData, labels: list[str], bench: TsfBenchmark, folder: Path,
         for lab in todo:
             t0 = time.perf_counter()
             (model, info), = train_methods(train, val, [lab], bench.recipe, data.standardizer, bench.seed,
-                                           progress, baseline).values()
+                                           progress, baseline, str(folder / "checkpoints")).values()
             # members: the training windows; non-members: the TEST patients' windows (never selected on)
             tr, te = window_losses(model, train), window_losses(model, test)
             results[lab] = {"label": lab, "data": data.name, "seconds": time.perf_counter() - t0,
@@ -94,7 +94,7 @@ def _baseline(train: WindowSet, bench: TsfBenchmark, folder: Path, progress: boo
     if path.exists():
         model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         return model.eval()
-    model = train_baseline(train, bench.recipe, bench.seed, progress)
+    model = train_baseline(train, bench.recipe, bench.seed, progress, str(folder / "checkpoints" / "baseline"))
     torch_save(path, model.state_dict())
     return model
 
