@@ -18,3 +18,11 @@ def reference(model, loss_fn, batch, clip):
         for n, g in zip(params, grads):
             total[n] += factor * g
     return total, torch.stack(norms)
+
+
+def assert_same_clipped_sums(got, norms, want, want_norms, rtol=1e-6, atol=1e-9):
+    """A backend's clipped sums and norms equal the reference loop's."""
+    torch.testing.assert_close(norms, want_norms, rtol=rtol, atol=atol)
+    assert set(got) == set(want)
+    for n in want:
+        torch.testing.assert_close(got[n], want[n], rtol=rtol, atol=atol)
