@@ -49,15 +49,21 @@ def _trainable(module: nn.Module) -> dict[str, nn.Parameter]:
     return {n: p for n, p in module.named_parameters(recurse=False) if p.requires_grad}
 
 
-def _matmul_sq(a: Tensor, d: Tensor) -> Tensor:
+#: per-example weight gradients up to this many numbers in all are kept for the clipped sum
+PER_EXAMPLE_BUDGET = 2**24
+
+
+def _matmul_sq(a: Tensor, d: Tensor) -> tuple[Tensor, Tensor | None]:
     """Per-example ||d_i^T a_i||_F^2 for a [B, S, d_in], d [B, S, d_out], without forming the product
-    when the ghost norm (Gram matrices S x S) is cheaper."""
-    s, d_in, d_out = a.shape[1], a.shape[2], d.shape[2]
+    when the ghost norm (Gram matrices S x S) is cheaper. Where the product is formed (long sequences,
+    conv positions) and small enough, it is returned too, so the clipped sum need not recompute it."""
+    b, s, d_in, d_out = a.shape[0], a.shape[1], a.shape[2], d.shape[2]
     if s == 1:
-        return a.pow(2).sum((1, 2)) * d.pow(2).sum((1, 2))
+        return a.pow(2).sum((1, 2)) * d.pow(2).sum((1, 2)), None
     if s * s <= d_in * d_out:
-        return (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(d, d.transpose(1, 2))).sum((1, 2))
-    return torch.bmm(d.transpose(1, 2), a).pow(2).sum((1, 2))
+        return (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(d, d.transpose(1, 2))).sum((1, 2)), None
+    per_example = torch.bmm(d.transpose(1, 2), a)  # [B, d_out, d_in]
+    return per_example.pow(2).sum((1, 2)), per_example if b * d_in * d_out <= PER_EXAMPLE_BUDGET else None
 
 
 class _LinearRule:
@@ -67,15 +73,19 @@ class _LinearRule:
         d = layout.stack(grads_out, 1)
         params = _trainable(mod)
         sq = torch.zeros(layout.size, dtype=d.dtype, device=d.device)
+        per_example = None
         if "weight" in params:
-            sq = sq + _matmul_sq(a, d)
+            w_sq, per_example = _matmul_sq(a, d)
+            sq = sq + w_sq
         if "bias" in params:
             sq = sq + d.sum(1).pow(2).sum(1)
 
         def clipped(c: Tensor) -> dict[str, Tensor]:
             dc = d * c[:, None, None]
             out = {}
-            if "weight" in params:
+            if per_example is not None:
+                out["weight"] = torch.einsum("b,boi->oi", c, per_example)
+            elif "weight" in params:
                 out["weight"] = dc.reshape(-1, dc.shape[-1]).T @ a.reshape(-1, a.shape[-1])
             if "bias" in params:
                 out["bias"] = dc.sum((0, 1))
@@ -85,43 +95,87 @@ class _LinearRule:
 
 
 class _ConvRule:
-    """``nn.Conv1d`` / ``nn.Conv2d``: unfold the input into patches, then each group of channels is a
-    linear layer applied at every output position (positions stacked like a sequence)."""
+    """``nn.Conv1d`` / ``nn.Conv2d``. Ungrouped convolutions: per-example weight gradients formed
+    directly (one batched product per kernel offset), while they fit in PER_EXAMPLE_BUDGET. Otherwise the input is unfolded into patches and each group of
+    channels is a linear layer applied at every output position (positions stacked like a sequence)."""
+
+    @staticmethod
+    def _padded(mod: nn.Module, x: Tensor) -> tuple[Tensor, tuple[int, ...]]:
+        """The input with non-zero padding modes and "same" applied; the zero padding still to apply."""
+        k, dil = mod.kernel_size, mod.dilation
+        if mod.padding_mode != "zeros":
+            return F.pad(x, mod._reversed_padding_repeated_twice, mode=mod.padding_mode), (0,) * len(k)
+        if mod.padding == "same":
+            widths = [dl * (kk - 1) for kk, dl in zip(k, dil)]
+            return F.pad(x, [p for w in reversed(widths) for p in (w // 2, w - w // 2)]), (0,) * len(k)
+        return x, (0,) * len(k) if mod.padding == "valid" else tuple(mod.padding)
+
+    @staticmethod
+    def _as_2d(mod: nn.Module, x: Tensor, pad: tuple[int, ...]):
+        k, dil, stride = mod.kernel_size, mod.dilation, mod.stride
+        if len(k) == 1:  # a 1-d convolution as a 2-d one over a height-1 image
+            return x.unsqueeze(2), (1, *k), (1, *dil), (0, *pad), (1, *stride)
+        return x, k, dil, pad, stride
 
     @staticmethod
     def _patches(mod: nn.Module, x: Tensor) -> Tensor:
         """[B, C, *spatial] -> [B, L_out, C * prod(kernel)] (channel-major, as the weight is laid out)."""
-        k, dil, stride = mod.kernel_size, mod.dilation, mod.stride
-        if mod.padding_mode != "zeros":
-            x, pad = F.pad(x, mod._reversed_padding_repeated_twice, mode=mod.padding_mode), (0,) * len(k)
-        elif mod.padding == "same":
-            widths = [dl * (kk - 1) for kk, dl in zip(k, dil)]
-            x = F.pad(x, [p for w in reversed(widths) for p in (w // 2, w - w // 2)])
-            pad = (0,) * len(k)
-        else:
-            pad = (0,) * len(k) if mod.padding == "valid" else mod.padding
-        if len(k) == 1:  # as a 2-d unfold over a height-1 image
-            x, k, dil, pad, stride = x.unsqueeze(2), (1, *k), (1, *dil), (0, *pad), (1, *stride)
+        x, k, dil, pad, stride = _ConvRule._as_2d(mod, *_ConvRule._padded(mod, x))
         return F.unfold(x, k, dilation=dil, padding=pad, stride=stride).transpose(1, 2)
 
     @staticmethod
+    def _weight_grads(mod: nn.Module, x: Tensor, d: Tensor) -> Tensor:
+        """Per-example weight gradients [B, C_out, C_in * prod(kernel)] of one call (groups = 1): for
+        each kernel offset, one batched product of the output gradients with the shifted input."""
+        x, k, dil, pad, stride = _ConvRule._as_2d(mod, *_ConvRule._padded(mod, x))
+        if len(mod.kernel_size) == 1:
+            d = d.unsqueeze(2)
+        x = F.pad(x, (pad[1], pad[1], pad[0], pad[0]))
+        b, c, (o, hp, wp) = x.shape[0], x.shape[1], d.shape[1:]
+        dm = d.reshape(b, o, hp * wp)
+        out = x.new_empty(b, o, c, k[0], k[1])
+        for i in range(k[0]):
+            for j in range(k[1]):
+                r, s = i * dil[0], j * dil[1]
+                shifted = x[:, :, r: r + stride[0] * (hp - 1) + 1: stride[0], s: s + stride[1] * (wp - 1) + 1: stride[1]]
+                out[..., i, j] = torch.bmm(dm, shifted.reshape(b, c, hp * wp).transpose(1, 2))
+        return out.reshape(b, o, -1)
+
+    @staticmethod
     def norms_and_grads(mod: nn.Module, rec: _Record, grads_out: list[Tensor], layout: Layout):
+        params = _trainable(mod)
+        if "weight" in params and mod.groups == 1 and \
+                layout.rows * mod.weight.numel() <= PER_EXAMPLE_BUDGET:
+            per_row = sum(_ConvRule._weight_grads(mod, x, d) for x, d in zip(rec.inputs, grads_out))
+            per_example = {"weight": layout.units_of(per_row).reshape(layout.size, *mod.weight.shape)}
+            if "bias" in params:
+                bias = layout.stack([t.flatten(2).sum(2).unsqueeze(1) for t in grads_out], 1).sum(1)
+                per_example["bias"] = bias
+            return _per_example_sq_and_sum(per_example, layout.size)
+        return _ConvRule._unfolded(mod, rec, grads_out, layout, params)
+
+    @staticmethod
+    def _unfolded(mod: nn.Module, rec: _Record, grads_out: list[Tensor], layout: Layout, params):
         g = mod.groups
         a = layout.stack([_ConvRule._patches(mod, x) for x in rec.inputs], 1)  # [U, S, C*K]
         d = layout.stack([t.flatten(2).transpose(1, 2) for t in grads_out], 1)  # [U, S, C_out]
         units, s = a.shape[0], a.shape[1]
         ag = a.reshape(units, s, g, -1).transpose(1, 2)  # [U, G, S, C/G*K]
         dg = d.reshape(units, s, g, -1).transpose(1, 2)  # [U, G, S, C_out/G]
-        params = _trainable(mod)
         sq = torch.zeros(units, dtype=d.dtype, device=d.device)
+        per_example = None
         if "weight" in params:
-            sq = sq + _matmul_sq(ag.reshape(units * g, s, -1), dg.reshape(units * g, s, -1)).view(units, g).sum(1)
+            w_sq, per_example = _matmul_sq(ag.reshape(units * g, s, -1), dg.reshape(units * g, s, -1))
+            sq = sq + w_sq.view(units, g).sum(1)
         if "bias" in params:
             sq = sq + d.sum(1).pow(2).sum(1)
 
         def clipped(c: Tensor) -> dict[str, Tensor]:
             out = {}
-            if "weight" in params:
+            if per_example is not None:
+                w = torch.einsum("u,ugok->gok", c, per_example.view(units, g, *per_example.shape[1:]))
+                out["weight"] = w.reshape(mod.weight.shape)
+            elif "weight" in params:
                 out["weight"] = torch.einsum("u,ugso,ugsk->gok", c, dg, ag).reshape(mod.weight.shape)
             if "bias" in params:
                 out["bias"] = torch.einsum("u,uso->o", c, d)

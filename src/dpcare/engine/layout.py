@@ -19,7 +19,7 @@ def stack_calls(tensors: list[Tensor], batch: int, trailing: int) -> Tensor:
             )
         tail = t.shape[t.dim() - trailing :] if trailing else ()
         parts.append(t.reshape(batch, -1, *tail))
-    return torch.cat(parts, dim=1)
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
 class Layout:
