@@ -12,6 +12,7 @@ import typer
 from dpcare.cli_common import fail as _fail
 from dpcare.cli_common import table_and_spec as _table_and_spec
 from dpcare.cli_synth import benchmark_dp2stage, synth_app
+from dpcare.cli_images import benchmark_diffusion
 from dpcare.cli_tsf import benchmark_tsf
 from dpcare.runtime import ensure_fast_process
 
@@ -32,6 +33,7 @@ Accountant = Annotated[str, typer.Option(help="pld, rdp or both")]
 app.add_typer(synth_app, name="synth")
 benchmark_app.command("dp2stage")(benchmark_dp2stage)
 benchmark_app.command("tsf")(benchmark_tsf)
+benchmark_app.command("diffusion")(benchmark_diffusion)
 
 
 @account_app.command("epsilon")

@@ -266,7 +266,7 @@ class Trainer:
         pre = c.public_pretrain_steps
         bar = tqdm(total=pre + total, initial=self.step_count, disable=not c.progress, desc=obj.name, leave=False)
         every = max(1, (pre + total) // 50)
-        eps_every = max(1, (pre + total) // 10)  # the exact accountant, ~10 times a run
+        eps_every = max(10, (pre + total) // 10)  # the exact accountant: ~10 times a run, at most every 10 steps
         shown: dict[str, float] = {}
         while self.step_count < pre + total:
             if self.step_count < pre:
