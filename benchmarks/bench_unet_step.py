@@ -1,0 +1,101 @@
+"""DP steps of the diffusion U-Net relative to a non-private step, peak memory, and sampling speed.
+
+The U-Net of dpcare.images (MNIST 28x28, widths 16/32, class-conditional) on one fixed batch. Each mode
+runs in a fresh subprocess (clean peak RSS) with OMP_NUM_THREADS=1 and the glibc allocator setting.
+"fdp-alg1" runs the model twice per private example (l(x) - l(Psi(x))) plus the public batch.
+
+    python benchmarks/bench_unet_step.py [--quick] [--batch 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from bench_dp_step import time_steps
+
+from dpcare.runtime import FAST_ALLOCATOR
+
+MODES = ["non-private", "dp fast", "fdp-alg1 fast", "dp functorch", "sampling"]
+
+
+def run_one(mode: str, batch: int, steps: int) -> dict:
+    import torch
+
+    from dpcare.engine import TrainConfig, Trainer
+    from dpcare.images.diffusion import DiffusionObjective, NoiseSchedule, sample
+    from dpcare.images.unet import UNet
+    from dpcare.privacy import PrivacyLedger
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = UNet(1, 28, (16, 32), 10, 64)
+    schedule = NoiseSchedule(1000)
+    if mode == "sampling":
+        labels = torch.arange(batch) % 10
+        sample(model, schedule, labels, (1, 28, 28), steps=2)
+        t0 = time.perf_counter()
+        sample(model, schedule, labels, (1, 28, 28), steps=10)
+        per_image = (time.perf_counter() - t0) / batch
+        import resource
+
+        return {"median_s": per_image, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "backend": "-"}
+    kind = mode.split()[0]
+    objective = DiffusionObjective(kind, schedule)
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(batch, 1, 28, 28, generator=g) * 2 - 1
+    data = {"x": x, "x_pub": torch.nn.functional.avg_pool2d(x, 5, 1, 2), "y": torch.randint(0, 10, (batch,))}
+    backend = "functorch" if "functorch" in mode else "auto"
+    cfg = TrainConfig(batch_size=batch, noise_multiplier=1.0 if objective.private else None, backend=backend,
+                      progress=False, max_physical_batch=batch)
+    trainer = Trainer(model, objective, cfg, ledger=PrivacyLedger(10**6))
+    idx = torch.arange(batch)
+
+    def step():
+        if objective.private:
+            grad = trainer.private_gradient(data, idx, expected_batch=batch)
+            if objective.has_public_branch:
+                g_pub, _ = trainer.mean_gradient(objective.public_loss, data)
+                grad = {k: g_pub[k] + grad[k] for k in grad}
+        else:
+            grad, _ = trainer.mean_gradient(objective.private_loss, data)
+        trainer._apply(grad)
+
+    return {**time_steps(step, steps), "backend": trainer.backend}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--child", nargs=3, metavar=("MODE", "BATCH", "STEPS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        mode, b, s = args.child
+        print(json.dumps(run_one(mode, int(b), int(s))))
+        return
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **FAST_ALLOCATOR}
+    steps = 3 if args.quick else 10
+    base = None
+    print(f"{'mode':<16}{'backend':<11}{'ms/step':>10}{'x non-private':>15}{'peak RSS MiB':>14}")
+    for mode in MODES:
+        out = subprocess.run([sys.executable, __file__, "--child", mode, str(args.batch), str(steps)], env=env,
+                             capture_output=True, text=True, check=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        if mode == "sampling":
+            print(f"sampling: {1 / r['median_s']:.1f} images/s per DDIM step-10 run "
+                  f"({1e3 * r['median_s']:.1f} ms per image for 10 DDIM steps), peak RSS {r['peak_rss_mib']:.0f} MiB")
+            continue
+        base = base or r["median_s"]
+        print(f"{mode:<16}{r['backend']:<11}{1e3 * r['median_s']:>10.1f}{r['median_s'] / base:>15.2f}"
+              f"{r['peak_rss_mib']:>14.0f}", flush=True)
+    print(f"(batch {args.batch} images of 28x28; U-Net widths 16/32, {MODES[0]} = plain Adam step)")
+
+
+if __name__ == "__main__":
+    main()
