@@ -88,8 +88,8 @@ class NoNoise(Trainer):
 class SkipClip(Trainer):
     """Planted bug: per-example clipping skipped (the noise is still sigma * C)."""
 
-    def clipped_sum(self, batch):
-        return clipped_sum_fast(self.model, self.objective.private_loss, batch, self.trainable, 1e12)
+    def clipped_sum(self, batch, groups=None):
+        return clipped_sum_fast(self.model, self.objective.private_loss, batch, self.trainable, 1e12, groups)
 
 
 AUDIT = dict(epsilon=0.5, canaries=400, epochs=40)
