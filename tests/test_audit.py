@@ -237,3 +237,18 @@ def test_loss_attack_on_a_scikit_learn_model():
     assert r.metrics["auc"]["value"] > 0.7
     with pytest.raises(TypeError, match="predict_proba"):
         sklearn_losses(object(), x, y)
+
+
+def test_clustered_auc_interval_is_wider_than_the_window_bootstrap_for_correlated_windows():
+    from dpcare.audit import attack_metrics, clustered_auc_interval
+
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(20), 30)  # 20 patients x 30 windows, a patient effect dominates
+    member = rng.normal(0, 1, 20)[groups] + rng.normal(0, 0.1, len(groups))
+    nonmember = rng.normal(0, 1, 20)[groups] + rng.normal(0, 0.1, len(groups))
+    low, high = clustered_auc_interval(member, groups, nonmember, groups, draws=300)
+    window = attack_metrics(member, nonmember, bootstrap=300)["auc"]
+    assert low < 0.5 < high
+    assert high - low > 2 * (window["high"] - window["low"])
+    with pytest.raises(ValueError, match="one group label per score"):
+        clustered_auc_interval(member, groups[:-1], nonmember, groups)

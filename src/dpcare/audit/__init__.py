@@ -9,7 +9,7 @@ from dpcare.audit.loss_attack import (
     per_example_losses,
     sklearn_losses,
 )
-from dpcare.audit.metrics import attack_metrics, plot_roc
+from dpcare.audit.metrics import attack_metrics, clustered_auc_interval, plot_roc
 from dpcare.audit.one_run import epsilon_lower_bound, one_run_audit, p_value
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "LossAttackResult",
     "attack_metrics",
     "attribute_inference",
+    "clustered_auc_interval",
     "epsilon_lower_bound",
     "lira",
     "lira_scores",

@@ -65,3 +65,22 @@ def plot_roc(curves: dict[str, tuple[np.ndarray, np.ndarray]], path: str | os.Pa
     ax.set_title(title)
     ax.legend(fontsize=7)
     save_figure(fig, path)
+
+
+def clustered_auc_interval(member_scores: np.ndarray, member_groups: np.ndarray, nonmember_scores: np.ndarray,
+                           nonmember_groups: np.ndarray, draws: int = 500, seed: int = 0) -> list[float]:
+    """95% bootstrap interval of the AUC resampling whole groups (patients), members and non-members
+    separately: windows of one patient are correlated, so resampling windows understates the spread."""
+    m, n = np.asarray(member_scores, float), np.asarray(nonmember_scores, float)
+    mg, ng = np.asarray(member_groups), np.asarray(nonmember_groups)
+    if len(m) != len(mg) or len(n) != len(ng):
+        raise ValueError("one group label per score is needed")
+    m_idx = [np.flatnonzero(mg == g) for g in np.unique(mg)]
+    n_idx = [np.flatnonzero(ng == g) for g in np.unique(ng)]
+    rng = np.random.default_rng(seed)
+    aucs = []
+    for _ in range(draws):
+        ms = m[np.concatenate([m_idx[i] for i in rng.integers(0, len(m_idx), len(m_idx))])]
+        ns = n[np.concatenate([n_idx[i] for i in rng.integers(0, len(n_idx), len(n_idx))])]
+        aucs.append(roc_auc_score(np.r_[np.ones(len(ms)), np.zeros(len(ns))], np.r_[ms, ns]))
+    return [float(np.percentile(aucs, 2.5)), float(np.percentile(aucs, 97.5))]

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from dpcare.audit import plot_roc
+from dpcare.audit import clustered_auc_interval, plot_roc
 from dpcare.io import torch_save, write_json, write_text
 from dpcare.timeseries import WindowSet, windows_for
 from dpcare.workflows.tsf import (
@@ -143,15 +143,22 @@ def run_tsf_benchmark(bench: TsfBenchmark, out_dir: str | Path, progress: bool =
         write_json(out / name / "data.json", data.summary())
         targets = _target(data, labels, bench, out / name / "target", progress)
         lira = {}
+        train_patients, test_patients = data.part("train").patient, data.part("test").patient
+        patient_ci = {lab: {"loss": clustered_auc_interval(t["roc"]["members"], train_patients, t["roc"]["nonmembers"],
+                                                           test_patients)} for lab, t in targets.items()}
         if bench.shadows >= 2:
             shadow_losses, shadow_in = _shadows(data, labels, bench, out / name / "shadows", progress)
-            _, target_in, _ = _population(data)
+            pop, target_in, _ = _population(data)
             lira = {lab: lira_report(np.array(targets[lab]["population_losses"]), target_in, shadow_losses[lab],
                                      shadow_in) for lab in labels}
+            for lab, r in lira.items():
+                patient_ci[lab]["lira"] = clustered_auc_interval(r["scores"]["members"], pop.patient[target_in],
+                                                                 r["scores"]["nonmembers"], pop.patient[~target_in])
             write_json(out / name / "lira.json", {lab: {k: v for k, v in r.items() if k != "scores"}
                                                    for lab, r in lira.items()})
+        write_json(out / name / "patient_intervals.json", patient_ci)
         for lab in labels:
-            rows.append(_row(data, targets[lab], lira.get(lab)))
+            rows.append(_row(data, targets[lab], lira.get(lab), patient_ci[lab]))
         _plots(data.name, targets, lira, out)
     table = pd.DataFrame(rows)
     table.to_csv(out / "table.csv", index=False)
@@ -159,15 +166,16 @@ def run_tsf_benchmark(bench: TsfBenchmark, out_dir: str | Path, progress: bool =
     return table
 
 
-def _row(data: TsfData, target: dict, lira: dict | None) -> dict:
+def _row(data: TsfData, target: dict, lira: dict | None, patient_ci: dict) -> dict:
     la = target["loss_attack"]
     eps = target["info"].get("guarantee", {}).get("epsilon")
     row = {"data": data.name, "method": target["label"], "epsilon": eps, "test_mse": target["test_mse"],
            "priv": la["priv"], "tpr": la["tpr"], "fpr": la["fpr"], "loss_auc": la["auc"],
-           "loss_tpr_1pct": la["tpr_at_1pct_fpr"], "loss_tpr_01pct": la["tpr_at_0.1pct_fpr"],
-           "seconds": target["seconds"]}
+           "loss_auc_patient_ci": _interval(patient_ci["loss"]), "loss_tpr_1pct": la["tpr_at_1pct_fpr"],
+           "loss_tpr_01pct": la["tpr_at_0.1pct_fpr"], "seconds": target["seconds"]}
     if lira:
-        row |= {"lira_auc": lira["online"]["auc"], "lira_tpr_1pct": lira["online"]["tpr_at_1pct_fpr"],
+        row |= {"lira_auc": lira["online"]["auc"], "lira_auc_patient_ci": _interval(patient_ci["lira"]),
+                "lira_tpr_1pct": lira["online"]["tpr_at_1pct_fpr"],
                 "lira_offline_auc": lira["offline"]["auc"], "shadows": lira["shadows"]}
     return row
 
@@ -181,15 +189,20 @@ def _plots(name: str, targets: dict[str, dict], lira: dict[str, dict], out: Path
 
 
 def markdown(table: pd.DataFrame, bench: TsfBenchmark) -> str:
-    cols = ["data", "method", "epsilon", "test_mse", "priv", "loss_auc", "loss_tpr_1pct", "lira_auc",
-            "lira_tpr_1pct"]
+    cols = ["data", "method", "epsilon", "test_mse", "priv", "loss_auc", "loss_auc_patient_ci", "loss_tpr_1pct",
+            "lira_auc", "lira_auc_patient_ci", "lira_tpr_1pct"]
     cols = [c for c in cols if c in table]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in table.iterrows():
         lines.append("| " + " | ".join(_fmt(r[c]) for c in cols) + " |")
-    note = (f"\nShadows per LiRA: {bench.shadows}. epsilon: patient-level (add/remove one patient with all windows), "
+    note = (f"\nShadows per LiRA: {bench.shadows}. AUC intervals: 95% bootstrap over PATIENTS (a patient's windows "
+            "are correlated). epsilon: patient-level (add/remove one patient with all windows), "
             "from the run's ledger; empty = no formal guarantee (augmentation gives none).\n")
     return "\n".join(lines) + note
+
+
+def _interval(ci: list[float]) -> str:
+    return f"[{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
 def _fmt(v) -> str:
