@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -276,7 +276,3 @@ def _read(path: Path) -> dict | None:
     import json
 
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def with_recipe(bench: DiffusionBenchmark, **changes) -> DiffusionBenchmark:
-    return replace(bench, recipe=replace(bench.recipe, **changes))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -219,7 +219,3 @@ def _read(path: Path) -> dict | None:
     import json
 
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def with_overrides(bench: TsfBenchmark, **recipe) -> TsfBenchmark:
-    return replace(bench, recipe=replace(bench.recipe, **recipe))
