@@ -112,6 +112,26 @@ def time_steps(step, steps: int) -> dict:
     return {"median_s": times[len(times) // 2], "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def child_result(script: str, mode: str, batch: int, steps: int) -> dict:
+    """Run ``script --child MODE BATCH STEPS`` in a fresh process (clean peak RSS, one thread, fast allocator)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **FAST_ALLOCATOR}
+    out = subprocess.run([sys.executable, script, "--child", mode, str(batch), str(steps)], env=env,
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def step_ratios(script: str, modes: list[str], batch: int, steps: int, width: int = 22) -> dict[str, dict]:
+    """Each mode's median step time, its ratio to the first mode, backend and peak RSS, printed as a table."""
+    print(f"{'mode':<{width}}{'backend':<11}{'ms/step':>10}{'x non-private':>15}{'peak RSS MiB':>14}")
+    results, base = {}, None
+    for mode in modes:
+        r = results[mode] = child_result(script, mode, batch, steps)
+        base = base or r["median_s"]
+        print(f"{mode:<{width}}{r['backend']:<11}{1e3 * r['median_s']:>10.1f}{r['median_s'] / base:>15.2f}"
+              f"{r['peak_rss_mib']:>14.0f}", flush=True)
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")

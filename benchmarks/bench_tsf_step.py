@@ -12,13 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 
-from bench_dp_step import time_steps
-
-from dpcare.runtime import FAST_ALLOCATOR
+from bench_dp_step import step_ratios, time_steps
 
 MODES = ["non-private", "dp-sgd fast", "dp-sgd fast grouped", "dp-sgd functorch"]
 
@@ -85,17 +80,8 @@ def main() -> None:
         mode, b, s = args.child
         print(json.dumps(run_one(mode, int(b), int(s))))
         return
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **FAST_ALLOCATOR}
-    steps = 5 if args.quick else 20
-    base = None
-    print(f"{'mode':<22}{'backend':<11}{'ms/step':>10}{'x non-private':>15}{'peak RSS MiB':>14}")
-    for mode in MODES:
-        out = subprocess.run([sys.executable, __file__, "--child", mode, str(args.batch), str(steps)], env=env,
-                             capture_output=True, text=True, check=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        base = base or r["median_s"]
-        print(f"{mode:<22}{r['backend']:<11}{1e3 * r['median_s']:>10.1f}{r['median_s'] / base:>15.2f}"
-              f"{r['peak_rss_mib']:>14.0f}", flush=True)
+    results = step_ratios(__file__, MODES, args.batch, 5 if args.quick else 20)
+    r = results[MODES[0]]
     print(f"(batch {args.batch} windows of the {r['source']}; forecaster d_model 64)")
 
 

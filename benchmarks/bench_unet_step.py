@@ -11,14 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import time
 
-from bench_dp_step import time_steps
-
-from dpcare.runtime import FAST_ALLOCATOR
+from bench_dp_step import child_result, step_ratios, time_steps
 
 MODES = ["non-private", "dp fast", "fdp-alg1 fast", "dp functorch", "sampling"]
 
@@ -79,21 +74,10 @@ def main() -> None:
         mode, b, s = args.child
         print(json.dumps(run_one(mode, int(b), int(s))))
         return
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **FAST_ALLOCATOR}
     steps = 3 if args.quick else 10
-    base = None
-    print(f"{'mode':<16}{'backend':<11}{'ms/step':>10}{'x non-private':>15}{'peak RSS MiB':>14}")
-    for mode in MODES:
-        out = subprocess.run([sys.executable, __file__, "--child", mode, str(args.batch), str(steps)], env=env,
-                             capture_output=True, text=True, check=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        if mode == "sampling":
-            print(f"sampling: {1 / r['median_s']:.1f} images/s per DDIM step-10 run "
-                  f"({1e3 * r['median_s']:.1f} ms per image for 10 DDIM steps), peak RSS {r['peak_rss_mib']:.0f} MiB")
-            continue
-        base = base or r["median_s"]
-        print(f"{mode:<16}{r['backend']:<11}{1e3 * r['median_s']:>10.1f}{r['median_s'] / base:>15.2f}"
-              f"{r['peak_rss_mib']:>14.0f}", flush=True)
+    step_ratios(__file__, [m for m in MODES if m != "sampling"], args.batch, steps, width=16)
+    r = child_result(__file__, "sampling", args.batch, steps)
+    print(f"sampling: {1 / r['median_s']:.1f} images/s with 10 DDIM steps, peak RSS {r['peak_rss_mib']:.0f} MiB")
     print(f"(batch {args.batch} images of 28x28; U-Net widths 16/32, {MODES[0]} = plain Adam step)")
 
 
