@@ -112,6 +112,21 @@ def time_steps(step, steps: int) -> dict:
     return {"median_s": times[len(times) // 2], "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def parse_or_run_child(doc: str, run_one, default_batch: int) -> argparse.Namespace | None:
+    """The step scripts' command line: ``--quick``, ``--batch``; a ``--child MODE BATCH STEPS`` call runs
+    one mode, prints its JSON and returns None."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--batch", type=int, default=default_batch)
+    ap.add_argument("--child", nargs=3, metavar=("MODE", "BATCH", "STEPS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        mode, b, s = args.child
+        print(json.dumps(run_one(mode, int(b), int(s))))
+        return None
+    return args
+
+
 def child_result(script: str, mode: str, batch: int, steps: int) -> dict:
     """Run ``script --child MODE BATCH STEPS`` in a fresh process (clean peak RSS, one thread, fast allocator)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", **FAST_ALLOCATOR}

@@ -10,10 +10,7 @@ mode runs in a fresh subprocess (clean peak RSS) with OMP_NUM_THREADS=1 and the 
 
 from __future__ import annotations
 
-import argparse
-import json
-
-from bench_dp_step import step_ratios, time_steps
+from bench_dp_step import parse_or_run_child, step_ratios, time_steps
 
 MODES = ["non-private", "dp-sgd fast", "dp-sgd fast grouped", "dp-sgd functorch"]
 
@@ -71,14 +68,8 @@ def run_one(mode: str, batch: int, steps: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--child", nargs=3, metavar=("MODE", "BATCH", "STEPS"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        mode, b, s = args.child
-        print(json.dumps(run_one(mode, int(b), int(s))))
+    args = parse_or_run_child(__doc__, run_one, default_batch=32)
+    if args is None:
         return
     results = step_ratios(__file__, MODES, args.batch, 5 if args.quick else 20)
     r = results[MODES[0]]

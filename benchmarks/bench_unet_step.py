@@ -9,11 +9,9 @@ runs in a fresh subprocess (clean peak RSS) with OMP_NUM_THREADS=1 and the glibc
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 
-from bench_dp_step import child_result, step_ratios, time_steps
+from bench_dp_step import child_result, parse_or_run_child, step_ratios, time_steps
 
 MODES = ["non-private", "dp fast", "fdp-alg1 fast", "dp functorch", "sampling"]
 
@@ -65,14 +63,8 @@ def run_one(mode: str, batch: int, steps: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--child", nargs=3, metavar=("MODE", "BATCH", "STEPS"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        mode, b, s = args.child
-        print(json.dumps(run_one(mode, int(b), int(s))))
+    args = parse_or_run_child(__doc__, run_one, default_batch=64)
+    if args is None:
         return
     steps = 3 if args.quick else 10
     step_ratios(__file__, [m for m in MODES if m != "sampling"], args.batch, steps, width=16)
