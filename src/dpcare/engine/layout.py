@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from dpcare.engine.sampling import UnitIndex
+
 
 def stack_calls(tensors: list[Tensor], batch: int, trailing: int) -> Tensor:
     """Reshape each call's tensor to [B, S_c, *trailing dims] and concatenate along S."""
@@ -33,11 +35,10 @@ class Layout:
             return
         if groups.shape != (rows,):
             raise ValueError(f"groups must hold one unit label per row, shape ({rows},), got {tuple(groups.shape)}")
-        _, inverse, counts = torch.unique(groups, return_inverse=True, return_counts=True)
-        order = torch.argsort(inverse, stable=True)
-        pos = torch.empty_like(inverse)
-        pos[order] = torch.arange(rows) - (torch.cumsum(counts, 0) - counts)[inverse[order]]
-        self.size, self._index = len(counts), (inverse, pos, int(counts.max()))
+        units = UnitIndex(groups)
+        pos = torch.empty_like(units.labels)  # each row's place among its unit's rows
+        pos[units.order] = torch.arange(rows) - units.starts[units.labels[units.order]]
+        self.size, self._index = units.n, (units.labels, pos, int(units.counts.max()))
 
     def group(self, t: Tensor) -> Tensor:
         """[rows, S, *tail] -> [units, M*S, *tail] (M = most rows of one unit)."""
