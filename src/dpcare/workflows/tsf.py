@@ -38,8 +38,13 @@ from dpcare.timeseries import (
     validate_events,
     windows_for,
 )
-from dpcare.timeseries.augment import AugmentConfig, embed_windows, retrain_with_augmentation
-from dpcare.timeseries.model import Forecaster, masked_mse
+from dpcare.timeseries.augment import (
+    AugmentConfig,
+    embed_windows,
+    embedding_losses,
+    retrain_with_augmentation,
+)
+from dpcare.timeseries.model import Forecaster
 from dpcare.timeseries.objective import ForecastLoss
 
 DEFENCES = ("zoo", "zoo_pca", "mixup")
@@ -140,14 +145,14 @@ class TsfRecipe:
         return Forecaster(n_vars, input_len, output_len, d_model=self.d_model, n_heads=self.n_heads)
 
 
-def _new_model(recipe: TsfRecipe, ws: WindowSet, seed: int) -> Forecaster:
+def new_model(recipe: TsfRecipe, ws: WindowSet, seed: int) -> Forecaster:
     return recipe.model(len(ws.variables), int(ws.x.shape[1]), int(ws.y.shape[1]), seed)
 
 
 def train_baseline(train: WindowSet, recipe: TsfRecipe, seed: int = 0, progress: bool = False,
                    checkpoint_dir: str | None = None) -> Forecaster:
     """Non-private training on the training windows (Adam, masked MSE)."""
-    model = _new_model(recipe, train, seed)
+    model = new_model(recipe, train, seed)
     cfg = TrainConfig(batch_size=recipe.batch_size, epochs=recipe.epochs, lr=recipe.lr, seed=seed, progress=progress,
                       checkpoint_dir=checkpoint_dir)
     Trainer(model, ForecastLoss(private=False), cfg).fit(train.tensors())
@@ -167,7 +172,7 @@ def train_dp_sgd(train: WindowSet, recipe: TsfRecipe, epsilon: float, standardiz
     cfg = TrainConfig(batch_size=max(1, round(recipe.dp_sampling_rate * patients)), epochs=recipe.dp_epochs,
                       lr=recipe.dp_lr, clip_norm=recipe.clip_norm, target_epsilon=epsilon, seed=seed,
                       progress=progress, checkpoint_dir=checkpoint_dir, max_physical_batch=256)
-    model = _new_model(recipe, train, seed)
+    model = new_model(recipe, train, seed)
     result = Trainer(model, ForecastLoss(private=True), cfg, ledger).fit(train.tensors(), groups=train.groups())
     info = {"guarantee": result.guarantee.to_dict(), "guarantee_text": result.guarantee.describe(),
             "noise_multiplier": result.noise_multiplier, "steps": result.steps, "sampling_rate": result.sampling_rate,
@@ -194,11 +199,8 @@ def train_defended(baseline: Forecaster, train: WindowSet, validation: WindowSet
 
 def window_losses(model: Forecaster, ws: WindowSet, batch: int = 512) -> np.ndarray:
     """Masked MSE of every window (eval mode, no gradients)."""
-    model.eval()
-    with torch.no_grad():
-        parts = [masked_mse(model(ws.x[i:i + batch]), ws.y[i:i + batch], ws.mask[i:i + batch])
-                 for i in range(0, len(ws), batch)]
-    return torch.cat(parts).numpy().astype(float)
+    e = embed_windows(model, ws.x, batch)
+    return embedding_losses(model, e, ws.y, ws.mask, batch).numpy().astype(float)
 
 
 def method_labels(methods: Iterable[str], epsilons: Iterable[float]) -> list[str]:

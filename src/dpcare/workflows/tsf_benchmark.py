@@ -30,6 +30,7 @@ from dpcare.workflows.tsf import (
     loss_attack_report,
     method_labels,
     needs_baseline,
+    new_model,
     prepare_tsf,
     run_shadow,
     train_baseline,
@@ -90,7 +91,7 @@ def _target(data: TsfData, labels: list[str], bench: TsfBenchmark, folder: Path,
 def _baseline(train: WindowSet, bench: TsfBenchmark, folder: Path, progress: bool):
     """The target Baseline, trained once and kept (the defences all start from it)."""
     path = folder / "baseline.pt"
-    model = bench.recipe.model(len(train.variables), int(train.x.shape[1]), int(train.y.shape[1]), bench.seed)
+    model = new_model(bench.recipe, train, bench.seed)
     if path.exists():
         model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         return model.eval()
