@@ -102,11 +102,11 @@ def test_ledger_is_charged_once_per_private_step_and_calibration_meets_target():
     assert result.guarantee.epsilon == pytest.approx(ledger.epsilon())
 
 
-def run(steps, ckpt_dir, crash_at=None):
+def run(steps, ckpt_dir, crash_at=None, ema_decay=None):
     torch.manual_seed(0)
     model = TabularMLP(6, hidden=16)  # dropout on: the RNG state must resume too
     cfg = TrainConfig(batch_size=8, steps=steps, noise_multiplier=1.1, public_pretrain_steps=3, progress=False,
-                      checkpoint_dir=str(ckpt_dir), checkpoint_every=4, seed=11)
+                      checkpoint_dir=str(ckpt_dir), checkpoint_every=4, seed=11, ema_decay=ema_decay)
     trainer = Trainer(model, FeatureDP(), cfg, ledger=PrivacyLedger(64))
     if crash_at is not None:
         original = trainer.private_step
@@ -122,11 +122,12 @@ def run(steps, ckpt_dir, crash_at=None):
     return model, trainer
 
 
-def test_killed_run_resumes_to_the_same_model_and_epsilon(tmp_path):
-    ref_model, ref = run(20, tmp_path / "a")
+@pytest.mark.parametrize("ema_decay", [None, 0.9])
+def test_killed_run_resumes_to_the_same_model_and_epsilon(tmp_path, ema_decay):
+    ref_model, ref = run(20, tmp_path / "a", ema_decay=ema_decay)
     with pytest.raises(KeyboardInterrupt):
-        run(20, tmp_path / "b", crash_at=14)
-    model, resumed = run(20, tmp_path / "b")
+        run(20, tmp_path / "b", crash_at=14, ema_decay=ema_decay)
+    model, resumed = run(20, tmp_path / "b", ema_decay=ema_decay)
     for (n, p), (_, q) in zip(ref_model.state_dict().items(), model.state_dict().items()):
         assert torch.equal(p, q), n
     assert resumed.ledger.epsilon() == pytest.approx(ref.ledger.epsilon(), rel=1e-12)
@@ -186,3 +187,33 @@ def test_bad_data_is_named():
         t.fit(bad, {"x_pub": d["x_pub"], "y": d["y"]})
     with pytest.raises(ValueError, match="lacks the keys"):
         t.fit({"x": d["x"], "y": d["y"]}, {"x_pub": d["x_pub"], "y": d["y"]})
+
+
+def test_ema_is_the_moving_average_of_the_iterates_and_ends_in_the_model():
+    decay, iterates = 0.8, []
+    torch.manual_seed(5)
+    model = TabularMLP(6, hidden=8, dropout=0.0)
+    trainer = Trainer(model, DPSGD(), TrainConfig(batch_size=8, steps=6, noise_multiplier=1.0, ema_decay=decay,
+                                                  progress=False), ledger=PrivacyLedger(64))
+    start = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    original = trainer._apply
+
+    def recording(grad):
+        original(grad)
+        iterates.append(torch.cat([p.detach().flatten().clone() for p in model.parameters()]))
+
+    trainer._apply = recording
+    trainer.fit(data())
+    expected = start
+    for w in iterates:
+        expected = decay * expected + (1 - decay) * w
+    final = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert len(iterates) == 6
+    assert torch.allclose(final, expected, atol=1e-6)
+    assert not torch.allclose(final, iterates[-1])  # the model holds the average, not the last iterate
+
+
+def test_ema_decay_outside_unit_interval_is_refused():
+    with pytest.raises(ValueError, match="ema_decay"):
+        Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(noise_multiplier=1.0, ema_decay=1.0),
+                ledger=PrivacyLedger(64))

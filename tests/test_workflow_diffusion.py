@@ -18,7 +18,7 @@ from dpcare.workflows.diffusion import (
     train_diffusion,
 )
 
-TINY = DiffusionRecipe(widths=(8, 16), emb_dim=16, diffusion_steps=50, sample_steps=5, epochs=1, dp_epochs=1,
+TINY = DiffusionRecipe(image_size=None, widths=(8, 16), emb_dim=16, diffusion_steps=50, sample_steps=5, epochs=1, dp_epochs=1,
                        batch_size=64, dp_batch_size=64, samples=40, feature_epochs=1, reject_rounds=2)
 
 

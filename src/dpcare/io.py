@@ -39,14 +39,14 @@ def torch_save(path: str | os.PathLike, obj: Any) -> Path:
     return atomic_write(path, lambda f: torch.save(obj, f), mode="wb")
 
 
-def new_figure(figsize: tuple[float, float], ncols: int = 1):
-    """A matplotlib figure and axes (``ncols`` side by side) on the non-interactive backend."""
+def new_figure(figsize: tuple[float, float], ncols: int = 1, nrows: int = 1):
+    """A matplotlib figure and axes (``nrows`` x ``ncols``) on the non-interactive backend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(1, ncols, figsize=figsize)
+    return plt.subplots(nrows, ncols, figsize=figsize)
 
 
 def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> Path:

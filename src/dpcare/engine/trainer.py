@@ -16,6 +16,10 @@ Grouped examples (``fit(..., groups=)``): the privacy unit is a patient with sev
 (forecasting windows, note windows). Poisson sampling draws patients at rate q = m / patients, a
 patient's rows are clipped as ONE gradient (the sum of its rows' gradients), the noisy sum is divided
 by the expected number of patients q P, and the guarantee names the patient.
+
+``TrainConfig.ema_decay``: the trainer also keeps an exponential moving average of the weights
+(ema <- decay ema + (1 - decay) w after every step) and ``fit`` leaves the model holding it. The
+average is a function of the released iterates only, so it is post-processing: no privacy cost.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ class TrainConfig:
     checkpoint_dir: str | None = None
     checkpoint_every: int = 100
     progress: bool = True
+    ema_decay: float | None = None  # keep an exponential moving average of the weights; fit() ends with it
 
     def validate(self, objective: Objective) -> None:
         positive = {"batch_size": self.batch_size, "lr": self.lr, "clip_norm": self.clip_norm,
@@ -80,6 +85,8 @@ class TrainConfig:
             raise ValueError(f"epochs must be positive, got {self.epochs!r}")
         if self.steps is not None and self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps!r}")
+        if self.ema_decay is not None and not (0 <= self.ema_decay < 1):
+            raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay!r}")
         if self.alpha < 0 or not math.isfinite(self.alpha):
             raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
         if self.backend not in ("auto", "fast", "functorch"):
@@ -140,6 +147,7 @@ class Trainer:
         torch.manual_seed(seed + 3)  # dropout and other model randomness
         self.step_count = 0
         self.history: list[dict[str, float]] = []
+        self.ema = {n: p.detach().clone() for n, p in self.trainable.items()} if config.ema_decay is not None else None
 
     # ---------------------------------------------------------------- set-up
     def _default_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
@@ -208,6 +216,10 @@ class Trainer:
             p.grad = grad[n]
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            with torch.no_grad():
+                for n, p in self.trainable.items():
+                    self.ema[n].lerp_(p.detach(), 1 - self.config.ema_decay)
 
     # ---------------------------------------------------------------- steps
     def public_step(self, public_data: Mapping[str, Tensor]) -> float:
@@ -287,6 +299,10 @@ class Trainer:
             if c.checkpoint_dir and (self.step_count % c.checkpoint_every == 0 or self.step_count == pre + total):
                 self.save_checkpoint(total)
         bar.close()
+        if self.ema is not None:  # post-processing of the released iterates: no privacy cost
+            with torch.no_grad():
+                for name, p in self.trainable.items():
+                    p.copy_(self.ema[name])
         self.model.eval()
         return TrainResult(
             steps=total,
@@ -327,6 +343,7 @@ class Trainer:
             "noise_multiplier": self.noise_multiplier,
             "ledger": self.ledger.state_dict() if self.ledger is not None else None,
             "history": self.history,
+            "ema": self.ema,
         }
         ckpt.atomic_save(state, Path(self.config.checkpoint_dir) / CHECKPOINT_NAME)
 
@@ -351,6 +368,7 @@ class Trainer:
         if state["ledger"] is not None:
             self.ledger = PrivacyLedger.from_state_dict(state["ledger"])
         self.history = state["history"]
+        self.ema = state.get("ema")
         self.step_count = state["step"]
         log.info("resumed from %s at step %d", path, self.step_count)
 

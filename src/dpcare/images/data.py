@@ -10,6 +10,8 @@ from types import MappingProxyType
 import numpy as np
 import torch
 
+from dpcare.exceptions import DataError
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 DEFAULT_FRACTIONS: Mapping[str, float] = MappingProxyType(
     {"public": 0.2, "train": 0.6, "test": 0.2})
@@ -27,9 +29,9 @@ class ImageSet:
 
     def __post_init__(self) -> None:
         if self.images.ndim != 4:
-            raise ValueError(f"images must be [N, C, H, W], got shape {tuple(self.images.shape)}")
+            raise DataError(f"images must be [N, C, H, W], got shape {tuple(self.images.shape)}")
         if self.labels.shape != (self.images.shape[0],):
-            raise ValueError(f"labels must be [N] with N = {self.images.shape[0]}, "
+            raise DataError(f"labels must be [N] with N = {self.images.shape[0]}, "
                              f"got shape {tuple(self.labels.shape)}")
         self.classes = tuple(self.classes)
 
@@ -40,6 +42,18 @@ class ImageSet:
     def image_shape(self) -> tuple[int, int, int]:
         """(C, H, W)."""
         return tuple(int(s) for s in self.images.shape[1:])  # type: ignore[return-value]
+
+    def resized(self, size: int) -> ImageSet:
+        """The same images at ``size`` x ``size`` (area averaging when shrinking, bilinear when growing):
+        a fixed per-image operation that reads no other image."""
+        if int(size) < 1:
+            raise DataError(f"image size must be positive, got {size}")
+        if self.images.shape[-2:] == (size, size):
+            return self
+        grow = size > min(self.images.shape[-2:])
+        mode = {"mode": "bilinear", "align_corners": False} if grow else {"mode": "area"}
+        images = torch.nn.functional.interpolate(self.images, size=(int(size), int(size)), **mode)
+        return ImageSet(images.clamp(-1, 1), self.labels, self.classes, f"{self.source}, resized to {size}x{size}")
 
     def subset(self, idx) -> ImageSet:
         """Images at positions ``idx`` (ints or a boolean mask; numpy, list or tensor)."""
@@ -93,7 +107,7 @@ def _read_image(file: Path, mode: str, size: tuple[int, int] | None) -> np.ndarr
                 im = im.resize((size[1], size[0]), Image.Resampling.BICUBIC)
             arr = np.asarray(im, dtype=np.uint8)
     except (OSError, UnidentifiedImageError, ValueError) as err:
-        raise ValueError(f"cannot read image {file}: {err}") from err
+        raise DataError(f"cannot read image {file}: {err}") from err
     return arr[:, :, None] if arr.ndim == 2 else arr
 
 
@@ -109,7 +123,7 @@ def load_image_folder(path: str | Path, size: int | tuple[int, int] | None = Non
     if not root.exists():
         raise FileNotFoundError(f"image folder {root} does not exist")
     if not root.is_dir():
-        raise ValueError(f"{root} is a file, not an image folder")
+        raise DataError(f"{root} is a file, not an image folder")
     if size is not None:
         size = (size, size) if isinstance(size, int) else tuple(size)
         if len(size) != 2 or any(int(s) < 1 for s in size):
@@ -120,11 +134,11 @@ def load_image_folder(path: str | Path, size: int | tuple[int, int] | None = Non
     groups = {name: files for name, files in groups.items() if files}
     top = _image_files(root)
     if groups and top:
-        raise ValueError(f"{root} has both class sub-folders and {len(top)} images at the top "
+        raise DataError(f"{root} has both class sub-folders and {len(top)} images at the top "
                          f"level (e.g. {top[0].name}): move them into a class folder")
     if not groups:
         if not top:
-            raise ValueError(f"no PNG/JPEG images in {root} or its sub-folders")
+            raise DataError(f"no PNG/JPEG images in {root} or its sub-folders")
         groups = {root.resolve().name or "images": top}
     mode = "L" if grayscale else "RGB"
     arrays, labels, first = [], [], None
@@ -134,7 +148,7 @@ def load_image_folder(path: str | Path, size: int | tuple[int, int] | None = Non
             if first is None:
                 first = (file, arr.shape)
             elif arr.shape != first[1]:
-                raise ValueError(
+                raise DataError(
                     f"images differ in size: {first[0]} is {first[1][0]}x{first[1][1]} (HxW), "
                     f"{file} is {arr.shape[0]}x{arr.shape[1]}; pass size=... to resize")
             arrays.append(arr)
@@ -179,7 +193,7 @@ def split_images(images: ImageSet, fractions: Mapping[str, float] | None = None,
     for name in names:
         idx = np.sort(np.concatenate(parts[name]))
         if len(idx) == 0:
-            raise ValueError(f"split {name!r} is empty: {len(images)} images are too few for "
+            raise DataError(f"split {name!r} is empty: {len(images)} images are too few for "
                              f"fraction {fractions[name]}")
         out[name] = images.subset(idx)
     return out
