@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import argparse
 
-from dpcare.audit import lira
 from dpcare.data import load_dataset
 from dpcare.workflows.tabular import TabularRun
+from dpcare.workflows.tabular_audit import tabular_lira
 
 
 def main() -> None:
@@ -24,7 +24,7 @@ def main() -> None:
             "DP-SGD eps=1, 10 epochs": TabularRun(method="dp-sgd", epsilon=1.0, epochs=10, batch_size=64)}
     print(f"SUPPORT2, {args.rows} rows (target and shadows each train on a random half), MLP 256 wide")
     for name, run in runs.items():
-        r = lira(df, schema, run, shadows=args.shadows, workers=args.workers)
+        r = tabular_lira(df, schema, run, shadows=args.shadows, workers=args.workers)
         on, off = r.online, r.offline
         print(f"{name}: {args.shadows} shadows + target in {r.seconds_shadows:.1f} s on {args.workers} workers; "
               f"online AUC {on['auc']['value']:.3f} [{on['auc']['low']:.3f}, {on['auc']['high']:.3f}], "

@@ -11,12 +11,12 @@ from helpers import SPEC, toy_table
 from typer.testing import CliRunner
 
 from dpcare.audit import attack_metrics, epsilon_lower_bound, loss_attack, one_run_audit, p_value
-from dpcare.audit.canaries import CanaryAuditSettings, audit_tabular
 from dpcare.cli import app
 from dpcare.data import load_dataset
 from dpcare.engine import Trainer
 from dpcare.engine.fast_clipping import clipped_sum_fast
 from dpcare.workflows.tabular import TabularRun, train_tabular
+from dpcare.workflows.tabular_audit import CanaryAuditSettings, audit_tabular
 
 
 def test_p_value_and_lower_bound_basics():
@@ -210,17 +210,17 @@ def test_logit_confidence_matches_its_definition():
 
 
 def test_lira_separates_an_overfit_model_and_not_a_dp_one():
-    from dpcare.audit import lira
+    from dpcare.workflows.tabular_audit import tabular_lira
 
     df, schema = small_support2(300)
-    overfit = lira(df, schema, TabularRun(method="non-private", epochs=150, batch_size=32, lr=3e-3, hidden=64),
-                   shadows=8, workers=2, bootstrap=50)
+    overfit = tabular_lira(df, schema, TabularRun(method="non-private", epochs=150, batch_size=32, lr=3e-3,
+                                                    hidden=64), shadows=8, workers=2, bootstrap=50)
     assert overfit.online["auc"]["value"] > 0.7 and overfit.offline["auc"]["value"] > 0.6
-    private = lira(df, schema, TabularRun(method="dp-sgd", epsilon=1.0, epochs=10, batch_size=32, hidden=64),
-                   shadows=8, workers=2, bootstrap=50)
+    private = tabular_lira(df, schema, TabularRun(method="dp-sgd", epsilon=1.0, epochs=10, batch_size=32,
+                                                    hidden=64), shadows=8, workers=2, bootstrap=50)
     assert abs(private.online["auc"]["value"] - 0.5) < 0.08
     with pytest.raises(ValueError, match="at least 2"):
-        lira(df, schema, TabularRun(method="non-private"), shadows=1)
+        tabular_lira(df, schema, TabularRun(method="non-private"), shadows=1)
 
 
 def test_loss_attack_on_a_scikit_learn_model():

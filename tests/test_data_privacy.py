@@ -9,6 +9,7 @@ from dp_accounting import dp_event
 from helpers import SPEC, toy_table
 
 from dpcare.data import TableEncoder, TableSchema, load_table, public_view, replace_private
+from dpcare.exceptions import NotFittedError
 from dpcare.privacy import compute_epsilon
 
 
@@ -140,7 +141,7 @@ def test_encoding_details(table):
         enc.transform(table.head(3).assign(hr=[1.0, np.nan, 2.0]))
     y = enc.encode_target(table)
     assert y.dtype == np.float32 and set(np.unique(y)) == {0.0, 1.0}
-    with pytest.raises(RuntimeError, match="fit"):
+    with pytest.raises(NotFittedError, match="fit"):
         TableEncoder(schema).transform(table)
 
 

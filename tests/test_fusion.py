@@ -11,6 +11,7 @@ from torch import nn
 from dpcare.data import TableSchema, load_dataset, load_table, public_view
 from dpcare.engine.fast_clipping import clipped_sum_fast
 from dpcare.engine.functorch_backend import clipped_sum_functorch
+from dpcare.exceptions import NotFittedError
 from dpcare.fusion import GradientBoostingImputer, TabPFNImputer, imputation_quality, make_imputer
 from dpcare.methods.fusion import (
     HYBRID_METHODS,
@@ -58,7 +59,7 @@ def test_imputer_bad_inputs():
         TabPFNImputer("/nonexistent/clf.ckpt", "/nonexistent/reg.ckpt")
     with pytest.raises(ValueError, match="unknown imputer"):
         make_imputer("oracle")
-    with pytest.raises(RuntimeError, match="fit"):
+    with pytest.raises(NotFittedError, match="fit"):
         GradientBoostingImputer().predict(public_view(support, schema))
 
 
@@ -109,8 +110,8 @@ def test_private_loss_gradient_equals_its_formula(backend, name):
 
 
 def test_public_losses_read_only_public_views():
-    for name, factory in HYBRID_METHODS.items():
-        objective = factory()
+    for name in HYBRID_METHODS.names():
+        objective = HYBRID_METHODS.get(name)()
         assert set(objective.public_keys) <= {"x_hyb", "x_pub", "y"}, name
 
 

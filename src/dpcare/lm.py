@@ -15,6 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from dpcare.progress import quiet_loading
+
 SMOLLM2 = "smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -52,10 +54,15 @@ def smollm2_folder() -> Path:
 
 
 def load_causal_lm(name_or_path: str | os.PathLike = SMOLLM2):
-    """(model, tokenizer) of a local causal LM folder, or of the bundled SmolLM2 (``"smollm2"``)."""
+    """(model, tokenizer) of a local causal LM folder, or of the bundled SmolLM2 (``"smollm2"``), loaded without
+    third-party chatter (see :func:`dpcare.progress.quiet_loading`)."""
+    with quiet_loading():
+        return _load(smollm2_folder() if str(name_or_path) == SMOLLM2 else Path(name_or_path))
+
+
+def _load(folder: Path):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    folder = smollm2_folder() if str(name_or_path) == SMOLLM2 else Path(name_or_path)
     if not folder.is_dir():
         raise FileNotFoundError(f"unknown model path: {folder} is not a folder (use 'smollm2' or a local "
                                 "Hugging Face causal-LM folder; nothing can be downloaded here)")

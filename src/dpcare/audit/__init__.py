@@ -1,8 +1,9 @@
-"""Attacks and audits: membership inference (LOSS), one-run epsilon lower bounds, metrics."""
+"""Attacks and audits: membership inference (LOSS, LiRA), one-run epsilon lower bounds, attribute inference,
+metrics. They take models, scores or a training function: the tabular glue is :mod:`dpcare.workflows.tabular_audit`."""
 
 from dpcare.audit.attribute import attribute_inference, theorem4_bound
 from dpcare.audit.likelihood_ratio import lira_scores
-from dpcare.audit.lira import LiraResult, lira, logit_confidence
+from dpcare.audit.lira import LiraResult, logit_confidence, run_lira
 from dpcare.audit.loss_attack import (
     LossAttackResult,
     loss_attack,
@@ -19,7 +20,6 @@ __all__ = [
     "attribute_inference",
     "clustered_auc_interval",
     "epsilon_lower_bound",
-    "lira",
     "lira_scores",
     "logit_confidence",
     "loss_attack",
@@ -27,6 +27,7 @@ __all__ = [
     "p_value",
     "per_example_losses",
     "plot_roc",
+    "run_lira",
     "sklearn_losses",
     "theorem4_bound",
 ]

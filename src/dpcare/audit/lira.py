@@ -1,6 +1,6 @@
 """The likelihood-ratio attack (LiRA, Carlini et al. 2022), online and offline.
 
-Shadow models are trained with the SAME recipe as the target (our engine, same
+Shadow models are trained with the SAME recipe as the target (same training code,
 method, epsilon and hyperparameters) on random halves of a population, so every
 example is "in" about half of the shadows. Per example the score is the
 logit-scaled confidence of its true label, phi = log(p / (1 - p)) (a binary
@@ -10,24 +10,31 @@ to the shadows' phi when it was in and when it was out:
     online:  log N(phi; mu_in, s_in) - log N(phi; mu_out, s_out)
     offline: log P[phi_out <= phi]   (one-sided, out-shadows only)
 
-Shadows train in parallel processes.
+The attack knows no model family: it is given ``train_and_score(members, seed)``,
+which trains one model on the population examples ``members`` (indices) and
+returns phi for every example of the population (e.g. with
+:func:`logit_confidence`). Shadows train in parallel processes, so that function
+must pickle (a module-level function or a ``functools.partial`` of one). The
+tabular recipe's version is :func:`dpcare.workflows.tabular_audit.tabular_lira`.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 import torch
 
 from dpcare.audit.likelihood_ratio import lira_scores
 from dpcare.audit.metrics import attack_metrics
-from dpcare.data import TableSchema, load_table
-from dpcare.workflows.tabular import TabularRun, prepare, train_on_split
+from dpcare.exceptions import DataError
+
+#: train_and_score(members, seed) -> phi of every population example
+TrainAndScore = Callable[[np.ndarray, int], np.ndarray]
 
 
 def logit_confidence(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
@@ -57,30 +64,25 @@ class LiraResult:
                 "online": self.online, "offline": self.offline}
 
 
-def _train_and_score(args) -> np.ndarray:
-    population, schema, run, train_idx, seed = args
-    torch.set_num_threads(1)
-    model, encoder, _, _ = train_on_split(population.iloc[train_idx], schema, replace(run, seed=seed, progress=False))
-    data = prepare(encoder, population, "zeros", seed=0)
-    return logit_confidence(model, data["x"], data["y"])
+def _train_and_score(task: tuple[TrainAndScore, np.ndarray, int]) -> np.ndarray:
+    train_and_score, members, seed = task
+    return np.asarray(train_and_score(members, seed), dtype=float)
 
 
-def lira(population: pd.DataFrame, schema: TableSchema, run: TabularRun, shadows: int = 16, workers: int = 2,
-         seed: int = 0, bootstrap: int = 200) -> LiraResult:
-    """Train a target on a random half of ``population`` and ``shadows`` shadow models on other random halves;
-    attack the target's membership over the whole population."""
+def run_lira(train_and_score: TrainAndScore, n: int, shadows: int = 16, workers: int = 2, seed: int = 0,
+             bootstrap: int = 200) -> LiraResult:
+    """Train a target on a random half of a population of ``n`` examples and ``shadows`` shadow models on
+    other random halves (all through ``train_and_score``); attack the target's membership over the population."""
     if shadows < 2:
         raise ValueError(f"LiRA needs at least 2 shadow models, got {shadows}")
-    population = load_table(population, schema)
-    n = len(population)
     if n < 4:
-        raise ValueError(f"the population has {n} rows; LiRA needs more")
+        raise DataError(f"the population has {n} rows; LiRA needs more")
     rng = np.random.default_rng(seed)
     halves = [rng.permutation(n)[: n // 2] for _ in range(shadows + 1)]
     masks = np.zeros((shadows + 1, n), dtype=bool)
     for i, h in enumerate(halves):
         masks[i, h] = True
-    tasks = [(population, schema, run, h, seed + 1 + i) for i, h in enumerate(halves)]
+    tasks = [(train_and_score, h, seed + 1 + i) for i, h in enumerate(halves)]
     t0 = time.perf_counter()
     if workers > 1:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:

@@ -13,6 +13,7 @@ import pandas as pd
 
 from dpcare.data.schema import TableSchema, load_spec
 from dpcare.data.tables import load_table
+from dpcare.exceptions import UnknownNameError
 
 BUNDLED = {
     "support2": "SUPPORT2 ICU cohort, 9,105 patients, death; private: age, sex, race, income (SurvSet, GPL-3)",
@@ -24,7 +25,7 @@ BUNDLED = {
 
 def bundled_spec(name: str) -> TableSchema:
     if name not in BUNDLED:
-        raise ValueError(f"unknown bundled data set {name!r}; choose one of {sorted(BUNDLED)}")
+        raise UnknownNameError(f"unknown bundled data set {name!r}; choose one of {sorted(BUNDLED)}")
     return load_spec(Path(str(resources.files("dpcare.data") / "specs" / f"{name}.yaml")))
 
 

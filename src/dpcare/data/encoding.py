@@ -16,6 +16,7 @@ import pandas as pd
 from dpcare.data.dp_bounds import dp_bounds, histogram_event, noise_for_columns
 from dpcare.data.schema import ColumnSpec, TableSchema
 from dpcare.data.tables import category_text
+from dpcare.exceptions import DataError, NotFittedError, PrivacyParameterError, SpecError
 
 PROTECT = ("private", "all", "label", "none")
 
@@ -29,7 +30,7 @@ def replace_private(df: pd.DataFrame, imputed: pd.DataFrame, schema: TableSchema
     """Hybrid rows: the public columns of ``df`` exactly, the private columns from ``imputed``."""
     missing = [c for c in schema.private_columns if c not in imputed.columns]
     if missing or len(imputed) != len(df):
-        raise ValueError(f"imputed values must have {len(df)} rows and the private columns (lacks {missing})")
+        raise DataError(f"imputed values must have {len(df)} rows and the private columns (lacks {missing})")
     out = df.copy()
     for c in schema.private_columns:
         values, spec = imputed[c], schema.column(c)
@@ -37,7 +38,7 @@ def replace_private(df: pd.DataFrame, imputed: pd.DataFrame, schema: TableSchema
             text = values.map(category_text, na_action="ignore")
             unknown = sorted(set(text.dropna()) - set(spec.categories))
             if unknown:
-                raise ValueError(f"imputed column '{c}' has values {unknown[:5]} outside {list(spec.categories)}")
+                raise DataError(f"imputed column '{c}' has values {unknown[:5]} outside {list(spec.categories)}")
             values = text
         out[c] = values.to_numpy()
     return out
@@ -78,15 +79,15 @@ class TableEncoder:
         feats = [self.schema.column(n) for n in self.schema.feature_columns]
         missing = [c.name for c in feats if not _declared(c) and c.name not in df.columns]
         if missing:
-            raise ValueError(f"the table lacks the feature columns {missing} (their statistics are not declared)")
+            raise DataError(f"the table lacks the feature columns {missing} (their statistics are not declared)")
         need_dp = [c for c in feats if self.protected(c.name) and c.kind == "numeric" and c.bounds is None]
         for c in feats:
             if self.protected(c.name) and c.kind == "categorical" and c.categories is None:
-                raise ValueError(f"column '{c.name}' is protected and categorical: declare its categories in the "
+                raise SpecError(f"column '{c.name}' is protected and categorical: declare its categories in the "
                                  "spec (learning the category set from the data would leak it)")
         no_budget = stats_epsilon is None and stats_noise_multiplier is None
         if need_dp and (ledger is None or no_budget):
-            raise ValueError(f"protected numeric columns {[c.name for c in need_dp]} have no declared bounds: "
+            raise SpecError(f"protected numeric columns {[c.name for c in need_dp]} have no declared bounds: "
                              "declare bounds in the spec, or pass a ledger and stats_epsilon for a DP estimate")
         sigma = self._stats_sigma(len(need_dp), ledger, stats_epsilon, stats_noise_multiplier) if need_dp else None
         rng = np.random.default_rng(seed)
@@ -117,18 +118,18 @@ class TableEncoder:
     def _stats_sigma(count: int, ledger, stats_epsilon: float | None, noise_multiplier: float | None) -> float:
         if noise_multiplier is not None:
             if not noise_multiplier > 0:
-                raise ValueError(f"stats_noise_multiplier must be > 0, got {noise_multiplier!r}")
+                raise PrivacyParameterError(f"stats_noise_multiplier must be > 0, got {noise_multiplier!r}")
             return float(noise_multiplier)
         delta = getattr(ledger, "delta", None)
         if delta is None:
-            raise ValueError("calibrating the DP bounds to stats_epsilon needs the ledger's delta; pass a "
+            raise PrivacyParameterError("calibrating the DP bounds to stats_epsilon needs the ledger's delta; pass a "
                              "PrivacyLedger or stats_noise_multiplier")
         return noise_for_columns(count, stats_epsilon, delta)
 
     # ------------------------------------------------------------------ layout
     def _check_fitted(self):
         if not self.stats:
-            raise RuntimeError("call fit() before transform()")
+            raise NotFittedError("call fit() before transform()")
 
     @property
     def feature_names(self) -> list[str]:
@@ -161,7 +162,7 @@ class TableEncoder:
         st, spec = self.stats[col], self.schema.column(col)
         missing = x.isna().to_numpy()
         if missing.any() and not st["missing"]:
-            raise ValueError(f"column '{col}' has {int(missing.sum())} missing values but is not nullable in the spec")
+            raise DataError(f"column '{col}' has {int(missing.sum())} missing values but is not nullable in the spec")
         if "range" in st:
             lo, hi = st["range"]
             t = np.clip(_forward(spec, x.to_numpy(float)), lo, hi)
@@ -186,7 +187,7 @@ class TableEncoder:
         self._check_fitted()
         present = [c for c in self.schema.private_columns if c in df_public.columns]
         if present:
-            raise ValueError(f"transform_public got private columns {present}; pass public_view(df, schema)")
+            raise DataError(f"transform_public got private columns {present}; pass public_view(df, schema)")
         if pad not in ("gaussian", "zeros"):
             raise ValueError(f"pad must be 'gaussian' or 'zeros', got {pad!r}")
         n = len(df_public)
@@ -205,7 +206,7 @@ class TableEncoder:
         text = df[spec.name].map(category_text, na_action="ignore")
         unknown = sorted(set(text.dropna()) - set(spec.categories)) + (["NaN"] if text.isna().any() else [])
         if unknown:
-            raise ValueError(f"target '{spec.name}' has values {unknown[:5]} outside {list(spec.categories)}")
+            raise DataError(f"target '{spec.name}' has values {unknown[:5]} outside {list(spec.categories)}")
         y = text.map(spec.categories.index)
         if len(spec.categories) == 2:
             return y.to_numpy(np.float32)

@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from dpcare.exceptions import SpecError, UnknownNameError
+
 KINDS = ("numeric", "categorical")
 ROLES = ("private", "public", "target")
 TRANSFORMS = ("none", "log1p")
@@ -28,28 +30,28 @@ class ColumnSpec:
     def __post_init__(self):
         where = f"column '{self.name}'"
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"every column needs a non-empty name, got {self.name!r}")
+            raise SpecError(f"every column needs a non-empty name, got {self.name!r}")
         if self.kind not in KINDS:
-            raise ValueError(f"{where}: kind must be one of {KINDS}, got {self.kind!r}")
+            raise SpecError(f"{where}: kind must be one of {KINDS}, got {self.kind!r}")
         if self.role not in ROLES:
-            raise ValueError(f"{where}: role must be one of {ROLES}, got {self.role!r}")
+            raise SpecError(f"{where}: role must be one of {ROLES}, got {self.role!r}")
         if self.transform not in TRANSFORMS:
-            raise ValueError(f"{where}: transform must be one of {TRANSFORMS}, got {self.transform!r}")
+            raise SpecError(f"{where}: transform must be one of {TRANSFORMS}, got {self.transform!r}")
         if self.bounds is not None:
             if self.kind != "numeric":
-                raise ValueError(f"{where}: bounds are only for numeric columns")
+                raise SpecError(f"{where}: bounds are only for numeric columns")
             lo, hi = (float(b) for b in self.bounds)
             if not lo < hi:
-                raise ValueError(f"{where}: bounds need lo < hi, got {list(self.bounds)}")
+                raise SpecError(f"{where}: bounds need lo < hi, got {list(self.bounds)}")
             if self.transform == "log1p" and lo <= -1:
-                raise ValueError(f"{where}: log1p needs bounds above -1, got {list(self.bounds)}")
+                raise SpecError(f"{where}: log1p needs bounds above -1, got {list(self.bounds)}")
             object.__setattr__(self, "bounds", (lo, hi))
         if self.categories is not None:
             if self.kind != "categorical":
-                raise ValueError(f"{where}: categories are only for categorical columns")
+                raise SpecError(f"{where}: categories are only for categorical columns")
             cats = tuple(str(c) for c in self.categories)
             if len(cats) < 1 or len(set(cats)) != len(cats):
-                raise ValueError(f"{where}: categories must be a non-empty list without repeats, got {list(cats)}")
+                raise SpecError(f"{where}: categories must be a non-empty list without repeats, got {list(cats)}")
             object.__setattr__(self, "categories", cats)
 
     def to_dict(self) -> dict[str, Any]:
@@ -80,17 +82,17 @@ class TableSchema:
         names = [c.name for c in self.columns]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise ValueError(f"the spec names these columns more than once: {dup}")
+            raise SpecError(f"the spec names these columns more than once: {dup}")
         targets = [c for c in self.columns if c.role == "target"]
         if len(targets) != 1:
-            raise ValueError(f"the spec needs exactly one target column, found {len(targets)}")
+            raise SpecError(f"the spec needs exactly one target column, found {len(targets)}")
         t = targets[0]
         if t.kind != "categorical" or t.categories is None:
-            raise ValueError(f"target '{t.name}' must be categorical with declared categories (e.g. [0, 1])")
+            raise SpecError(f"target '{t.name}' must be categorical with declared categories (e.g. [0, 1])")
         if t.nullable:
-            raise ValueError(f"target '{t.name}' cannot be nullable")
+            raise SpecError(f"target '{t.name}' cannot be nullable")
         if not self.feature_columns:
-            raise ValueError("the spec has no feature columns")
+            raise SpecError("the spec has no feature columns")
 
     # --------------------------------------------------------------- views
     @property
@@ -113,18 +115,18 @@ class TableSchema:
         for c in self.columns:
             if c.name == name:
                 return c
-        raise KeyError(f"column '{name}' is not in the spec (columns: {[c.name for c in self.columns]})")
+        raise UnknownNameError(f"column '{name}' is not in the spec (columns: {[c.name for c in self.columns]})")
 
     def require_public(self) -> None:
         """Feature-level methods need at least one public feature column."""
         if not self.public_columns:
-            raise ValueError("feature-level DP needs at least one public column; the spec declares none")
+            raise SpecError("feature-level DP needs at least one public column; the spec declares none")
 
     def with_roles(self, private: list[str]) -> TableSchema:
         """The same schema with exactly ``private`` as private feature columns (others public)."""
         unknown = sorted(set(private) - set(self.feature_columns))
         if unknown:
-            raise ValueError(f"unknown feature columns {unknown}; the spec has {self.feature_columns}")
+            raise SpecError(f"unknown feature columns {unknown}; the spec has {self.feature_columns}")
         cols = tuple(c if c.role == "target" else ColumnSpec(**{**c.__dict__, "role": "private" if c.name in private
                                                                  else "public"}) for c in self.columns)
         return TableSchema(cols, self.name, self.meta)
@@ -133,17 +135,17 @@ class TableSchema:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TableSchema:
         if not isinstance(d, dict) or "columns" not in d:
-            raise ValueError("a spec is a mapping with 'columns' (a list) and 'target'")
+            raise SpecError("a spec is a mapping with 'columns' (a list) and 'target'")
         cols = []
         if "target" in d:
             target = d["target"] if isinstance(d["target"], dict) else {"name": d["target"]}
             if target.get("role", "target") != "target":
-                raise ValueError(f"target '{target.get('name')}' cannot have role {target['role']!r}: whether the "
+                raise SpecError(f"target '{target.get('name')}' cannot have role {target['role']!r}: whether the "
                                  "label is protected is chosen by the method (label-dp, dp-sgd), not the spec")
             cols.append(_column({"kind": "categorical", **target, "role": "target"}))
         for c in d["columns"]:
             if not isinstance(c, dict):
-                raise ValueError(f"each column must be a mapping, got {c!r}")  # noqa: TRY004 (a spec error)
+                raise SpecError(f"each column must be a mapping, got {c!r}")
             cols.append(_column(c))
         meta = {k: v for k, v in d.items() if k not in ("columns", "target", "name")}
         return cls(tuple(cols), str(d.get("name", "")), meta)
@@ -158,7 +160,7 @@ def _column(d: dict[str, Any]) -> ColumnSpec:
     known = set(ColumnSpec.__dataclass_fields__)
     extra = sorted(set(d) - known)
     if extra:
-        raise ValueError(f"column {d.get('name', '?')!r}: unknown keys {extra} (allowed: {sorted(known)})")
+        raise SpecError(f"column {d.get('name', '?')!r}: unknown keys {extra} (allowed: {sorted(known)})")
     return ColumnSpec(**d)
 
 
@@ -169,13 +171,13 @@ def load_spec(path: str | Path) -> TableSchema:
         raise FileNotFoundError(f"spec file not found: {path}")
     text = path.read_text()
     if not text.strip():
-        raise ValueError(f"spec file {path} is empty")
+        raise SpecError(f"spec file {path} is empty")
     if path.suffix.lower() in (".yaml", ".yml"):
         d = yaml.safe_load(text)
     elif path.suffix.lower() == ".json":
         d = json.loads(text)
     else:
-        raise ValueError(f"spec file {path}: use .yaml, .yml or .json")
+        raise SpecError(f"spec file {path}: use .yaml, .yml or .json")
     return TableSchema.from_dict(d)
 
 

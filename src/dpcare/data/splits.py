@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dpcare.exceptions import DataError
+
 
 def split_table(df: pd.DataFrame, fractions: dict[str, float], seed: int = 0,
                 stratify: str | None = None) -> dict[str, pd.DataFrame]:
@@ -17,9 +19,9 @@ def split_table(df: pd.DataFrame, fractions: dict[str, float], seed: int = 0,
     if abs(sum(fractions.values()) - 1) > 1e-9:
         raise ValueError(f"split fractions must sum to 1, got {sum(fractions.values()):.6g} from {fractions}")
     if len(df) == 0:
-        raise ValueError("cannot split a table with no rows")
+        raise DataError("cannot split a table with no rows")
     if stratify is not None and stratify not in df.columns:
-        raise ValueError(f"cannot stratify on '{stratify}': the table has no such column")
+        raise DataError(f"cannot stratify on '{stratify}': the table has no such column")
     rng = np.random.default_rng(seed)
     if stratify is None:
         groups = [np.arange(len(df))]
@@ -36,6 +38,6 @@ def split_table(df: pd.DataFrame, fractions: dict[str, float], seed: int = 0,
     for name, chunks in parts.items():
         rows = np.sort(np.concatenate(chunks))
         if len(rows) == 0:
-            raise ValueError(f"split '{name}' is empty: the table has only {len(df)} rows")
+            raise DataError(f"split '{name}' is empty: the table has only {len(df)} rows")
         out[name] = df.iloc[rows].reset_index(drop=True)
     return out

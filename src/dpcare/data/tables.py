@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from dpcare.data.schema import TableSchema
+from dpcare.exceptions import DataError
 
 log = logging.getLogger(__name__)
 
@@ -20,16 +21,35 @@ def read_table(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     if not path.exists():
         raise FileNotFoundError(f"data file not found: {path}")
     if path.stat().st_size == 0:
-        raise ValueError(f"data file {path} is empty")
+        raise DataError(f"data file {path} is empty")
     suffix = path.suffix.lower()
     if suffix in (".csv", ".txt"):
         try:
             return pd.read_csv(path)
         except pd.errors.EmptyDataError:
-            raise ValueError(f"data file {path} is empty") from None
+            raise DataError(f"data file {path} is empty") from None
     if suffix in (".parquet", ".pq"):
         return pd.read_parquet(path)
-    raise ValueError(f"data file {path}: unknown format {suffix!r} (use .csv or .parquet)")
+    raise DataError(f"data file {path}: unknown format {suffix!r} (use .csv or .parquet)")
+
+
+def count_rows(source: str | Path) -> int:
+    """The number of data rows of a CSV or Parquet file without parsing its values (the row count is
+    public: every ledger states n). A budget uses it to check a run before any private value is read."""
+    import csv
+
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"data file not found: {path}")
+    suffix = path.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        import pyarrow.parquet as pq
+
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    if suffix in (".csv", ".txt"):
+        with open(path, newline="") as f:
+            return max(sum(1 for _ in csv.reader(f)) - 1, 0)
+    raise DataError(f"data file {path}: unknown format {suffix!r} (use .csv or .parquet)")
 
 
 def load_table(source: str | Path | pd.DataFrame, schema: TableSchema) -> pd.DataFrame:
@@ -37,11 +57,11 @@ def load_table(source: str | Path | pd.DataFrame, schema: TableSchema) -> pd.Dat
     df = read_table(source)
     what = source if not isinstance(source, pd.DataFrame) else "the table"
     if len(df) == 0:
-        raise ValueError(f"{what} has no rows")
+        raise DataError(f"{what} has no rows")
     names = [c.name for c in schema.columns]
     missing = [n for n in names if n not in df.columns]
     if missing:
-        raise ValueError(f"{what} lacks the spec columns {missing} (it has {list(df.columns)})")
+        raise DataError(f"{what} lacks the spec columns {missing} (it has {list(df.columns)})")
     extra = [c for c in df.columns if c not in names]
     if extra:
         log.warning("dropping %d columns not in the spec: %s", len(extra), extra)
@@ -52,22 +72,22 @@ def load_table(source: str | Path | pd.DataFrame, schema: TableSchema) -> pd.Dat
             num = pd.to_numeric(s, errors="coerce")
             bad = s[num.isna() & s.notna()]
             if len(bad):
-                raise ValueError(f"column '{col.name}' is numeric in the spec but has values like {bad.iloc[0]!r}")
+                raise DataError(f"column '{col.name}' is numeric in the spec but has values like {bad.iloc[0]!r}")
             s = num.astype(float)
             inf = int(np.isinf(s).sum())
             if inf:
-                raise ValueError(f"column '{col.name}' has {inf} infinite values; use NaN (nullable: true) or a "
+                raise DataError(f"column '{col.name}' has {inf} infinite values; use NaN (nullable: true) or a "
                                  "finite number")
         else:
             s = s.map(category_text, na_action="ignore").astype(object)
         nans = int(s.isna().sum())
         if nans and not col.nullable:
-            raise ValueError(f"column '{col.name}' has {nans} missing values (NaN); declare it nullable: true in "
+            raise DataError(f"column '{col.name}' has {nans} missing values (NaN); declare it nullable: true in "
                              "the spec or clean the data")
         if col.categories is not None:
             unknown = sorted(set(s.dropna()) - set(col.categories))
             if unknown:
-                raise ValueError(f"column '{col.name}' has values {unknown[:5]} outside its declared categories "
+                raise DataError(f"column '{col.name}' has values {unknown[:5]} outside its declared categories "
                                  f"{list(col.categories)}")
         out[col.name] = s
     return out.reset_index(drop=True)

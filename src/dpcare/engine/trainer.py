@@ -34,8 +34,6 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
-
 from dpcare.engine import checkpoint as ckpt
 from dpcare.engine.clip import check_losses
 from dpcare.engine.fast_clipping import clipped_sum_fast, unsupported_reason
@@ -43,6 +41,7 @@ from dpcare.engine.functorch_backend import clipped_sum_functorch
 from dpcare.engine.objective import Objective
 from dpcare.engine.sampling import UnitIndex, chunks, poisson_indices, take, uniform_indices
 from dpcare.privacy import Guarantee, PrivacyLedger, ProtectedUnit, check_noise_multiplier
+from dpcare.progress import progress as tqdm
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +107,7 @@ class TrainResult:
     guarantee: Guarantee | None
     backend: str
     history: list[dict[str, float]] = field(default_factory=list)
+    ledger: PrivacyLedger | None = None  # every charge of the run (private objectives)
 
 
 def _make_generator(seed: int) -> torch.Generator:
@@ -311,6 +311,7 @@ class Trainer:
             guarantee=self.ledger.guarantee() if obj.private else None,
             backend=self.backend,
             history=self.history,
+            ledger=self.ledger if obj.private else None,
         )
 
     def _group(self, groups: Tensor, rows: int) -> int:

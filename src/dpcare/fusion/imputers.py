@@ -17,6 +17,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostin
 from sklearn.metrics import accuracy_score, mean_absolute_error
 
 from dpcare.data import TableSchema, public_view
+from dpcare.exceptions import DataError, NotFittedError
 
 
 class Imputer:
@@ -27,23 +28,23 @@ class Imputer:
     def fit(self, support: pd.DataFrame, schema: TableSchema) -> Imputer:
         schema.require_public()
         if len(support) == 0:
-            raise ValueError("the public support set has no rows")
+            raise DataError("the public support set has no rows")
         self.schema = schema
         self.inputs = schema.public_columns
         self._models = {}
         for col in schema.private_columns:
             known = support[col].notna()
             if known.sum() < 2:
-                raise ValueError(f"the support set has fewer than 2 known values of private column '{col}'")
+                raise DataError(f"the support set has fewer than 2 known values of private column '{col}'")
             self._models[col] = self._fit_column(col, self._features(support[known]), support.loc[known, col])
         return self
 
     def predict(self, public_frame: pd.DataFrame) -> pd.DataFrame:
         if not hasattr(self, "_models"):
-            raise RuntimeError("call fit() before predict()")
+            raise NotFittedError("call fit() before predict()")
         leaked = [c for c in self.schema.private_columns if c in public_frame.columns]
         if leaked:
-            raise ValueError(f"predict() got private columns {leaked}: pass public_view(df, schema)")
+            raise DataError(f"predict() got private columns {leaked}: pass public_view(df, schema)")
         x = self._features(public_frame)
         return pd.DataFrame({c: self._predict_column(c, m, x) for c, m in self._models.items()},
                             index=public_frame.index)

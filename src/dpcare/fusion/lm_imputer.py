@@ -18,9 +18,9 @@ import re
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from dpcare.fusion.imputers import Imputer
+from dpcare.progress import progress as tqdm
 
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 

@@ -20,29 +20,36 @@ h is the hidden layer before the head (``model(x, return_hidden=True)``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dpcare.methods.tabular import FeatureDP, HybridObjective
+from dpcare.registry import Registry
+
+#: name -> factory; beta of FusionDP is set per run
+HYBRID_METHODS: Registry[Callable[..., HybridObjective]] = Registry("hybrid method")
 
 
+@HYBRID_METHODS.register("naive-fusion")
 def naive_fusion() -> HybridObjective:
     return HybridObjective("naive-fusion", None, "x_hyb")
 
 
+@HYBRID_METHODS.register("naive-fusion-pub")
 def naive_fusion_pub() -> HybridObjective:
     return HybridObjective("naive-fusion-pub", None, "x_pub")
 
 
+@HYBRID_METHODS.register("feature-dp")
 def feature_dp() -> HybridObjective:
     return FeatureDP()
 
 
+@HYBRID_METHODS.register("calibrated-fusion")
 def calibrated_fusion() -> HybridObjective:
     return HybridObjective("calibrated-fusion", "x_hyb", "x_hyb")
 
 
+@HYBRID_METHODS.register("fusiondp")
 def fusiondp(beta: float = 0.1) -> HybridObjective:
     return HybridObjective("fusiondp", "x_hyb", "x_hyb", beta=beta)
 
-
-#: name -> factory; beta of FusionDP is set per run
-HYBRID_METHODS = {"naive-fusion": naive_fusion, "naive-fusion-pub": naive_fusion_pub, "feature-dp": feature_dp,
-                  "calibrated-fusion": calibrated_fusion, "fusiondp": fusiondp}

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from dpcare.engine.objective import Batch, Model, Objective
 from dpcare.privacy import ProtectedUnit
+from dpcare.registry import Registry
 
 
 def task_loss(logits: Tensor, y: Tensor) -> Tensor:
@@ -116,11 +117,12 @@ class LabelDP(Objective):
         return label_free_loss(model(batch["x"]))
 
 
-OBJECTIVES = {cls.name: cls for cls in (NonPrivate, DPSGD, FeatureDP, LabelDP)}
+#: the objectives of the tabular methods, by method name
+OBJECTIVES: Registry[type[Objective]] = Registry("method")
+for _cls in (NonPrivate, DPSGD, FeatureDP, LabelDP):
+    OBJECTIVES.add(_cls.name, _cls)
 
 
 def make_objective(name: str) -> Objective:
-    try:
-        return OBJECTIVES[name]()
-    except KeyError:
-        raise ValueError(f"unknown method {name!r}; choose one of {sorted(OBJECTIVES)}") from None
+    """A fresh objective of the tabular method ``name``."""
+    return OBJECTIVES.get(name)()

@@ -13,6 +13,7 @@ from dpcare.privacy.accountants import (
     compute_epsilon,
     make_accountant,
 )
+from dpcare.privacy.budget import Budget, Release, Spent, compose, guard_run, planned_training
 from dpcare.privacy.calibration import calibrate_noise_multiplier
 from dpcare.privacy.events import (
     event_from_json,
@@ -21,7 +22,7 @@ from dpcare.privacy.events import (
     laplace_event,
     sampled_gaussian_event,
 )
-from dpcare.privacy.guarantee import Guarantee, ProtectedUnit
+from dpcare.privacy.guarantee import NEIGHBOURING, Guarantee, ProtectedUnit
 from dpcare.privacy.ledger import Entry, PrivacyLedger
 from dpcare.privacy.validation import (
     check_delta,
@@ -33,8 +34,9 @@ from dpcare.privacy.validation import (
 )
 
 __all__ = [
-    "PLD_DISCRETIZATION", "RDP_ORDERS", "Entry", "Guarantee", "PrivacyLedger", "ProtectedUnit",
-    "calibrate_noise_multiplier", "check_delta", "check_epsilon", "check_noise_multiplier", "check_sampling_rate",
-    "check_steps", "compute_delta", "compute_epsilon", "default_delta", "event_from_json", "event_to_json",
-    "gaussian_event", "laplace_event", "make_accountant", "sampled_gaussian_event",
+    "NEIGHBOURING", "PLD_DISCRETIZATION", "RDP_ORDERS", "Budget", "Entry", "Guarantee", "PrivacyLedger", "ProtectedUnit", "Release",
+    "Spent", "calibrate_noise_multiplier", "check_delta", "check_epsilon", "check_noise_multiplier",
+    "check_sampling_rate", "check_steps", "compose", "compute_delta", "compute_epsilon", "default_delta",
+    "event_from_json", "event_to_json", "gaussian_event", "guard_run", "laplace_event", "make_accountant",
+    "planned_training", "sampled_gaussian_event",
 ]

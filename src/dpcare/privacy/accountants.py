@@ -17,6 +17,7 @@ from dp_accounting import dp_event, privacy_accountant
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
+from dpcare.exceptions import PrivacyParameterError
 from dpcare.privacy.validation import check_delta, check_epsilon
 
 ACCOUNTANTS = ("pld", "rdp")
@@ -50,14 +51,14 @@ def make_accountant(name: str = "pld", pld_discretization: float = PLD_DISCRETIZ
         return pld_privacy_accountant.PLDAccountant(value_discretization_interval=pld_discretization)
     if name == "rdp":
         return rdp_privacy_accountant.RdpAccountant(orders=list(RDP_ORDERS))
-    raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got accountant = {name!r}")
+    raise PrivacyParameterError(f"accountant must be one of {ACCOUNTANTS}, got accountant = {name!r}")
 
 
 def _composed(event: dp_event.DpEvent, name: str, pld_discretization: float
               ) -> privacy_accountant.PrivacyAccountant:
     acc = make_accountant(name, pld_discretization)
     if not acc.supports(event):
-        raise ValueError(f"the {name!r} accountant does not support the event {event}")
+        raise PrivacyParameterError(f"the {name!r} accountant does not support the event {event}")
     acc.compose(event)
     return acc
 

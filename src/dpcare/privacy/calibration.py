@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from dp_accounting import dp_event
 
+from dpcare.exceptions import BudgetExceededError, PrivacyParameterError
 from dpcare.privacy.accountants import (
     PLD_DISCRETIZATION,
     RDP_ORDERS,
@@ -64,7 +65,7 @@ def _solve(g: Callable[[float], float], x: float, slope: float, tol: float, over
         if math.isfinite(lo) and math.isfinite(hi):
             break
         if gx > 0 and x >= x_max:
-            raise ValueError(f"the target epsilon cannot be met even with noise multiplier {MAX_SIGMA:g}")
+            raise PrivacyParameterError(f"the target epsilon cannot be met even with noise multiplier {MAX_SIGMA:g}")
         if gx <= 0 and x <= x_min:
             return -math.inf, math.inf, hi, g_hi
         if math.isfinite(gx) and slope < 0:
@@ -137,12 +138,12 @@ def calibrate_noise_multiplier(sampling_rate: float, steps: int, target_epsilon:
     steps, delta = check_steps(steps), check_delta(delta)
     make_accountant(accountant, pld_discretization)  # reject unknown names up front
     if not 0 < tolerance <= 0.1:
-        raise ValueError(f"tolerance must be in (0, 0.1], got tolerance = {tolerance!r}")
+        raise PrivacyParameterError(f"tolerance must be in (0, 0.1], got tolerance = {tolerance!r}")
     other = list(other_events)
     if other:
         spent = compute_epsilon(dp_event.ComposedDpEvent(other), delta, accountant, pld_discretization)
         if spent > target or (steps and spent == target):
-            raise ValueError(f"the releases already charged spend epsilon = {spent:.4g} of the target epsilon = "
+            raise BudgetExceededError(f"the releases already charged spend epsilon = {spent:.4g} of the target epsilon = "
                              f"{target:g} (delta = {delta:g}): no budget is left for training")
     if steps == 0:
         return 1.0

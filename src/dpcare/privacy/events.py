@@ -17,6 +17,7 @@ from typing import Any
 
 from dp_accounting import dp_event
 
+from dpcare.exceptions import DataError
 from dpcare.privacy.validation import check_noise_multiplier, check_sampling_rate, check_steps
 
 
@@ -72,7 +73,7 @@ def event_from_json(obj: Any) -> dp_event.DpEvent:
         if isinstance(v, dict) and "class_name" in v:
             cls = getattr(dp_event, str(v["class_name"]), None)
             if not (isinstance(cls, type) and issubclass(cls, dp_event.DpEvent)):
-                raise ValueError(f"unknown privacy event class {v['class_name']!r}")
+                raise DataError(f"unknown privacy event class {v['class_name']!r}")
             return cls(**{k: build(x) for k, x in v.items() if k != "class_name"})
         if isinstance(v, list):
             return [build(x) for x in v]

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from dp_accounting import dp_event
 
+from dpcare.exceptions import DataError, PrivacyParameterError
 from dpcare.io import write_json
 from dpcare.privacy.accountants import (
     ACCOUNTANTS,
@@ -66,9 +67,9 @@ class PrivacyLedger:
                  unit: ProtectedUnit | str = ProtectedUnit.EXAMPLE, protected_columns: Iterable[str] = (),
                  public_columns: Iterable[str] = ()) -> None:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"the ledger needs the number of private examples n >= 1, got n = {n!r}")
+            raise PrivacyParameterError(f"the ledger needs the number of private examples n >= 1, got n = {n!r}")
         if accountant not in ACCOUNTANTS:
-            raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got accountant = {accountant!r}")
+            raise PrivacyParameterError(f"accountant must be one of {ACCOUNTANTS}, got accountant = {accountant!r}")
         self.n = int(n)
         self.delta = check_delta(default_delta(self.n) if delta is None else delta, self.n)
         self.accountant = accountant
@@ -185,7 +186,7 @@ class PrivacyLedger:
             elif e["kind"] == "sampled_gaussian":
                 ledger.charge_sampled_gaussian(e["name"], e["sampling_rate"], e["noise_multiplier"], e["steps"])
             else:
-                raise ValueError(f"unknown ledger entry kind {e['kind']!r}")
+                raise DataError(f"unknown ledger entry kind {e['kind']!r}")
         return ledger
 
     def save_json(self, path: str | os.PathLike) -> None:

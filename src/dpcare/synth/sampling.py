@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
+from dpcare.progress import progress as tqdm
 from dpcare.synth.constraints import MISSING, CategoryTrie, NumberRule, is_number_piece
 from dpcare.synth.row_tokens import RowTokenizer
 from dpcare.synth.serialize import IS, SEP

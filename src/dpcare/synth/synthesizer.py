@@ -11,6 +11,10 @@ Modes (the same code with other settings):
 Stage 1 uses the plain LM loss (Eq. 5), stage 2 the weighted loss (Eq. 6) through
 the engine (Poisson sampling, clipping, noise, accounting). The ledger covers every
 use of the private table: DP range estimates and training.
+
+Size: ``SynthSettings()`` is the paper's run; ``SynthSettings.for_device()`` (what
+``Synthesizer(schema, **fields)`` uses) is the CPU scale on a CPU (see ``dpcare.synth.scale``).
+``fit`` first times a few steps on public pseudo rows and logs the estimated run time.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import hashlib
 import json
 import logging
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -27,6 +32,7 @@ import torch
 
 from dpcare.data import TableSchema, load_table
 from dpcare.engine.trainer import TrainConfig, Trainer
+from dpcare.exceptions import NotFittedError
 from dpcare.io import torch_save, write_json
 from dpcare.privacy import Guarantee, PrivacyLedger
 from dpcare.synth.lm_model import LMSettings, build_lm, trainable_state
@@ -34,6 +40,7 @@ from dpcare.synth.objective import TokenLoss, role_perplexity
 from dpcare.synth.pseudo import numeric_ranges, uniform_pseudo_table
 from dpcare.synth.row_tokens import RowTokenizer
 from dpcare.synth.sampling import RowSampler, SamplingStats, cells_to_frame
+from dpcare.synth.scale import SIZES, FitEstimate, resolve_scale, seconds_per_step, total_steps
 from dpcare.synth.serialize import RowSerializer
 
 log = logging.getLogger(__name__)
@@ -67,8 +74,8 @@ class SynthSettings:
     pseudo_rows: int | None = None  # stage-1 rows for dp-2stage-u; default: as many as the private table
     stats_epsilon: float = 0.1  # only spent when a numeric column has no declared bounds
     lm: LMSettings = field(default_factory=LMSettings)
-    stage1: StageSettings = field(default_factory=lambda: StageSettings(epochs=5.0, lr=1e-3))
-    stage2: StageSettings = field(default_factory=lambda: StageSettings(epochs=10.0, lr=1e-3))
+    stage1: StageSettings = field(default_factory=lambda: StageSettings(**SIZES["paper"]["stage1"]))
+    stage2: StageSettings = field(default_factory=lambda: StageSettings(**SIZES["paper"]["stage2"]))
     seed: int = 0
 
     def __post_init__(self):
@@ -85,15 +92,42 @@ class SynthSettings:
     def to_dict(self) -> dict:
         return {**asdict(self), "lm": self.lm.to_dict()}
 
+    @classmethod
+    def for_device(cls, scale: str = "auto", **fields) -> SynthSettings:
+        """Settings sized for the machine: ``scale`` "auto" (the CPU scale unless the model trains on a
+        GPU), "cpu" or "paper". ``lm``, ``stage1`` and ``stage2`` may be settings objects (used as they
+        are) or dicts merged over the scale's defaults, where None means "the scale's default"; other
+        fields are passed on."""
+        size = SIZES[resolve_scale(scale)]
+        for name, kind in (("lm", LMSettings), ("stage1", StageSettings), ("stage2", StageSettings)):
+            given = fields.get(name)
+            if not isinstance(given, kind):
+                chosen = {k: v for k, v in (given or {}).items() if v is not None}
+                fields[name] = kind(**{**size[name], **chosen})
+        return cls(**fields)
+
+    def scale_name(self) -> str:
+        """"cpu" or "paper" when model depth and epochs are those of that scale, else "custom"."""
+        for name, size in SIZES.items():
+            if (self.lm.layers, self.stage1.epochs, self.stage2.epochs) == (
+                    size["lm"]["layers"], size["stage1"]["epochs"], size["stage2"]["epochs"]):
+                return name
+        return "custom"
+
 
 class Synthesizer:
-    """A DP synthetic-table generator built on a local causal language model."""
+    """A DP synthetic-table generator built on a local causal language model.
+
+    Without ``settings``, keyword fields go to ``SynthSettings.for_device`` (the CPU scale on a
+    CPU). ``fit`` returns self; before it (or ``load``), ``sample``, ``save`` and ``guarantee_``
+    raise NotFittedError. ``guarantee`` is the same guarantee, or None when not fitted.
+    """
 
     def __init__(self, schema: TableSchema, settings: SynthSettings | None = None,
                  public_table: pd.DataFrame | None = None, public_schema: TableSchema | None = None,
                  progress: bool = True, **overrides):
         self.schema = schema
-        self.settings = settings or SynthSettings(**overrides)
+        self.settings = settings or SynthSettings.for_device(**overrides)
         if settings is not None and overrides:
             raise ValueError("pass either settings or keyword overrides, not both")
         if self.settings.mode == "dp-2stage-o" and public_schema is None:
@@ -105,6 +139,7 @@ class Synthesizer:
         self.ledger: PrivacyLedger | None = None
         self.history: dict[str, list] = {}
         self.last_sampling: SamplingStats | None = None
+        self.estimate_: FitEstimate | None = None  # set by fit(estimate=True)
 
     # ------------------------------------------------------------------ fitting
     def _vocab_texts(self) -> list[str]:
@@ -126,10 +161,13 @@ class Synthesizer:
         return data
 
     def fit(self, df: pd.DataFrame, ledger: PrivacyLedger | None = None, checkpoint_dir: str | None = None,
-            stage1_cache: str | Path | None = None):
-        """Fit on the private table ``df``. ``stage1_cache``: a folder where stage-1 models are kept by a
-        hash of everything stage 1 depends on (settings, schemas, public ranges), so runs that differ only
-        in stage 2 (e.g. epsilon) share one stage 1."""
+            stage1_cache: str | Path | None = None, estimate: bool = True,
+            report: Callable[[str], None] | None = None) -> Synthesizer:
+        """Fit on the private table ``df``; returns self. ``stage1_cache``: a folder where stage-1 models are
+        kept by a hash of everything stage 1 depends on (settings, schemas, public ranges), so runs that
+        differ only in stage 2 (e.g. epsilon) share one stage 1. ``estimate``: time a few steps first, keep
+        the estimate as ``estimate_`` and pass its message to ``report`` (default: log it, as a warning
+        when the run is long)."""
         s = self.settings
         df = load_table(df, self.schema)
         if len(df) == 0:
@@ -141,6 +179,8 @@ class Synthesizer:
             self.ledger = ledger or PrivacyLedger(len(df), s.delta)
         self.ranges = numeric_ranges(self.schema, df, self.ledger, s.stats_epsilon, s.seed)
         self._build()
+        if estimate:
+            self._announce(len(df), report)
         if s.mode in ("dp-2stage-u", "dp-2stage-o"):
             self._stage1_cached(len(df), checkpoint_dir, stage1_cache)
         data = self._encode(self.rows, df)
@@ -186,13 +226,65 @@ class Synthesizer:
         result = Trainer(self.model, TokenLoss(None, private=False), config).fit(data)
         self.history["stage1"] = result.history
 
+    # ------------------------------------------------------------------ run time
+    def estimate_fit(self, rows: int | pd.DataFrame, steps: int = 1) -> FitEstimate:
+        """Seconds ``fit`` would take on ``rows`` private rows (only their number is read): ``steps``
+        steps of each stage are timed on public pseudo rows, then multiplied by the run's step counts."""
+        built = self.model is not None
+        if not built:
+            self._build()
+        try:
+            return self._estimate(rows if isinstance(rows, int) else len(rows), steps)
+        finally:
+            if not built:
+                self.model = self.tokenizer = self.rows = None
+
+    def _estimate(self, n_private: int, steps: int = 1) -> FitEstimate:
+        s = self.settings
+        private = s.mode != "non-private"
+        stage1_rows = {"dp-2stage-u": s.pseudo_rows or n_private,
+                       "dp-2stage-o": len(self.public_table) if self.public_table is not None else 0}.get(s.mode, 0)
+        per_step = {}
+        for name, stage, objective, rows in (
+                ("stage1", s.stage1, TokenLoss(None, private=False), stage1_rows),
+                ("stage2", s.stage2, TokenLoss(s.lam if private else None, private=private), n_private)):
+            if rows:
+                data = self._encode(self.rows, self._timing_rows(stage.batch_size))
+                per_step[name] = seconds_per_step(self.model, objective, data, stage.config(seed=s.seed), steps)
+        return FitEstimate(total_steps(s.stage1.epochs, stage1_rows, s.stage1.batch_size), per_step.get("stage1", 0.0),
+                           total_steps(s.stage2.epochs, n_private, s.stage2.batch_size), per_step["stage2"],
+                           s.scale_name())
+
+    def _announce(self, n_private: int, report: Callable[[str], None] | None) -> None:
+        try:
+            self.estimate_ = self._estimate(n_private)
+        except ValueError as err:  # e.g. undeclared categories: no public pseudo rows to time
+            log.info("no run-time estimate: %s", err)
+            return
+        if report is None:
+            log.log(logging.WARNING if self.estimate_.long else logging.INFO, self.estimate_.message())
+        else:
+            report(self.estimate_.message())
+
+    def _timing_rows(self, n: int) -> pd.DataFrame:
+        """``n`` uniform pseudo rows (public: only declared or already estimated ranges are read)."""
+        ranges = {c.name: c.bounds or (0.0, 100.0) for c in self.schema.columns if c.kind == "numeric"}
+        return uniform_pseudo_table(self.schema, n, seed=self.settings.seed + 7, ranges={**ranges, **self.ranges})
+
+    # ------------------------------------------------------------------ fitted state
     @property
     def guarantee(self) -> Guarantee | None:
         return self.ledger.guarantee() if self.ledger is not None else None
 
+    @property
+    def guarantee_(self) -> Guarantee | None:
+        """The fitted synthesizer's guarantee (None for non-private); NotFittedError before fit."""
+        self._require_fitted()
+        return self.guarantee
+
     def _require_fitted(self) -> None:
         if self.model is None:
-            raise RuntimeError("fit the synthesizer (or load a fitted one) first")
+            raise NotFittedError("fit the synthesizer (or load a fitted one) first")
 
     # ------------------------------------------------------------------ sampling and scoring
     def sampler(self, temperature: float = 1.0, seed: int = 0) -> RowSampler:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
+from dpcare.exceptions import DataError
 from dpcare.text.spans import PHI_TYPES, Note, Span, check_spans, note_to_dict
 
 PatientOf = Callable[[str], str]
@@ -24,7 +25,7 @@ PHI_TAGS = frozenset(PHI_TYPES.values()) | {"PHI"}
 
 def _nonempty(notes: list[Note], where: str | os.PathLike) -> list[Note]:
     if not notes:
-        raise ValueError(f"{where}: no notes")
+        raise DataError(f"{where}: no notes")
     return notes
 
 
@@ -59,15 +60,15 @@ def read_noteevents(path: str | os.PathLike, categories: Iterable[str] | None = 
         chunks = pd.read_csv(path, dtype=str, keep_default_na=False, chunksize=chunksize)
         first = next(iter(chunks), None)
     except pd.errors.EmptyDataError:
-        raise ValueError(f"{path}: no notes") from None
+        raise DataError(f"{path}: no notes") from None
     except pd.errors.ParserError as e:
-        raise ValueError(f"{path}: not a readable NOTEEVENTS csv ({e})") from None
+        raise DataError(f"{path}: not a readable NOTEEVENTS csv ({e})") from None
     if first is None:
-        raise ValueError(f"{path}: no notes")
+        raise DataError(f"{path}: no notes")
     columns = {c.upper(): c for c in first.columns}
     missing = [c for c in ("ROW_ID", "SUBJECT_ID", "TEXT") if c not in columns]
     if missing:
-        raise ValueError(f"{path}: missing column(s) {missing}; MIMIC-III NOTEEVENTS has ROW_ID, "
+        raise DataError(f"{path}: missing column(s) {missing}; MIMIC-III NOTEEVENTS has ROW_ID, "
                          f"SUBJECT_ID, HADM_ID, CATEGORY, TEXT")
     keep = None if categories is None else {c.lower() for c in categories}
     notes, row = [], 0
@@ -82,7 +83,7 @@ def read_noteevents(path: str | os.PathLike, categories: Iterable[str] | None = 
                 continue
             note_id, subject = str(rec["ROW_ID"]).strip(), str(rec["SUBJECT_ID"]).strip()
             if not note_id or not subject:
-                raise ValueError(f"{path}: data row {row}: empty ROW_ID or SUBJECT_ID")
+                raise DataError(f"{path}: data row {row}: empty ROW_ID or SUBJECT_ID")
             meta = {k.lower(): str(rec[k]).strip() for k in ("HADM_ID", "CATEGORY", "DESCRIPTION",
                                                               "CHARTDATE") if k in rec}
             notes.append(Note(note_id=note_id, patient_id=subject, text=str(rec["TEXT"]),
@@ -97,7 +98,7 @@ def _chunks(first, rest, path: Path):
     try:
         yield from rest
     except pd.errors.ParserError as e:
-        raise ValueError(f"{path}: not a readable NOTEEVENTS csv ({e})") from None
+        raise DataError(f"{path}: not a readable NOTEEVENTS csv ({e})") from None
 
 
 # --- i2b2 / n2c2 2010 concepts --------------------------------------------------------------------
@@ -121,7 +122,7 @@ def _con_spans(con: Path, text: str, table) -> list[Span]:
             continue
         m = _CON_RE.match(line)
         if not m:
-            raise ValueError(f'{con}:{lineno}: malformed concept line {line!r}; expected '
+            raise DataError(f'{con}:{lineno}: malformed concept line {line!r}; expected '
                              f'c="text" LINE:TOKEN LINE:TOKEN||t="problem|treatment|test"')
         concept, l1, t1, l2, t2, label = m.group(1), *map(int, m.group(2, 3, 4, 5)), m.group(6)
         try:
@@ -129,10 +130,10 @@ def _con_spans(con: Path, text: str, table) -> list[Span]:
                 raise IndexError
             start, end = table[l1 - 1][t1][0], table[l2 - 1][t2][1]
         except IndexError:
-            raise ValueError(f"{con}:{lineno}: concept {concept!r} at {l1}:{t1} {l2}:{t2} lies "
+            raise DataError(f"{con}:{lineno}: concept {concept!r} at {l1}:{t1} {l2}:{t2} lies "
                              f"outside the note ({len(table)} lines)") from None
         if end <= start or not _same_words(text[start:end], concept):
-            raise ValueError(f"{con}:{lineno}: concept text {concept!r} does not match the note's "
+            raise DataError(f"{con}:{lineno}: concept text {concept!r} does not match the note's "
                              f"{text[start:end]!r} at {l1}:{t1} {l2}:{t2}")
         spans.append(Span(start, end, label.lower(), text[start:end]))
     return spans
@@ -148,7 +149,7 @@ def read_i2b2_2010(txt_dir: str | os.PathLike, con_dir: str | os.PathLike | None
     stems = {p.stem for p in txts}
     orphans = [p.name for p in _files(con_dir, ".con") if p.stem not in stems]
     if orphans:
-        raise ValueError(f"{con_dir}: concept file(s) without a note: {orphans[:5]}")
+        raise DataError(f"{con_dir}: concept file(s) without a note: {orphans[:5]}")
     notes = []
     for txt in txts:
         text = txt.read_text(encoding="utf-8")
@@ -171,7 +172,7 @@ def tokenize_spans(note: Note) -> Note:
     for s in spans:
         inside = [c for c in cuts if s.start < c < s.end]
         if inside:
-            raise ValueError(f"note {note.note_id!r}: span {s.label} {s.text!r} overlaps another "
+            raise DataError(f"note {note.note_id!r}: span {s.label} {s.text!r} overlaps another "
                              f"span's boundary at {inside[0]}")
     if not cuts:
         return note
@@ -209,7 +210,7 @@ def write_i2b2_2010(notes: Iterable[Note], txt_dir: str | os.PathLike,
         lines = []
         for s in note.entities:
             if s.start not in starts or s.end not in ends:
-                raise ValueError(f"note {note.note_id!r}: entity {s.text!r} [{s.start}:{s.end}] does "
+                raise DataError(f"note {note.note_id!r}: entity {s.text!r} [{s.start}:{s.end}] does "
                                  f"not fall on whitespace token boundaries (use tokenize_spans)")
             (l1, t1), (l2, t2) = starts[s.start], ends[s.end]
             concept = " ".join(s.text.split())
@@ -242,10 +243,10 @@ def read_i2b2_2014_xml(path: str | os.PathLike, patient_id: PatientOf | None = N
             root = ET.parse(f).getroot()
         except ET.ParseError as e:
             line, col = e.position
-            raise ValueError(f"{f}:{line}: malformed XML (column {col}): {e}") from None
+            raise DataError(f"{f}:{line}: malformed XML (column {col}): {e}") from None
         text_el = root.find("TEXT")
         if text_el is None:
-            raise ValueError(f"{f}: no <TEXT> element (expected an i2b2 2014 <deIdi2b2> file)")
+            raise DataError(f"{f}: no <TEXT> element (expected an i2b2 2014 <deIdi2b2> file)")
         text = text_el.text or ""
         phi = []
         tags = root.find("TAGS")
@@ -256,7 +257,7 @@ def read_i2b2_2014_xml(path: str | os.PathLike, patient_id: PatientOf | None = N
             try:
                 start, end = int(tag.get("start")), int(tag.get("end"))
             except (TypeError, ValueError):
-                raise ValueError(f"{f}: tag {tag.tag} id={tag.get('id')!r} has no integer start/end "
+                raise DataError(f"{f}: tag {tag.tag} id={tag.get('id')!r} has no integer start/end "
                                  f"({tag.get('start')!r}, {tag.get('end')!r})") from None
             phi.append(Span(start, end, label or tag.tag, tag.get("text", text[start:end])))
         note = Note(f.stem, (patient_id or _patient_2014)(f.stem), text, phi=tuple(phi),
@@ -299,19 +300,19 @@ def _brat_spans(ann: Path, text: str, discontinuous: str) -> tuple[list[Span], l
         parts = fields[1].split(" ", 1) if len(fields) >= 3 else []
         ranges = [_BRAT_RANGE.match(r.strip()) for r in parts[1].split(";")] if len(parts) == 2 else []
         if not ranges or not all(ranges):
-            raise ValueError(f"{ann}:{lineno}: malformed text-bound annotation {line!r}; expected "
+            raise DataError(f"{ann}:{lineno}: malformed text-bound annotation {line!r}; expected "
                              f"'T1<TAB>Label START END<TAB>text'")
         if len(ranges) > 1 and discontinuous == "error":
-            raise ValueError(f"{ann}:{lineno}: discontinuous span {fields[1]!r} (pass "
+            raise DataError(f"{ann}:{lineno}: discontinuous span {fields[1]!r} (pass "
                              f"discontinuous='first' to keep its first fragment)")
         bounds = [(int(r.group(1)), int(r.group(2))) for r in ranges]
         for start, end in bounds:
             if not 0 <= start < end <= len(text):
-                raise ValueError(f"{ann}:{lineno}: span [{start}:{end}] lies outside the note "
+                raise DataError(f"{ann}:{lineno}: span [{start}:{end}] lies outside the note "
                                  f"(length {len(text)})")
         actual = " ".join(text[a:b] for a, b in bounds)
         if " ".join(actual.split()) != " ".join(fields[2].split()):
-            raise ValueError(f"{ann}:{lineno}: annotation text {fields[2]!r} does not match the "
+            raise DataError(f"{ann}:{lineno}: annotation text {fields[2]!r} does not match the "
                              f"note's {actual!r} at {fields[1].split(' ', 1)[1]}")
         start, end = bounds[0]
         label = parts[0]
@@ -363,7 +364,7 @@ def _spans(obj, key: str, text: str, where: str) -> tuple[Span, ...]:
         try:
             start, end, label = int(s["start"]), int(s["end"]), str(s["label"])
         except (KeyError, TypeError, ValueError):
-            raise ValueError(f"{where}: {key}[{k}] needs integer start, end and a label, "
+            raise DataError(f"{where}: {key}[{k}] needs integer start, end and a label, "
                              f"got {s!r}") from None
         out.append(Span(start, end, label, str(s["text"]) if "text" in s else text[start:end]))
     return tuple(out)
@@ -372,11 +373,11 @@ def _spans(obj, key: str, text: str, where: str) -> tuple[Span, ...]:
 def note_from_dict(obj: dict, where: str) -> Note:
     """A Note from the JSONL schema (note_to_dict); spans checked against the text."""
     if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-        # a malformed corpus line is a ValueError like every other bad input of the readers
-        raise ValueError(f"{where}: each line must be a JSON object with a string 'text'")  # noqa: TRY004
+        # a malformed corpus line is a DataError like every other bad input of the readers
+        raise DataError(f"{where}: each line must be a JSON object with a string 'text'")
     for key in ("note_id", "patient_id"):
         if obj.get(key) in (None, ""):
-            raise ValueError(f"{where}: no {key!r} (every note needs its patient id, the privacy "
+            raise DataError(f"{where}: no {key!r} (every note needs its patient id, the privacy "
                              f"unit; use the note id when each note is its own patient)")
     text = obj["text"]
     note = Note(str(obj["note_id"]), str(obj["patient_id"]), text,
@@ -400,7 +401,7 @@ def read_jsonl(path: str | os.PathLike) -> list[Note]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+                raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
             notes.append(note_from_dict(obj, f"{path}:{lineno}"))
     return _nonempty(notes, path)
 

@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpcare.exceptions import DataError
+
 # i2b2 2014 de-identification TYPE -> TAG (Stubbs & Uzuner 2015, annotation guidelines).
 PHI_TYPES: dict[str, str] = {
     "PATIENT": "NAME", "DOCTOR": "NAME", "USERNAME": "NAME",
@@ -61,17 +63,17 @@ def check_spans(note: Note, where: str | None = None) -> Note:
     """Raise ValueError naming the note (and ``where``, e.g. a file) for a span that is out of
     bounds or whose text differs from the note's; return the note unchanged otherwise."""
     if not str(note.note_id):
-        raise ValueError(f"{where or 'note'}: empty note id")
+        raise DataError(f"{where or 'note'}: empty note id")
     if not str(note.patient_id):
-        raise ValueError(f"{_describe(note, where)}: empty patient id (the privacy unit)")
+        raise DataError(f"{_describe(note, where)}: empty patient id (the privacy unit)")
     n = len(note.text)
     for kind, spans in (("PHI", note.phi), ("entity", note.entities)):
         for s in spans:
             if not (0 <= s.start < s.end <= n):
-                raise ValueError(f"{_describe(note, where)}: {kind} span {s.label} [{s.start}:{s.end}]"
+                raise DataError(f"{_describe(note, where)}: {kind} span {s.label} [{s.start}:{s.end}]"
                                  f" {s.text!r} lies outside the note (length {n})")
             if note.text[s.start:s.end] != s.text:
-                raise ValueError(f"{_describe(note, where)}: {kind} span {s.label} [{s.start}:{s.end}]"
+                raise DataError(f"{_describe(note, where)}: {kind} span {s.label} [{s.start}:{s.end}]"
                                  f" is {s.text!r} but the note has {note.text[s.start:s.end]!r}")
     return note
 

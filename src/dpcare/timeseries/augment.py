@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
+from dpcare.progress import progress as tqdm
 from dpcare.timeseries.model import Forecaster, masked_mse
 
 LossOfEmbedding = Callable[[Tensor, Tensor, Tensor], Tensor]

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dpcare.exceptions import DataError
+
 EVENT_COLUMNS = ("patient_id", "stay_id", "time", "variable", "value")
 TIME_UNITS = {"hours": 1.0, "days": 24.0, "minutes": 1.0 / 60.0}
 
@@ -26,7 +28,7 @@ def _examples(values: pd.Series, limit: int = 3) -> str:
 def _ids_as_str(s: pd.Series, column: str) -> pd.Series:
     missing = s.isna()
     if missing.any():
-        raise ValueError(f"column '{column}' has {int(missing.sum())} missing id(s), "
+        raise DataError(f"column '{column}' has {int(missing.sum())} missing id(s), "
                          f"first at row {int(np.flatnonzero(missing.to_numpy())[0])}")
     if pd.api.types.is_float_dtype(s) and bool((s == np.floor(s)).all()):
         s = s.astype("int64")  # ids read as floats (a CSV column with gaps): 12.0 -> "12"
@@ -50,7 +52,7 @@ def _parse_datetimes(s: pd.Series) -> pd.Series:
 def _parse_times(s: pd.Series, time_unit: str) -> tuple[pd.Series, bool]:
     """Times as float hours (numbers, timedeltas) or UTC datetimes; second item: is datetime."""
     if pd.api.types.is_bool_dtype(s):
-        raise ValueError("column 'time' holds booleans, not times")
+        raise DataError("column 'time' holds booleans, not times")
     if pd.api.types.is_numeric_dtype(s):
         parsed, is_dt = s.astype("float64") * TIME_UNITS[time_unit], False
     elif pd.api.types.is_timedelta64_dtype(s):
@@ -69,7 +71,7 @@ def _parse_times(s: pd.Series, time_unit: str) -> tuple[pd.Series, bool]:
         bad = pd.Series(~np.isfinite(parsed.to_numpy(dtype="float64", na_value=np.nan)),
                         index=s.index)
     if bad.any():
-        raise ValueError(f"column 'time': {int(bad.sum())} value(s) cannot be read as a time, "
+        raise DataError(f"column 'time': {int(bad.sum())} value(s) cannot be read as a time, "
                          f"e.g. {_examples(s[bad])}")
     return parsed, is_dt
 
@@ -84,7 +86,7 @@ def _parse_values(values: pd.Series, variables: pd.Series) -> pd.Series:
     bad |= np.isinf(out)
     if bad.any():
         i = bad[bad].index[0]
-        raise ValueError(f"column 'value': variable '{variables[i]}' has a non-numeric or infinite "
+        raise DataError(f"column 'value': variable '{variables[i]}' has a non-numeric or infinite "
                          f"value {values[i]!r} (row {i}); {int(bad.sum())} bad value(s) in all")
     return out
 
@@ -103,10 +105,10 @@ def validate_events(df: pd.DataFrame, *, time_unit: str = "hours") -> pd.DataFra
         raise ValueError(f"time_unit must be one of {sorted(TIME_UNITS)}, got {time_unit!r}")
     missing = [c for c in EVENT_COLUMNS if c not in df.columns]
     if missing:
-        raise ValueError(f"the event table lacks column(s) {missing}; "
+        raise DataError(f"the event table lacks column(s) {missing}; "
                          f"columns present: {[str(c) for c in df.columns]}")
     if len(df) == 0:
-        raise ValueError("the event table is empty")
+        raise DataError("the event table is empty")
     ev = df[list(EVENT_COLUMNS)].reset_index(drop=True)
     out = pd.DataFrame({c: _ids_as_str(ev[c], c) for c in ("patient_id", "stay_id", "variable")})
     times, is_dt = _parse_times(ev["time"], time_unit)
@@ -114,7 +116,7 @@ def validate_events(df: pd.DataFrame, *, time_unit: str = "hours") -> pd.DataFra
     out["time"] = times
     out = out[out["value"].notna()]
     if len(out) == 0:
-        raise ValueError("the event table has no non-missing value")
+        raise DataError("the event table has no non-missing value")
     if is_dt:
         start = out.groupby("stay_id", sort=False)["time"].transform("min")
         out["time"] = (out["time"] - start) / pd.Timedelta(hours=1)
@@ -123,7 +125,7 @@ def validate_events(df: pd.DataFrame, *, time_unit: str = "hours") -> pd.DataFra
     if (owners > 1).any():
         stay = owners[owners > 1].index[0]
         pats = sorted(out.loc[out["stay_id"] == stay, "patient_id"].unique())
-        raise ValueError(f"stay '{stay}' belongs to more than one patient: {pats[:5]}")
+        raise DataError(f"stay '{stay}' belongs to more than one patient: {pats[:5]}")
     return out[list(EVENT_COLUMNS)].reset_index(drop=True)
 
 
@@ -132,7 +134,7 @@ def _in_file(path: Path | str, table: pd.DataFrame, *, time_unit: str = "hours")
     try:
         return validate_events(table, time_unit=time_unit)
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise DataError(f"{path}: {err}") from None
 
 
 def _need_file(path: Path | str) -> Path:
@@ -147,7 +149,7 @@ def _need_columns(path: Path, present: Iterable[str], needed: Iterable[str],
     present = list(present)
     missing = [c for c in needed if c not in present]
     if missing:
-        raise ValueError(f"{path}: missing column(s) {missing}; "
+        raise DataError(f"{path}: missing column(s) {missing}; "
                          f"columns present: {list(shown if shown is not None else present)}")
 
 
@@ -170,7 +172,7 @@ def read_meds(path: Path | str, codes: Iterable[str] | None = None) -> pd.DataFr
     path = _need_file(path)
     files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
     if not files:
-        raise ValueError(f"{path}: the folder holds no .parquet file")
+        raise DataError(f"{path}: the folder holds no .parquet file")
     needed = ["subject_id", "time", "code", "numeric_value"]
     frames = []
     for f in files:
@@ -181,7 +183,7 @@ def read_meds(path: Path | str, codes: Iterable[str] | None = None) -> pd.DataFr
         wanted = [str(c) for c in codes]
         meds = meds[meds["code"].astype(str).isin(wanted)]
         if len(meds) == 0:
-            raise ValueError(f"{path}: none of the codes {wanted[:10]} occurs")
+            raise DataError(f"{path}: none of the codes {wanted[:10]} occurs")
     meds = meds[meds["time"].notna() & meds["numeric_value"].notna()]
     table = pd.DataFrame({"patient_id": meds["subject_id"], "stay_id": meds["subject_id"],
                           "time": meds["time"], "variable": meds["code"],
@@ -205,7 +207,7 @@ def _clif_table(folder: Path, table: str, variables: list[str] | None) -> pd.Dat
     names = _parquet_names(path)
     time_cols = [c for c in times if c in names]
     if not time_cols:
-        raise ValueError(f"{path}: no time column (looked for {list(times)}); columns present: "
+        raise DataError(f"{path}: no time column (looked for {list(times)}); columns present: "
                          f"{names}")
     _need_columns(path, names, ["hospitalization_id", category, value])
     df = pd.read_parquet(path, columns=["hospitalization_id", category, value, *time_cols])
@@ -235,7 +237,7 @@ def read_clif(folder: Path | str, tables: Iterable[str] = ("vitals", "labs"),
     if chosen is not None:
         absent = sorted(set(chosen) - set(events["variable"].astype(str)))
         if absent:
-            raise ValueError(f"{folder}: variable(s) {absent} not found in tables {tables}")
+            raise DataError(f"{folder}: variable(s) {absent} not found in tables {tables}")
     hosp_path = _need_file(folder / "clif_hospitalization.parquet")
     _need_columns(hosp_path, _parquet_names(hosp_path), ["hospitalization_id", "patient_id"])
     hosp = pd.read_parquet(hosp_path, columns=["hospitalization_id", "patient_id"])
@@ -243,7 +245,7 @@ def read_clif(folder: Path | str, tables: Iterable[str] = ("vitals", "labs"),
     events["patient_id"] = events["stay_id"].map(owner)
     orphans = events.loc[events["patient_id"].isna(), "stay_id"]
     if len(orphans):
-        raise ValueError(f"{hosp_path}: {orphans.nunique()} hospitalization_id(s) of the events "
+        raise DataError(f"{hosp_path}: {orphans.nunique()} hospitalization_id(s) of the events "
                          f"are not listed, e.g. {orphans.iloc[0]!r}")
     return _in_file(folder, events[list(EVENT_COLUMNS)])
 
@@ -280,7 +282,7 @@ def _stay_ids(df: pd.DataFrame, needed: list[str]) -> pd.Series:
     are dropped by the caller."""
     col = next((c for c in ("stay_id", "icustay_id") if c in df.columns), None)
     if col is None:
-        raise ValueError(f"{df.attrs['path']}: missing column stay_id (or icustay_id); "
+        raise DataError(f"{df.attrs['path']}: missing column stay_id (or icustay_id); "
                          f"columns present: {df.attrs['header']}")
     _need_csv_columns(df, needed)
     return df[col]
@@ -344,5 +346,5 @@ def read_mimic_csv(*, chartevents: Path | str | None = None, labevents: Path | s
             "time": df["charttime"], "variable": names, "value": df["valuenum"]}))
     where = ", ".join(str(p) for p in (chartevents, labevents) if p is not None)
     if not frames:
-        raise ValueError(f"{where}: the event table is empty (after the itemid and stay filters)")
+        raise DataError(f"{where}: the event table is empty (after the itemid and stay filters)")
     return _in_file(where, pd.concat(frames, ignore_index=True))

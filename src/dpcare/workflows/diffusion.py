@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from dpcare.engine import TrainConfig, Trainer
 from dpcare.images import (
@@ -36,6 +35,7 @@ from dpcare.images.diffusion import DiffusionObjective, NoiseSchedule, sample
 from dpcare.images.unet import UNet
 from dpcare.io import new_figure, save_figure, torch_save, write_json, write_text
 from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
+from dpcare.progress import progress as tqdm
 
 KINDS = DiffusionObjective.KINDS
 LOADERS = {"mnist": load_mnist, "digits": load_digits}

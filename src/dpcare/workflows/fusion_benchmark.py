@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from dpcare.data import TableEncoder, TableSchema, public_view, replace_private, split_table
 from dpcare.engine import TrainConfig, Trainer
@@ -35,12 +34,13 @@ from dpcare.methods import DPSGD, NonPrivate
 from dpcare.methods.fusion import HYBRID_METHODS
 from dpcare.models import TabularMLP
 from dpcare.privacy import PrivacyLedger, ProtectedUnit, calibrate_noise_multiplier, gaussian_event
+from dpcare.progress import progress as tqdm
 from dpcare.workflows.tabular import evaluate
 
 FRACTIONS = {"public": 0.1, "train": 0.7, "val": 0.1, "test": 0.1}
 #: non-private references: which view of the training rows they train on
 NONPRIVATE = {"sgd-org": "x", "sgd-hybrid": "x_hyb", "sgd-pub": "x_pub"}
-METHODS = (*NONPRIVATE, "dp-sgd", *HYBRID_METHODS)
+METHODS = (*NONPRIVATE, "dp-sgd", *HYBRID_METHODS.names())
 TUNING_NOTE = ("Hyperparameters were chosen on the private validation split; that choice is a release the "
                "reported epsilon does not count (as in fusiondp.txt). Use --charge-tuning to include it.")
 CHARGED_NOTE = ("Tuning was private and is counted: each seed trained all grid candidates under one calibrated "
@@ -143,7 +143,7 @@ def train_one(method: str, epsilon: float | None, params: dict[str, float], seed
         if method == "dp-sgd":
             objective, unit = DPSGD(), ProtectedUnit.EXAMPLE
         else:
-            factory = HYBRID_METHODS[method]
+            factory = HYBRID_METHODS.get(method)
             objective = factory(params["beta"]) if method == "fusiondp" else factory()
             unit = ProtectedUnit.FEATURES
         ledger = PrivacyLedger(n, unit=unit)

@@ -7,6 +7,7 @@ contain the private columns at all.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -23,7 +24,7 @@ from dpcare.engine import TrainConfig, Trainer
 from dpcare.io import torch_save, write_json
 from dpcare.methods import make_objective
 from dpcare.models import TabularMLP
-from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
+from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, check_epsilon, default_delta
 
 #: which feature columns each method protects (encoder statistics must be public or DP for these)
 PROTECTS = {"non-private": "label", "dp-sgd": "all", "feature-dp": "private", "label-dp": "label"}
@@ -75,6 +76,7 @@ class TabularResult:
     model: torch.nn.Module | None = field(default=None, repr=False)
     encoder: TableEncoder | None = field(default=None, repr=False)
     audit: dict[str, Any] | None = None
+    ledger: PrivacyLedger | None = field(default=None, repr=False)
 
     def row(self) -> dict[str, Any]:
         g = self.guarantee or {}
@@ -141,14 +143,47 @@ def train_tabular(df: pd.DataFrame, schema: TableSchema, run: TabularRun,
     data = {"train": train, **{name: prepare(encoder, parts[name], run.pad, seed=run.seed + i)
                                for i, name in enumerate(("val", "test"), start=1)}}
     metrics = {f"{split_name}_{k}": v for split_name in ("val", "test") for k, v in evaluate(model, data[split_name]).items()}
-    guarantee = result.guarantee.to_dict() if result.guarantee else None
-    out = TabularResult(run.method, metrics, guarantee, result.noise_multiplier, result.steps, asdict(run), model,
-                        encoder)
+    out = _result(run, model, encoder, result, metrics)
     if run.audit:
         out.audit = membership_audit(model, data["train"], data["test"], out_dir, title=run.method)
     if out_dir is not None:
         save_run(out_dir, model, encoder, out)
     return out
+
+
+def train_all(df: pd.DataFrame, schema: TableSchema, run: TabularRun) -> TabularResult:
+    """Train on every row of ``df`` (no held-out split, hence no metrics)."""
+    model, encoder, result, _ = train_on_split(load_table(df, schema), schema, run)
+    return _result(run, model, encoder, result, {})
+
+
+def _result(run: TabularRun, model: TabularMLP, encoder: TableEncoder, result, metrics: dict[str, float]
+            ) -> TabularResult:
+    guarantee = result.guarantee.to_dict() if result.guarantee else None
+    return TabularResult(run.method, metrics, guarantee, result.noise_multiplier, result.steps, asdict(run), model,
+                         encoder, ledger=result.ledger)
+
+
+def _ledger_terms(schema: TableSchema, unit: ProtectedUnit) -> dict[str, Any]:
+    """The unit, protected and public columns a run's ledger names."""
+    protected = {ProtectedUnit.FEATURES: schema.private_columns, ProtectedUnit.LABEL: [schema.target],
+                 ProtectedUnit.EXAMPLE: []}[unit]
+    public = {ProtectedUnit.FEATURES: [*schema.public_columns, schema.target],
+              ProtectedUnit.LABEL: schema.feature_columns, ProtectedUnit.EXAMPLE: []}[unit]
+    return {"unit": unit, "protected_columns": tuple(protected), "public_columns": tuple(public)}
+
+
+def planned_guarantee(schema: TableSchema, run: TabularRun, rows: int, holdout: bool = True) -> Guarantee | None:
+    """What :func:`train_tabular` (``holdout``) or :func:`train_all` will release on a table of ``rows`` rows,
+    from the settings alone: a budget checks it before any row is read. None for a non-private run."""
+    run.validate()
+    objective = make_objective(run.method)
+    if not objective.private:
+        return None
+    n = len(split(pd.DataFrame(index=range(rows)), run.seed)["train"]) if holdout else rows
+    delta = run.delta if run.delta is not None else default_delta(n)
+    return Guarantee(epsilon=run.epsilon, delta=delta, n=n, accountant=run.accountant,
+                     neighbouring=NEIGHBOURING[objective.unit], **_ledger_terms(schema, objective.unit))
 
 
 def train_on_split(train_df: pd.DataFrame, schema: TableSchema, run: TabularRun):
@@ -160,15 +195,10 @@ def train_on_split(train_df: pd.DataFrame, schema: TableSchema, run: TabularRun)
     objective = make_objective(run.method)
     ledger = None
     if objective.private:
-        unit = objective.unit
-        protected = {ProtectedUnit.FEATURES: schema.private_columns, ProtectedUnit.LABEL: [schema.target],
-                     ProtectedUnit.EXAMPLE: []}[unit]
-        public = {ProtectedUnit.FEATURES: [*schema.public_columns, schema.target],
-                  ProtectedUnit.LABEL: schema.feature_columns, ProtectedUnit.EXAMPLE: []}[unit]
-        if unit is ProtectedUnit.FEATURES:
+        if objective.unit is ProtectedUnit.FEATURES:
             schema.require_public()
-        ledger = PrivacyLedger(len(train_df), delta=run.delta, accountant=run.accountant, unit=unit,
-                               protected_columns=tuple(protected), public_columns=tuple(public))
+        ledger = PrivacyLedger(len(train_df), delta=run.delta, accountant=run.accountant,
+                               **_ledger_terms(schema, objective.unit))
     encoder = TableEncoder(schema, protect=PROTECTS[run.method]).fit(
         train_df, ledger=ledger, stats_epsilon=run.stats_epsilon, seed=run.seed)
     train = prepare(encoder, train_df, run.pad, seed=run.seed)
@@ -211,3 +241,29 @@ def save_run(out_dir: str | os.PathLike, model: TabularMLP, encoder: TableEncode
                                              "noise_multiplier": result.noise_multiplier, "steps": result.steps,
                                              "settings": result.settings})
     write_json(out / "guarantee.json", result.guarantee or {"epsilon": None, "note": "non-private run"})
+    if result.ledger is not None:
+        result.ledger.save_json(out / "ledger.json")
+
+
+def load_run(folder: str | os.PathLike) -> TabularResult:
+    """A run saved by :func:`save_run` (``dpcare train``): model (in eval mode), encoder, metrics, guarantee.
+
+    Only model.pt is required; metrics.json and guarantee.json are read when present."""
+    folder = Path(folder)
+    path = folder / "model.pt"
+    if not path.exists():
+        raise FileNotFoundError(f"no model.pt in {folder}")
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    encoder = TableEncoder.from_state_dict(saved["encoder"])
+    model = TabularMLP(**saved["model_config"])
+    model.load_state_dict(saved["model"])
+    model.eval()
+    meta = _read_json(folder / "metrics.json")
+    guarantee = _read_json(folder / "guarantee.json")
+    return TabularResult(meta.get("method", ""), meta.get("metrics", {}),
+                         guarantee if guarantee.get("epsilon") is not None else None, meta.get("noise_multiplier"),
+                         meta.get("steps", 0), meta.get("settings", {}), model, encoder)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from dpcare.audit import clustered_auc_interval, plot_roc
 from dpcare.io import torch_save, write_json, write_text
+from dpcare.progress import progress as tqdm
 from dpcare.timeseries import WindowSet, windows_for
 from dpcare.workflows.tsf import (
     METHODS,

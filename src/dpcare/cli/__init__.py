@@ -1,0 +1,41 @@
+"""The ``dpcare`` command line: ``app`` (a typer app) and ``main`` (the console script).
+
+One module per command group; each command imports its heavy dependencies when it runs.
+Errors a user can fix are reported once, by the root group (:mod:`dpcare.cli.common`):
+``error: <message>`` on stderr and exit status 2. A new command group is a module with its
+own ``app`` added below.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from dpcare.cli import account, audit, benchmark, budget, data, report, synth, train
+from dpcare.cli.common import ErrorReportingGroup
+from dpcare.runtime import ensure_fast_process
+
+app = typer.Typer(
+    cls=ErrorReportingGroup,
+    help="dpcare: differential privacy for clinical machine learning. Every epsilon printed comes from "
+    "the privacy ledger of the run (dp-accounting PLD by default).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(account.app, name="account")
+app.add_typer(benchmark.app, name="benchmark")
+app.add_typer(synth.app, name="synth")
+app.command()(train.train)
+app.add_typer(audit.app, name="audit")
+app.command()(data.demo)
+app.command()(data.datasets)
+app.command()(report.report)
+app.add_typer(budget.app, name="budget")
+
+
+def main() -> None:
+    """Console-script entry point: re-exec with the fast process settings, then run ``app``."""
+    ensure_fast_process()
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,5 @@
+"""``python -m dpcare.cli``."""
+
+from dpcare.cli import main
+
+main()

@@ -1,0 +1,159 @@
+"""``dpcare benchmark fusiondp | dp2stage | tsf | diffusion``: the papers' comparisons on real data."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dpcare.cli.common import table_and_spec
+
+app = typer.Typer(help="Reproduce the papers' comparisons on real data.", no_args_is_help=True)
+
+
+@app.command("fusiondp")
+def benchmark_fusiondp(
+    dataset: Annotated[str, typer.Option(help="bundled data set: support2, rhc or adult")] = "support2",
+    data: Annotated[Path | None, typer.Option(help="your CSV/Parquet instead of a bundled set (needs --spec)")] = None,
+    spec: Annotated[Path | None, typer.Option(help="privacy spec of --data")] = None,
+    private: Annotated[str | None, typer.Option(
+        help="comma-separated private columns, overriding the spec (e.g. a few weak ones, Appendix D)")] = None,
+    epsilons: Annotated[str, typer.Option(help="comma-separated target epsilons")] = "0.1,0.3,0.5,1,2",
+    seeds: Annotated[int, typer.Option(help="seeds (tuning uses seed 0)")] = 3,
+    epochs: Annotated[float, typer.Option(help="epochs per run")] = 7.0,
+    imputer: Annotated[str, typer.Option(
+        help="gbm (default), lm (SmolLM2 in context; slow on CPU, see README) or tabpfn (local checkpoints)")] = "gbm",
+    tabpfn_classifier: Annotated[Path | None, typer.Option(help="local TabPFN classifier checkpoint")] = None,
+    tabpfn_regressor: Annotated[Path | None, typer.Option(help="local TabPFN regressor checkpoint")] = None,
+    workers: Annotated[int, typer.Option(help="parallel training processes")] = 2,
+    quick: Annotated[bool, typer.Option(help="smoke-size run (2 epsilons, 1 seed, 1 grid point, 2 epochs)")] = False,
+    charge_tuning: Annotated[bool, typer.Option(
+        help="tune privately on every seed and count it in epsilon (default: the paper's uncounted tuning)")] = False,
+    out: Annotated[Path, typer.Option(help="results folder")] = Path("results/fusiondp"),
+) -> None:
+    """FusionDP vs Feature-DP vs DP-SGD vs the hybrid baselines over epsilons (fusiondp.txt, Figure 2)."""
+    from dpcare.data import load_dataset
+    from dpcare.workflows.fusion_benchmark import FusionBenchmark, run_benchmark
+
+    if data is not None:
+        if spec is None:
+            raise ValueError("--data needs --spec")
+        df, schema = table_and_spec(data, spec)
+    else:
+        df, schema = load_dataset(dataset)
+    if private:
+        schema = schema.with_roles([c.strip() for c in private.split(",") if c.strip()])
+    bench = FusionBenchmark.quick() if quick else FusionBenchmark(seeds=seeds, epochs=epochs)
+    if not quick:
+        bench = replace(bench, epsilons=tuple(float(e) for e in epsilons.split(",")))
+    options = {}
+    if imputer == "tabpfn":
+        options = {"classifier_checkpoint": tabpfn_classifier, "regressor_checkpoint": tabpfn_regressor}
+        if None in options.values():
+            raise ValueError("--imputer tabpfn needs --tabpfn-classifier and --tabpfn-regressor checkpoint files")
+    bench = replace(bench, imputer=imputer, imputer_options=options, workers=workers, charge_tuning=charge_tuning)
+    run_benchmark(df, schema, bench, out)
+    typer.echo((out / "table.md").read_text())
+    typer.echo(f"written: {out}/table.csv, table.md, auprc_vs_epsilon.png, runs.csv, imputation.json")
+
+
+@app.command("dp2stage")
+def benchmark_dp2stage(
+    datasets: Annotated[str, typer.Option(help="comma-separated: adult, support2, rhc")] = "adult,support2",
+    epsilons: Annotated[str, typer.Option(help="comma-separated target epsilons")] = "1,8",
+    baselines: Annotated[str, typer.Option(help="comma-separated SmartNoise baselines (mst, aim, dpctgan) or none")
+                         ] = "mst,aim,dpctgan",
+    model: Annotated[str, typer.Option(help="'smollm2' or a local causal-LM folder")] = "smollm2",
+    layers: Annotated[int | None, typer.Option(help="transformer blocks kept (default 1 for the CPU budget)")] = None,
+    n_train: Annotated[int | None, typer.Option(help="private training rows per data set")] = None,
+    all_columns: Annotated[bool, typer.Option(help="use every column (default: 10 per data set)")] = False,
+    quick: Annotated[bool, typer.Option(help="smoke-size run for tests (Adult, epsilon 8, MST only)")] = False,
+    out: Annotated[Path, typer.Option(help="results folder (finished runs are kept: rerun to resume)")] = Path(
+        "results/dp2stage"),
+) -> None:
+    """DP-Standard vs DP-2Stage-U vs DP-2Stage-O vs SmartNoise baselines (dp-2stage.txt, Table 3)."""
+    from dpcare.workflows.dp2stage_benchmark import Dp2StageBenchmark, run_benchmark
+
+    bench = Dp2StageBenchmark.quick(model) if quick else Dp2StageBenchmark(
+        datasets=tuple(d.strip() for d in datasets.split(",")),
+        epsilons=tuple(float(e) for e in epsilons.split(",")))
+    chosen = () if baselines.strip() == "none" else tuple(b.strip() for b in baselines.split(","))
+    if not quick:
+        bench = replace(bench, baselines=chosen, all_columns=all_columns,
+                        lm=replace(bench.lm, model=model, layers=layers or bench.lm.layers))
+        if n_train:
+            bench = replace(bench, n_train=n_train)
+    run_benchmark(bench, out)
+    typer.echo((out / "table.md").read_text())
+    typer.echo(f"written: {out}/table.csv, table.md, dp2stage.png, sampling.json, runs/")
+
+
+@app.command("tsf")
+def benchmark_tsf(
+    datasets: Annotated[str, typer.Option(help="comma-separated bundled sets: mimic_demo, pbcseq")] = "mimic_demo,pbcseq",
+    events: Annotated[Path | None, typer.Option(help="your event table instead (file or folder; needs --spec)")] = None,
+    layout: Annotated[str, typer.Option(help="layout of --events: canonical, meds or clif")] = "canonical",
+    spec: Annotated[Path | None, typer.Option(
+        help="YAML for --events: name, step, window, default_variables, declared center/scale per variable")] = None,
+    methods: Annotated[str, typer.Option(help="comma-separated: baseline, dp-sgd, zoo, zoo_pca, mixup")
+                       ] = "baseline,dp-sgd,zoo,zoo_pca,mixup",
+    epsilons: Annotated[str, typer.Option(help="comma-separated patient-level epsilons of DP-SGD")] = "1,3,8",
+    shadows: Annotated[int, typer.Option(help="LiRA shadow models per data set (0: LOSS attack only)")] = 8,
+    workers: Annotated[int, typer.Option(help="parallel processes for shadow models")] = 2,
+    epochs: Annotated[float | None, typer.Option(help="baseline training epochs")] = None,
+    dp_epochs: Annotated[float | None, typer.Option(help="DP-SGD epochs over the training patients")] = None,
+    aug_epochs: Annotated[int | None, typer.Option(help="augmentation retraining epochs (at most)")] = None,
+    alpha: Annotated[float | None, typer.Option(help="ZOO interpolation weight alpha in [0, 1]")] = None,
+    seed: Annotated[int, typer.Option(help="seed of splits, models and shadows")] = 0,
+    quick: Annotated[bool, typer.Option(help="smoke-size run (tiny model, epsilon 3, 2 shadows)")] = False,
+    out: Annotated[Path, typer.Option(help="results folder (finished models are kept: rerun to resume)")] = Path(
+        "results/tsf"),
+) -> None:
+    """Baseline vs DP-SGD (per patient) vs ZOO, ZOO-PCA, MixUp under LOSS and LiRA attacks
+    (embedding-augmentation-mia-tsf.txt, Table 1, with real accounting)."""
+    from dpcare.timeseries import user_dataset
+    from dpcare.workflows.tsf_benchmark import TsfBenchmark, run_tsf_benchmark
+
+    bench = TsfBenchmark.quick() if quick else TsfBenchmark(shadows=shadows)
+    names = tuple(d.strip() for d in datasets.split(",") if d.strip())
+    if events is not None:
+        if spec is None:
+            raise ValueError("--events needs --spec (declared center/scale per variable, step and window)")
+        names = (user_dataset(events, layout, spec),)
+    overrides = {k: v for k, v in {"epochs": epochs, "dp_epochs": dp_epochs, "aug_epochs": aug_epochs,
+                                   "alpha": alpha}.items() if v is not None}
+    bench = replace(bench, datasets=names, methods=tuple(m.strip() for m in methods.split(",")),
+                    epsilons=bench.epsilons if quick else tuple(float(e) for e in epsilons.split(",")),
+                    workers=workers, seed=seed, recipe=replace(bench.recipe, **overrides))
+    run_tsf_benchmark(bench, out)
+    typer.echo((out / "table.md").read_text())
+    typer.echo(f"written: {out}/table.csv, table.md, roc-loss-*.png, roc-lira-*.png, <data>/target, <data>/shadows")
+
+
+@app.command("diffusion")
+def benchmark_diffusion(
+    dataset: Annotated[str, typer.Option(help="mnist (5,000 real digits, 28x28) or digits (8x8)")] = "mnist",
+    epsilons: Annotated[str, typer.Option(help="comma-separated epsilons of the private methods")] = "8,1",
+    epochs: Annotated[float | None, typer.Option(help="epochs of Non-private and Public")] = None,
+    dp_epochs: Annotated[float | None, typer.Option(help="epochs of the private methods")] = None,
+    samples: Annotated[int | None, typer.Option(help="generated images per method for FID")] = None,
+    blur_sigma: Annotated[float | None, typer.Option(help="sigma (pixels) of the public Gaussian blur")] = None,
+    seed: Annotated[int, typer.Option(help="seed of splits, models and sampling")] = 0,
+    quick: Annotated[bool, typer.Option(help="smoke-size run (8x8 digits, tiny U-Net, epsilon 8)")] = False,
+    out: Annotated[Path, typer.Option(help="results folder (finished methods are kept: rerun to resume)")] = Path(
+        "results/diffusion"),
+) -> None:
+    """Non-private vs Public (blurred) vs DP vs FDP (DP-SGD) vs FDP (Alg. 1, with rejection of blurry
+    samples): FID on classifier features (feature-dp.txt, Section 6.3)."""
+    from dpcare.workflows.diffusion import DiffusionBenchmark, run_diffusion_benchmark
+
+    bench = DiffusionBenchmark.quick() if quick else DiffusionBenchmark(
+        dataset=dataset, epsilons=tuple(float(e) for e in epsilons.split(",")))
+    overrides = {k: v for k, v in {"epochs": epochs, "dp_epochs": dp_epochs, "samples": samples,
+                                   "blur_sigma": blur_sigma}.items() if v is not None}
+    bench = replace(bench, seed=seed, recipe=replace(bench.recipe, **overrides))
+    run_diffusion_benchmark(bench, out)
+    typer.echo((out / "table.md").read_text())
+    typer.echo(f"written: {out}/table.csv, table.md, samples.png, runs/<method>/samples.png")

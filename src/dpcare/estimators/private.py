@@ -1,0 +1,117 @@
+"""``make_private``: DP training of your own torch model and per-example loss on dpcare's engine.
+
+In the spirit of Opacus' ``PrivacyEngine.make_private``, but the result is dpcare's
+:class:`~dpcare.engine.Trainer` (Poisson sampling, per-example clipping, Gaussian noise) with a
+:class:`~dpcare.privacy.PrivacyLedger` as ``.ledger``::
+
+    trainer = make_private(model, nn.CrossEntropyLoss(reduction="none"), {"x": X, "y": Y}, epsilon=1.0)
+    result = trainer.fit()          # trains on the data given above
+    print(trainer.ledger.guarantee().describe())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import Tensor, nn
+
+from dpcare.engine import Objective, TrainConfig, Trainer, TrainResult
+from dpcare.engine.clip import check_losses
+from dpcare.exceptions import DataError, PrivacyParameterError
+from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
+
+KEYS = ("x", "y")
+
+
+class LossObjective(Objective):
+    """A criterion ``loss_fn(model(batch["x"]), batch["y"])`` returning one loss per example."""
+
+    name = "custom loss"
+    private_keys = KEYS
+
+    def __init__(self, loss_fn: Callable[[Tensor, Tensor], Tensor]):
+        reduction = getattr(loss_fn, "reduction", "none")
+        if reduction != "none":
+            raise ValueError(f"loss_fn reduces over the batch (reduction={reduction!r}); DP training clips each "
+                             "example's gradient, so pass per-example losses, e.g. "
+                             "nn.CrossEntropyLoss(reduction='none')")
+        self.loss_fn = loss_fn
+
+    def private_loss(self, model, batch) -> Tensor:
+        losses = self.loss_fn(model(batch["x"]), batch["y"])
+        if losses.dim() == 0:
+            raise ValueError("loss_fn returned a scalar (a mean or sum over the batch?); it must return one loss "
+                             "per example, shape [batch], e.g. nn.CrossEntropyLoss(reduction='none')")
+        if losses.dim() == 2 and losses.shape[1] == 1:  # e.g. BCEWithLogitsLoss on [B, 1] logits and targets
+            losses = losses[:, 0]
+        return losses
+
+    def check(self, model: nn.Module, data: Mapping[str, Tensor]) -> None:
+        """Fail now, not mid-training, if the loss of the first two rows is not one value per row."""
+        probe = {k: data[k][:2] for k in KEYS}
+        with torch.no_grad():
+            check_losses(self.private_loss(model, probe), len(probe["x"]))
+
+    def __repr__(self) -> str:
+        return f"LossObjective({self.loss_fn!r})"
+
+
+class PrivateTrainer(Trainer):
+    """A :class:`Trainer` bound to the data its ledger counts: ``fit()`` trains on them."""
+
+    def __init__(self, model: nn.Module, objective: Objective, config: TrainConfig, ledger: PrivacyLedger,
+                 data: Mapping[str, Tensor], groups: Tensor | None = None):
+        super().__init__(model, objective, config, ledger)
+        self.data, self.groups = data, groups
+
+    def fit(self, private_data: Mapping[str, Tensor] | None = None, public_data: Mapping[str, Tensor] | None = None,
+            groups: Tensor | None = None) -> TrainResult:
+        """Train on the data given to ``make_private`` (or on other data with as many privacy units)."""
+        data = self.data if private_data is None else private_data
+        groups = self.groups if groups is None else groups
+        n = _units(data, groups)
+        if n != self.ledger.n:
+            raise DataError(f"the ledger counts {self.ledger.n} privacy units but fit() got {n}; call make_private "
+                            "with the data you train on")
+        return super().fit(data, public_data, groups)
+
+
+def make_private(model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], data: Mapping[str, Tensor], *,
+                 epsilon: float | None = None, noise_multiplier: float | None = None, delta: float | None = None,
+                 clip_norm: float = 1.0, batch_size: int = 256, epochs: float = 10.0, lr: float = 1e-3,
+                 groups: Tensor | None = None, accountant: str = "pld", **config) -> PrivateTrainer:
+    """A trainer that fits ``model`` on ``data`` (``{"x": inputs, "y": targets}``, one row per example)
+    with DP-SGD.
+
+    Give exactly one of ``epsilon`` (the noise multiplier is calibrated so the whole run stays
+    within it) and ``noise_multiplier``. ``delta`` defaults to 1/n^1.1 and must be < 1/n.
+    ``loss_fn(outputs, targets)`` must return one loss per example. ``groups`` (one integer per
+    row) makes each patient, not each row, the privacy unit (n counts patients). Other keyword
+    arguments are :class:`~dpcare.engine.TrainConfig` fields (optimizer, seed, steps, ...).
+    """
+    if (epsilon is None) == (noise_multiplier is None):
+        raise PrivacyParameterError("give exactly one of epsilon (the noise is calibrated to it) and "
+                                    "noise_multiplier")
+    if epsilon is not None:
+        check_epsilon(epsilon)
+    missing = [k for k in KEYS if k not in data]
+    if missing:
+        raise DataError(f"data lacks the keys {missing}: pass {{'x': inputs, 'y': targets}} (got {sorted(data)})")
+    allowed = set(TrainConfig.__dataclass_fields__) - {"target_epsilon"}  # that one is epsilon=
+    unknown = sorted(set(config) - allowed)
+    if unknown:
+        raise TypeError(f"unknown training settings {unknown}; make_private takes epsilon= and the fields of "
+                        f"TrainConfig: {sorted(allowed)}")
+    unit = ProtectedUnit.PATIENT if groups is not None else ProtectedUnit.EXAMPLE
+    ledger = PrivacyLedger(_units(data, groups), delta=delta, accountant=accountant, unit=unit)
+    objective = LossObjective(loss_fn)
+    objective.check(model, data)
+    settings = TrainConfig(batch_size=batch_size, epochs=epochs, lr=lr, clip_norm=clip_norm,
+                           noise_multiplier=noise_multiplier, target_epsilon=epsilon, **config)
+    return PrivateTrainer(model, objective, settings, ledger, data, groups)
+
+
+def _units(data: Mapping[str, Tensor], groups: Tensor | None) -> int:
+    """Privacy units: rows, or distinct patients in ``groups``."""
+    return len(torch.unique(groups)) if groups is not None else next(iter(data.values())).shape[0]

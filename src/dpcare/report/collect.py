@@ -1,0 +1,371 @@
+"""Read the folders dpcare writes into :class:`~dpcare.report.model.Run` (one reader per writer).
+
+Each reader takes only what the folder holds: where a writer saves no guarantee, ledger lines, ROC scores
+or timing, the run says so instead of filling in a value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dpcare.exceptions import DataError, DPCareError
+from dpcare.report.model import Attack, Privacy, Run, finite, privacy_from_guarantee
+
+ATTACK_METRICS = {"auc": "AUC", "tpr_at_1pct_fpr": "TPR @ 1% FPR", "tpr_at_0.1pct_fpr": "TPR @ 0.1% FPR",
+                  "balanced_accuracy": "balanced accuracy"}
+
+
+class UnknownRunFolder(DPCareError):
+    """A folder that no dpcare writer produced (or that is missing the files one writes)."""
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path} is not valid JSON ({err})") from None
+
+
+def _interval(m: dict[str, Any], key: str) -> Any:
+    """``attack_metrics`` form ({value, low, high}) or the flat form (key, key_ci) as (value, low, high)."""
+    v = m.get(key)
+    if isinstance(v, dict):
+        return v["value"], v["low"], v["high"]
+    ci = m.get(f"{key}_ci")
+    return (v, *ci) if v is not None and ci else v
+
+
+def _attack_row(model: str, metrics: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"model": model, **{label: _interval(metrics, k) for k, label in ATTACK_METRICS.items()
+                               if k in metrics}, **extra}
+
+
+# --------------------------------------------------------------------------- audits (train folders)
+def _curves(roc: dict[str, Any] | None, model: str) -> dict[str, tuple[list[float], list[float]]]:
+    """ROC scores saved as {"members": [...], "nonmembers": [...]} (higher = member), or one such per name."""
+    if not roc:
+        return {}
+    if "members" in roc:
+        return {model: (roc["members"], roc["nonmembers"])}
+    return {f"{model} ({k})": (v["members"], v["nonmembers"]) for k, v in roc.items()}
+
+
+def read_audits(folder: Path, model: str) -> tuple[list[Attack], list[Privacy]]:
+    """The outputs of ``dpcare train --audit`` and ``dpcare audit ...`` in ``folder``."""
+    attacks, privacy = [], []
+    if (p := folder / "audit.json").exists():
+        a = read_json(p)
+        row = _attack_row(model, a["metrics"], **{"TPR/FPR at the mean training loss": a.get("tpr_fpr_ratio"),
+                                                  "members": a.get("members"), "non-members": a.get("nonmembers")})
+        attacks.append(Attack("LOSS membership attack (training rows vs held-out rows)", [row],
+                              _curves(a.get("roc"), model), _existing(folder / "audit_roc.png")))
+    if (p := folder / "lira.json").exists():
+        a = read_json(p)
+        rows = [_attack_row(f"{model} ({mode})", a[mode], shadows=a.get("shadows"),
+                            **{"shadow seconds": a.get("seconds_shadows")}) for mode in ("online", "offline")]
+        attacks.append(Attack("LiRA membership attack", rows, _curves(a.get("roc"), model),
+                              _existing(folder / "lira_roc.png")))
+    if (p := folder / "one_run.json").exists():
+        a = read_json(p)
+        attacks.append(Attack("One-run audit (empirical epsilon lower bound)", [{
+            "model": a.get("method", model), "claimed epsilon": a.get("claimed_epsilon"),
+            "audited lower bound": a.get("epsilon_lower_bound"), "correct guesses": a.get("correct"),
+            "guesses": a.get("guesses"), "canaries": a.get("canaries"), "confidence": a.get("confidence")}]))
+        privacy.append(Privacy(f"{a.get('method', model)} (one-run audit's training run)",
+                               finite(a.get("claimed_epsilon")), a.get("delta"),
+                               ledger_note="one_run.json saves the claimed epsilon only, no ledger lines",
+                               note="whole examples with canaries (the audited training run)"))
+    if (p := folder / "attribute.json").exists():
+        a = read_json(p)
+        attacks.append(Attack(f"Attribute inference of '{a.get('column')}'", [{
+            "model": model, "success": a.get("success"), "prior (ball)": a.get("prior_ball"),
+            "Theorem 4 bound": a.get("theorem4_bound"), "rows": a.get("rows")}]))
+    return attacks, privacy
+
+
+def _existing(*paths: Path) -> list[Path]:
+    return [p for p in paths if p.exists()]
+
+
+# --------------------------------------------------------------------------- dpcare train / demo / audit
+def read_train(folder: Path) -> Run:
+    m, g = read_json(folder / "metrics.json"), read_json(folder / "guarantee.json")
+    model = m.get("method", folder.name)
+    attacks, extra = read_audits(folder, model)
+    ledger = (_maybe(folder / "ledger.json") or {}).get("ledger")  # PrivacyLedger.save_json, where written
+    privacy = privacy_from_guarantee(model, g, ledger, none_note="NO differential privacy guarantee (non-private run).")
+    metrics = {_metric_name(k): v for k, v in m.get("metrics", {}).items()}
+    timing = [{"model": model, "seconds": m["seconds"]}] if "seconds" in m else []
+    return Run(folder, "dpcare train", [privacy, *extra], [{"model": model, **metrics}], ["test AUPRC", "test AUROC"],
+               attacks, {**m.get("settings", {}), "noise_multiplier": m.get("noise_multiplier"), "steps": m.get("steps")},
+               timing)
+
+
+def _metric_name(key: str) -> str:
+    """'test_auprc' -> 'test AUPRC', 'val_auroc' -> 'validation AUROC' (one name across writers)."""
+    split, _, metric = key.partition("_")
+    return f"{'validation' if split == 'val' else split} {metric.upper()}" if metric else key
+
+
+def read_demo(folder: Path) -> Run:
+    """``dpcare demo``: one ``dpcare train`` folder per method and seed under runs/."""
+    runs = [read_train(p) for p in sorted(_train_dirs(folder / "runs"))]
+    out = Run(folder, "dpcare demo", figures=[("test AUPRC per method", p) for p in _existing(folder / "results.png")],
+              headline=runs[0].headline)
+    configs = [r.config for r in runs]
+    out.config = {k: v for k, v in configs[0].items() if all(c.get(k) == v for c in configs)}
+    if varies := sorted({k for c in configs for k in c} - set(out.config)):
+        out.notes.append(f"Configuration: the settings shared by every run; {', '.join(varies)} vary (see each "
+                         "run's metrics.json).")
+    attacks: dict[str, Attack] = {}
+    for run in runs:
+        name = run.path.name
+        for p in run.privacy:
+            p.label = name
+        out.privacy += run.privacy
+        out.utility += [{**row, "model": name} for row in run.utility]
+        for a in run.attacks:
+            merged = attacks.setdefault(a.name, Attack(a.name))
+            merged.rows += [{**row, "model": name} for row in a.rows]
+            merged.saved_plots += a.saved_plots
+    out.attacks = list(attacks.values())
+    return out
+
+
+def _train_dirs(folder: Path) -> list[Path]:
+    return [p for p in folder.glob("*") if (p / "metrics.json").exists() and (p / "guarantee.json").exists()]
+
+
+def read_audit(folder: Path) -> Run:
+    """An attack's output folder (``dpcare audit loss|lira|one-run --out``) without the trained run."""
+    attacks, privacy = read_audits(folder, folder.name)
+    notes = [] if privacy else [("This folder holds an attack's output only: the audited run's guarantee is in its "
+                                 "own folder (add it to the report).")]
+    return Run(folder, "dpcare audit", privacy, attacks=attacks, notes=notes)
+
+
+# --------------------------------------------------------------------------- benchmarks
+def read_fusiondp(folder: Path) -> Run:
+    from dpcare.workflows.fusion_benchmark import NONPRIVATE, TUNING_NOTE
+
+    settings = read_json(folder / "settings.json")
+    table = pd.read_csv(folder / "table.csv")
+    md = (folder / "table.md").read_text() if (folder / "table.md").exists() else ""
+    cols = m.group(1) if (m := re.search(r"private columns (.+)", md)) else "not saved"
+    run = Run(folder, "dpcare benchmark fusiondp", headline=["test AUPRC", "test AUROC"], config=settings,
+              figures=[("test AUPRC against epsilon", p) for p in _existing(folder / "auprc_vs_epsilon.png")])
+    ledger_note = ("not saved: the benchmark writes only each run's epsilon (runs.csv), not its delta "
+                   "(1/n^1.1 over the training rows) nor its ledger lines")
+    for r in table.to_dict("records"):
+        model = r["method"] if not math.isfinite(r["target_epsilon"]) else f"{r['method']} eps={r['target_epsilon']:g}"
+        if r["method"] in NONPRIVATE:
+            run.privacy.append(Privacy(model, note="NO differential privacy guarantee (non-private reference)."))
+        else:
+            unit = "whole examples" if r["method"] == "dp-sgd" else f"private features: {cols}"
+            run.privacy.append(Privacy(model, finite(r["epsilon"]), ledger_note=ledger_note, note=unit))
+        run.utility.append({"model": model, **{f"test {k.upper()}" + (" sd" if sd else ""): r[k + sd]
+                                               for k in ("auprc", "auroc") for sd in ("", "_sd")}, "seeds": r["seeds"]})
+    run.not_protected = [("The public support set (10% of the rows, used to fit the imputer) is public data, outside "
+                          "every guarantee.")]
+    if not settings.get("charge_tuning"):
+        run.not_protected.append(TUNING_NOTE)
+    return run
+
+
+def _quality(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The synthetic-data metrics of dp2stage-style records, as ``summary_table`` picks them."""
+    from dpcare.workflows.dp2stage_benchmark import summary_table
+
+    return [{k: v for k, v in row.items() if k not in ("dataset", "epsilon", "method", "fit s")
+             and not (k == "error" and not v)} for row in summary_table(records).to_dict("records")]
+
+
+def read_dp2stage(folder: Path) -> Run:
+    from dpcare.workflows.dp2stage_benchmark import LM_METHODS
+
+    records = [read_json(p) for p in sorted((folder / "runs").glob("*.json"))]
+    table = _quality(records)
+    run = Run(folder, "dpcare benchmark dp2stage", headline=["F1 XGB", "HIST20", "Pair", "CorAcc"],
+              config=read_json(folder / "config.json"),
+              figures=[("synthetic data quality", p) for p in _existing(folder / "dp2stage.png")])
+    for rec, row in zip(records, table):
+        model = f"{rec['dataset']} {rec['method']} eps={rec['epsilon']:g}"
+        if rec.get("error"):
+            run.notes.append(f"{model} failed: {rec['error']}")
+        elif rec.get("guarantee"):  # the synthesizer's guarantee (and ledger state), where the record keeps it
+            run.privacy.append(privacy_from_guarantee(model, rec["guarantee"], rec.get("ledger")))
+        elif rec["method"] in LM_METHODS:
+            run.privacy.append(Privacy(model, finite(rec.get("epsilon_spent")), rec.get("delta"),
+                                       ledger_note="not saved: the benchmark writes the spent epsilon and delta of "
+                                                   "the synthesizer's ledger, not its lines",
+                                       note="whole rows of the private training table"))
+        elif rec["method"] == "non-private":
+            run.privacy.append(Privacy(model, note="NO differential privacy guarantee (non-private fine-tuning)."))
+        else:
+            run.privacy.append(Privacy(model, finite(rec.get("epsilon_spent")), rec.get("delta"),
+                                       ledger_note="no dpcare ledger: the SmartNoise synthesizer accounts itself",
+                                       note="whole rows (SmartNoise's own accounting, not dpcare's ledger)"))
+        run.utility.append({"model": model, **row})
+        run.timing.append({"model": model, "fit seconds": rec.get("fit_seconds"), "seconds": rec.get("seconds")})
+    run.not_protected = [("DP-2Stage-O's stage-1 table and the pseudo data of DP-2Stage-U (drawn from the spec's "
+                          "declared ranges) are public, outside every guarantee.")]
+    if (folder / "sampling.json").exists():
+        s = read_json(folder / "sampling.json")
+        run.timing += [{"model": f"{mode} sampling: {m}", "rows per second": r.get("rows_per_second"),
+                        "valid rate": r.get("valid_rate")} for mode, rs in s["models"].items() for m, r in rs.items()]
+    return run
+
+
+def read_tsf(folder: Path) -> Run:
+    run = Run(folder, "dpcare benchmark tsf", headline=["test MSE"], config=read_json(folder / "config.json"))
+    loss = Attack("LOSS membership attack (training windows vs test patients' windows)")
+    lira = Attack("LiRA membership attack (online)")
+    for data_dir in sorted(p.parent for p in folder.glob("*/target")):
+        name = data_dir.name
+        intervals = _maybe(data_dir / "patient_intervals.json") or {}
+        lira_json = _maybe(data_dir / "lira.json") or {}
+        for p in sorted((data_dir / "target").glob("*.json")):
+            t = read_json(p)
+            model = f"{name}: {t['label']}"
+            info = t.get("info", {})
+            run.privacy.append(privacy_from_guarantee(
+                model, info.get("guarantee"), info.get("ledger"), none_note="NO formal guarantee (a non-private model: the baseline or "
+                                                        "an augmentation defence)."))
+            run.utility.append({"model": model, **{f"{s} MSE": t.get(f"{s}_mse") for s in ("test", "validation", "train")}})
+            run.timing.append({"model": model, "seconds": t.get("seconds")})
+            ci = intervals.get(t["label"], {})
+            loss.rows.append(_attack_row(model, t["loss_attack"], **{"AUC 95% interval (patients)": ci.get("loss"),
+                                                                      "TPR/FPR at tau": t["loss_attack"].get("priv")}))
+            if "roc" in t:
+                loss.curves[model] = (t["roc"]["members"], t["roc"]["nonmembers"])
+            if t["label"] in lira_json:
+                r = lira_json[t["label"]]
+                lira.rows.append(_attack_row(model, r["online"], **{"AUC 95% interval (patients)": ci.get("lira"),
+                                                                    "shadows": r.get("shadows")}))
+        lira.saved_plots += _existing(folder / f"roc-lira-{name}.png")
+        data = _maybe(data_dir / "data.json") or {}
+        if data.get("standardisation") == "fitted":
+            run.not_protected.append(f"{name}: standardisation statistics were fitted on the training patients, a "
+                                     "release outside every guarantee (DP-SGD refuses them; only non-private models "
+                                     "use them).")
+    run.attacks = [a for a in (loss, lira) if a.rows]
+    run.not_protected.append("Augmentation defences (ZOO, ZOO-PCA, MixUp) and the baseline give NO formal guarantee: "
+                             "their empirical attack results are not a bound.")
+    return run
+
+
+def read_diffusion(folder: Path) -> Run:
+    run = Run(folder, "dpcare benchmark diffusion", headline=["FID"], config=read_json(folder / "config.json"),
+              figures=[("samples of every method", p) for p in _existing(folder / "samples.png")])
+    results = [read_json(p) for p in sorted((folder / "runs").glob("*/result.json"))]
+    order = list(pd.read_csv(folder / "table.csv")["method"]) if (folder / "table.csv").exists() else []
+    for r in sorted(results, key=lambda r: order.index(r["label"]) if r["label"] in order else len(order)):
+        info = r.get("info", {})
+        none = {"public": "NO formal guarantee: trained on blurred private images, which this model does not "
+                          "protect."}.get(r.get("kind"), "NO differential privacy guarantee (non-private).")
+        variants = [(r["label"], r)] + ([(f"{r['label']} + rejection", {**r, **r["rejection"]})]
+                                        if "rejection" in r else [])
+        for model, v in variants:
+            run.privacy.append(privacy_from_guarantee(model, info.get("guarantee"), info.get("ledger"), none_note=none))
+            per_class = list(v.get("fid_per_class", {}).values())
+            run.utility.append({"model": model, "FID": v.get("fid"),
+                                "mean per-class FID": sum(per_class) / len(per_class) if per_class else None,
+                                "acceptance rate": v.get("acceptance_rate")})
+        run.timing.append({"model": r["label"], "train seconds": r.get("seconds"),
+                           "images per second": r.get("images_per_second")})
+    run.not_protected = [("The public split (its images train the FID feature classifier and set the rejection "
+                          "threshold) is public data, outside every guarantee."),
+                         "FID is measured on features of a classifier trained on the public split, not Inception."]
+    return run
+
+
+def read_synth(folder: Path) -> Run:
+    """``dpcare synth fit`` (synthesizer.json), with ``synth sample`` / ``synth evaluate`` outputs beside it."""
+    state = _maybe(folder / "synthesizer.json")
+    run = Run(folder, "dpcare synth", headline=["F1 XGB", "HIST20", "Pair", "CorAcc"])
+    model = "synthesizer"
+    if state is not None:
+        settings = state.get("settings", {})
+        model = settings.get("mode", model)
+        run.config = settings
+        run.privacy.append(privacy_from_guarantee(model, state.get("guarantee"), state.get("ledger"),
+                                                  none_note="NO differential privacy guarantee (non-private fit)."))
+        run.not_protected.append("Stage 1 reads only public data (pseudo rows from the spec's declared ranges, or a "
+                                 "public table): outside every guarantee.")
+    else:
+        run.notes.append("No synthesizer.json here: the guarantee lives in the fitted synthesizer's folder.")
+    for p in sorted(folder.glob("*.report.json")):
+        rep = read_json(p)
+        table = p.name.removesuffix(".report.json")
+        rows = _quality([{"dataset": "", "epsilon": None, "method": model, "metrics": rep,
+                          "perplexity": rep.get("perplexity")}])
+        run.utility.append({"model": model, "table": table, **rows[0]})
+        if "real_baseline" in rep:
+            base = _quality([{"dataset": "", "epsilon": None, "method": "", "metrics": rep["real_baseline"]}])
+            run.utility.append({"model": "real training table (reference)", "table": table, **base[0]})
+    for p in sorted(folder.glob("*.sampling.json")):
+        s = read_json(p)
+        run.timing.append({"model": f"{model} sampling ({p.name})", "rows per second": s.get("rows_per_second"),
+                           "valid rate": s.get("valid_rate")})
+    return run
+
+
+def _maybe(path: Path) -> Any:
+    return read_json(path) if path.exists() else None
+
+
+# --------------------------------------------------------------------------- dispatch
+@dataclass(frozen=True)
+class Writer:
+    command: str
+    expected: str  # the files that identify its folders, for error messages
+    matches: Callable[[Path], bool]
+    read: Callable[[Path], Run]
+
+
+def _has(folder: Path, *names: str) -> bool:
+    return all(any(folder.glob(n)) for n in names)
+
+
+WRITERS = (
+    Writer("dpcare benchmark diffusion", "config.json + runs/*/result.json",
+           lambda f: _has(f, "config.json", "runs/*/result.json"), read_diffusion),
+    Writer("dpcare benchmark tsf", "config.json + */target/*.json",
+           lambda f: _has(f, "config.json", "*/target/*.json"), read_tsf),
+    Writer("dpcare benchmark dp2stage", "config.json + runs/*.json",
+           lambda f: _has(f, "config.json", "runs/*.json"), read_dp2stage),
+    Writer("dpcare benchmark fusiondp", "settings.json + table.csv",
+           lambda f: _has(f, "settings.json", "table.csv"), read_fusiondp),
+    Writer("dpcare train", "metrics.json + guarantee.json", lambda f: _has(f, "metrics.json", "guarantee.json"),
+           read_train),
+    Writer("dpcare demo", "runs/*/metrics.json + runs/*/guarantee.json", lambda f: bool(_train_dirs(f / "runs")),
+           read_demo),
+    Writer("dpcare synth fit / evaluate", "synthesizer.json or *.report.json",
+           lambda f: _has(f, "synthesizer.json") or _has(f, "*.report.json"), read_synth),
+    Writer("dpcare audit", "audit.json, lira.json or one_run.json",
+           lambda f: any(_has(f, n) for n in ("audit.json", "lira.json", "one_run.json")), read_audit),
+)
+
+
+def collect(folder: str | Path) -> Run:
+    """The :class:`Run` of one folder written by a dpcare command; a clear error for anything else."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"run folder {folder} does not exist or is not a folder")
+    for w in WRITERS:
+        if w.matches(folder):
+            try:
+                return w.read(folder)
+            except (KeyError, TypeError, IndexError) as err:
+                raise UnknownRunFolder(f"{folder} looks like a '{w.command}' folder ({w.expected}) but its files "
+                                       f"do not have that writer's content ({type(err).__name__}: {err})") from err
+    expected = "; ".join(f"{w.expected} ({w.command})" for w in WRITERS)
+    raise UnknownRunFolder(f"{folder} is not a dpcare run folder: expected one of {expected}")

@@ -1,0 +1,117 @@
+"""How large a synthesizer run is: defaults for the machine, and a time estimate before the long part.
+
+The paper's run (dp-2stage.txt) fine-tunes the whole model for 5 stage-1 and 10 stage-2
+epochs. dpcare's engine trains on the CPU, where one step of 32 rows of full SmolLM2-135M
+takes ~25 s on 2 cores: hours for a table of a few thousand rows. The CPU scale keeps the
+first transformer block and trains 1 + 2 epochs (the scale of ``dpcare benchmark dp2stage``,
+~1 s per step): minutes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor, nn
+
+from dpcare.engine.objective import Objective
+from dpcare.engine.trainer import TrainConfig, Trainer
+from dpcare.privacy import PrivacyLedger
+
+SCALES = ("auto", "cpu", "paper")
+#: nested defaults of each scale (fields of LMSettings and of the two StageSettings)
+SIZES = {
+    "paper": {"lm": {"layers": None}, "stage1": {"epochs": 5.0, "lr": 1e-3}, "stage2": {"epochs": 10.0, "lr": 1e-3}},
+    "cpu": {"lm": {"layers": 1}, "stage1": {"epochs": 1.0, "lr": 1e-3}, "stage2": {"epochs": 2.0, "lr": 1e-3}},
+}
+#: the engine keeps models on the CPU; set True once it trains on the GPU, and "auto" picks the paper scale there
+ENGINE_USES_GPU = False
+LONG_SECONDS = 15 * 60  # estimates above this are logged as warnings
+PAPER_HINT = ("paper scale (the whole model, 5 + 10 epochs): SynthSettings.for_device('paper'), "
+              "on the command line `dpcare synth fit ... --scale paper`")
+
+
+def resolve_scale(scale: str = "auto") -> str:
+    """"cpu" or "paper": "auto" is "paper" only where the model would train on a GPU."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    if scale != "auto":
+        return scale
+    return "paper" if ENGINE_USES_GPU and torch.cuda.is_available() else "cpu"
+
+
+def total_steps(epochs: float, rows: int, batch_size: int) -> int:
+    """Steps of a stage, as the engine counts them (expected batch ``batch_size``)."""
+    return math.ceil(epochs * rows / batch_size)
+
+
+def seconds_per_step(model: nn.Module, objective: Objective, data: Mapping[str, Tensor], config: TrainConfig,
+                     steps: int = 1) -> float:
+    """Mean wall time of ``steps`` training steps (after one warm-up step) of ``objective`` on ``data``.
+
+    Private steps use noise multiplier 1 and a throw-away ledger; the trainable weights are
+    restored afterwards, so the model is as before. ``data`` should be public (pseudo rows):
+    the time of a step on private rows would depend on them."""
+    kept = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    rows = next(iter(data.values())).shape[0]
+    private = objective.private
+    config = replace(config, noise_multiplier=1.0 if private else None, target_epsilon=None, steps=steps,
+                     progress=False, checkpoint_dir=None)
+    trainer = Trainer(model, objective, config, PrivacyLedger(rows) if private else None)
+    step = (lambda: trainer.private_step(data, None)) if private else (lambda: trainer.nonprivate_step(data))
+    model.train()
+    try:
+        step()
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        return (time.perf_counter() - start) / steps
+    finally:
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n in kept:
+                    p.copy_(kept[n])
+        model.eval()
+
+
+@dataclass(frozen=True)
+class FitEstimate:
+    """Steps and measured seconds per step of each stage; ``scale`` is "cpu", "paper" or "custom"."""
+
+    stage1_steps: int
+    stage1_step_seconds: float
+    stage2_steps: int
+    stage2_step_seconds: float
+    scale: str
+
+    @property
+    def seconds(self) -> float:
+        return self.stage1_steps * self.stage1_step_seconds + self.stage2_steps * self.stage2_step_seconds
+
+    @property
+    def long(self) -> bool:
+        return self.seconds > LONG_SECONDS
+
+    def message(self) -> str:
+        """One line: the estimate, its parts, and how to get the other scale."""
+        parts = [f"stage 2: {self.stage2_steps} DP steps x {self.stage2_step_seconds:.2f} s"]
+        if self.stage1_steps:
+            parts.insert(0, f"stage 1: {self.stage1_steps} steps x {self.stage1_step_seconds:.2f} s")
+        text = f"estimated fit time {format_seconds(self.seconds)} ({'; '.join(parts)})"
+        if self.scale == "cpu":
+            return f"{text}; CPU scale (first transformer block, 1 + 2 epochs); {PAPER_HINT}"
+        if self.long:
+            return (f"{text}; to finish in minutes on a CPU use SynthSettings.for_device('cpu') "
+                    "(`--scale cpu`), or fewer --layers / epochs")
+        return text
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,98 @@
+"""Membership audits of the tabular recipe: the glue that trains target, shadow and canary models for
+the model-agnostic attacks of :mod:`dpcare.audit` (LiRA, the one-run audit)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import partial
+
+import numpy as np
+import pandas as pd
+import torch
+
+from dpcare.audit import LiraResult, logit_confidence, one_run_audit, per_example_losses, run_lira
+from dpcare.audit.canaries import make_canaries
+from dpcare.data import TableEncoder, TableSchema, load_table, public_view
+from dpcare.engine import TrainConfig, Trainer
+from dpcare.exceptions import DataError
+from dpcare.methods import make_objective
+from dpcare.models import TabularMLP
+from dpcare.privacy import PrivacyLedger, ProtectedUnit
+from dpcare.workflows.tabular import TabularRun, prepare, train_on_split
+
+
+def _train_split_and_score(population: pd.DataFrame, schema: TableSchema, run: TabularRun, members: np.ndarray,
+                           seed: int) -> np.ndarray:
+    """Train ``run`` on the rows ``members`` of ``population``; phi (logit confidence) of every row."""
+    torch.set_num_threads(1)
+    model, encoder, _, _ = train_on_split(population.iloc[members], schema, replace(run, seed=seed, progress=False))
+    data = prepare(encoder, population, "zeros", seed=0)
+    return logit_confidence(model, data["x"], data["y"])
+
+
+def tabular_lira(population: pd.DataFrame, schema: TableSchema, run: TabularRun, shadows: int = 16,
+                 workers: int = 2, seed: int = 0, bootstrap: int = 200) -> LiraResult:
+    """LiRA (:func:`dpcare.audit.run_lira`) with target and shadows trained by the recipe ``run`` on random
+    halves of ``population``."""
+    population = load_table(population, schema)
+    return run_lira(partial(_train_split_and_score, population, schema, run), len(population), shadows=shadows,
+                    workers=workers, seed=seed, bootstrap=bootstrap)
+
+
+@dataclass
+class CanaryAuditSettings:
+    method: str = "dp-sgd"  # dp-sgd | feature-dp
+    epsilon: float = 1.0
+    canaries: int = 500
+    epochs: float = 20.0
+    batch_size: int = 128
+    clip_norm: float = 1.0
+    lr: float = 3e-3
+    hidden: int = 256
+    seed: int = 0
+    confidence: float = 0.95
+
+
+def audit_tabular(df: pd.DataFrame, schema: TableSchema, settings: CanaryAuditSettings,
+                  trainer_cls: type[Trainer] = Trainer) -> dict:
+    """Train once with canaries (:mod:`dpcare.audit.canaries`) and return the claimed epsilon and the audited
+    lower bound. Score (higher = "included"): -loss for DP-SGD; l(pad(Psi(x))) - l(x) for Feature-DP, i.e. how
+    much the canary's private features help the model.
+
+    ``trainer_cls`` lets tests plant bugs (noise off, clipping skipped) to check the audit catches them."""
+    s = settings
+    if s.method not in ("dp-sgd", "feature-dp"):
+        raise ValueError(f"the canary audit supports dp-sgd and feature-dp, not {s.method!r}")
+    rng = np.random.default_rng(s.seed)
+    df = load_table(df, schema)
+    if len(df) <= 2 * s.canaries:
+        raise DataError(f"the table has {len(df)} rows; the audit needs more than 2 x {s.canaries} canaries")
+    order = rng.permutation(len(df))
+    canaries = make_canaries(df.iloc[order[: s.canaries]], schema, rng)
+    regular = df.iloc[order[s.canaries:]].reset_index(drop=True)
+    included = rng.random(s.canaries) < 0.5
+    encoder = TableEncoder(schema, protect="all" if s.method == "dp-sgd" else "private").fit(regular)
+
+    def tensors(frame: pd.DataFrame, seed: int) -> dict[str, torch.Tensor]:
+        return {"x": torch.from_numpy(encoder.transform(frame)),
+                "x_pub": torch.from_numpy(encoder.transform_public(public_view(frame, schema), seed=seed)),
+                "y": torch.from_numpy(encoder.encode_target(frame))}
+
+    reg, can = tensors(regular, s.seed), tensors(canaries, s.seed + 1)
+    private = {k: torch.cat([reg[k], can[k][torch.from_numpy(included)]]) for k in reg}
+    public = None
+    if s.method == "feature-dp":  # the simulator knows every canary's public columns
+        public = {k: torch.cat([reg[k], can[k]]) for k in ("x_pub", "y")}
+    torch.manual_seed(s.seed)
+    model = TabularMLP(reg["x"].shape[1], hidden=s.hidden, dropout=0.0)
+    objective = make_objective(s.method)
+    ledger = PrivacyLedger(len(private["y"]), unit=objective.unit,
+                           protected_columns=tuple(schema.private_columns) if objective.unit is ProtectedUnit.FEATURES else ())
+    trainer = trainer_cls(model, objective, TrainConfig(batch_size=s.batch_size, epochs=s.epochs, lr=s.lr,
+                                                        clip_norm=s.clip_norm, target_epsilon=s.epsilon,
+                                                        seed=s.seed, progress=False), ledger=ledger)
+    trainer.fit(private, public)
+    loss = per_example_losses(model, can["x"], can["y"])
+    scores = -loss if s.method == "dp-sgd" else per_example_losses(model, can["x_pub"], can["y"]) - loss
+    audit = one_run_audit(scores, included, delta=ledger.delta, confidence=s.confidence)
+    return {"method": s.method, "claimed_epsilon": ledger.epsilon(), "delta": ledger.delta, **audit.to_dict()}

@@ -1,0 +1,154 @@
+"""scikit-learn style estimators: DPClassifier over the tabular workflow, make_private for your own model."""
+
+import numpy as np
+import pytest
+import torch
+from helpers import SPEC, toy_table
+from sklearn.base import clone
+from torch import nn
+
+from dpcare.data import TableSchema, load_table
+from dpcare.estimators import DPClassifier, PrivateTrainer, make_private
+from dpcare.exceptions import DataError, NotFittedError, PrivacyParameterError
+from dpcare.workflows.tabular import TabularRun, load_run, train_tabular
+
+SCHEMA = TableSchema.from_dict(SPEC)
+SMALL = {"epochs": 2, "batch_size": 32, "hidden": 16, "progress": False}
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    return DPClassifier(method="feature-dp", epsilon=2.0, **SMALL).fit(toy_table(), SCHEMA)
+
+
+def test_parameters_follow_scikit_learn():
+    clf = DPClassifier(method="dp-sgd", epsilon=3.0, **SMALL)
+    params = clf.get_params()
+    assert params["method"] == "dp-sgd" and params["epsilon"] == 3.0 and params["holdout"] is True
+    assert params["delta"] is None and params["lr"] == TabularRun.lr  # defaults are TabularRun's
+    assert clf.set_params(epsilon=0.5) is clf and clf.epsilon == 0.5
+    copy = clone(clf)
+    assert copy.get_params() == clf.get_params() and copy is not clf
+    assert "epsilon=0.5" in repr(clf)
+
+
+def test_not_fitted_errors(tmp_path):
+    clf = DPClassifier(**SMALL)
+    for use in (lambda: clf.predict(toy_table(5)), lambda: clf.predict_proba(toy_table(5)),
+                lambda: clf.save(tmp_path / "m"), lambda: clf.guarantee_):
+        with pytest.raises(NotFittedError, match="not fitted"):
+            use()
+    assert not hasattr(clf, "model_")  # NotFittedError is an AttributeError, as scikit-learn expects
+    with pytest.raises(AttributeError, match="no attribute"):
+        clf.nonexistent  # noqa: B018
+
+
+def test_fit_predict_without_the_target(fitted):
+    assert isinstance(fitted, DPClassifier)
+    g = fitted.guarantee_
+    assert g.unit.value == "features" and set(g.protected_columns) == {"age", "sex"} and 0 < g.epsilon <= 2.0
+    assert list(fitted.classes_) == ["0", "1"] and list(fitted.feature_names_in_) == SCHEMA.feature_columns
+    assert {"test_auroc", "val_auprc"} <= set(fitted.result_.metrics)
+    rows = toy_table(30, seed=5)
+    proba = fitted.predict_proba(rows.drop(columns="death"))
+    assert proba.shape == (30, 2) and np.allclose(proba.sum(1), 1)
+    assert np.array_equal(proba, fitted.predict_proba(rows))  # the target, when present, is not read
+    assert set(fitted.predict(rows)) <= {"0", "1"}
+    assert 0 <= fitted.score(rows) <= 1 and fitted.score(rows) == fitted.score(rows, rows["death"])
+    with pytest.raises(DataError, match=r"\['age', 'hr'\]"):
+        fitted.predict(rows.drop(columns=["age", "hr", "death"]))
+    with pytest.raises(DataError, match="hr"):
+        fitted.predict(rows.assign(hr="fast"))
+
+
+def test_save_load_round_trip_and_dpcare_train_folders(fitted, tmp_path):
+    rows = toy_table(20, seed=7)
+    fitted.save(tmp_path / "clf")
+    again = DPClassifier.load(tmp_path / "clf")
+    assert again.get_params() == fitted.get_params()
+    assert np.array_equal(again.predict_proba(rows), fitted.predict_proba(rows))
+    assert again.guarantee_ == fitted.guarantee_ and again.result_.metrics == fitted.result_.metrics
+    # a folder written by the workflow behind `dpcare train`
+    run = TabularRun(method="non-private", epochs=1, batch_size=64, hidden=8, progress=False)
+    res = train_tabular(toy_table(), SCHEMA, run, out_dir=tmp_path / "train")
+    loaded = load_run(tmp_path / "train")
+    assert loaded.guarantee is None and loaded.method == "non-private" and not loaded.model.training
+    clf = DPClassifier.load(tmp_path / "train")
+    assert clf.method == "non-private" and clf.hidden == 8 and clf.guarantee_ is None
+    with torch.no_grad():
+        logit = res.model.eval()(torch.from_numpy(res.encoder.transform(load_table(rows, SCHEMA))))[:, 0]
+    assert np.allclose(clf.predict_proba(rows)[:, 1], torch.sigmoid(logit.double()).numpy())
+    with pytest.raises(FileNotFoundError, match="model.pt"):
+        DPClassifier.load(tmp_path / "nothing")
+
+
+def test_holdout_false_trains_on_every_row():
+    df = toy_table(300)
+    clf = DPClassifier(method="dp-sgd", epsilon=1.0, holdout=False, **SMALL).fit(df, SCHEMA)
+    assert clf.guarantee_.n == len(df) and clf.result_.metrics == {}
+    assert clf.result_.settings["holdout"] is False
+
+
+# ---------------------------------------------------------------- make_private
+def data(n=200, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    return {"x": x, "y": (x[:, 0] > 0).long()}
+
+
+def net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def test_make_private_returns_a_trainer_within_epsilon():
+    d = data()
+    trainer = make_private(net(), nn.CrossEntropyLoss(reduction="none"), d, epsilon=2.0, batch_size=32, epochs=3,
+                           progress=False, seed=1)
+    assert isinstance(trainer, PrivateTrainer) and trainer.ledger.n == 200
+    result = trainer.fit()
+    assert result.guarantee.epsilon <= 2.0 + 1e-6 and result.noise_multiplier > 0
+    assert trainer.ledger.guarantee().unit.value == "example"
+    fixed = make_private(net(), nn.CrossEntropyLoss(reduction="none"), d, noise_multiplier=1.0, steps=4,
+                         accountant="rdp", progress=False)
+    assert fixed.fit(d).steps == 4 and fixed.ledger.epsilon() > 0
+    # [B, 1] per-example losses (BCE on one logit) are accepted as one loss per example
+    bce = make_private(nn.Linear(4, 1), nn.BCEWithLogitsLoss(reduction="none"),
+                       {"x": d["x"], "y": d["y"].float()[:, None]}, noise_multiplier=1.0, steps=2, accountant="rdp",
+                       progress=False)
+    assert bce.fit().steps == 2
+
+
+def test_make_private_groups_protect_patients():
+    d = data(120)
+    groups = torch.arange(120) // 4
+    trainer = make_private(net(), nn.CrossEntropyLoss(reduction="none"), d, noise_multiplier=1.0, groups=groups,
+                           batch_size=8, steps=3, accountant="rdp", progress=False)
+    g = trainer.fit().guarantee
+    assert g.unit.value == "patient" and g.n == 30
+    with pytest.raises(DataError, match="30 privacy units"):
+        trainer.fit(data(100), groups=torch.arange(100) // 4)
+
+
+@pytest.mark.parametrize("loss, kw, error, match", [
+    (nn.CrossEntropyLoss(), {"epsilon": 1.0}, ValueError, "reduction='mean'"),
+    (lambda out, y: nn.functional.cross_entropy(out, y), {"epsilon": 1.0}, ValueError, "returned a scalar"),
+    (lambda out, y: nn.functional.cross_entropy(out, y, reduction="none")[:, None] * torch.ones(1, 3),
+     {"epsilon": 1.0}, ValueError, "one loss per example"),
+    (nn.CrossEntropyLoss(reduction="none"), {"epsilon": 0.0}, PrivacyParameterError, "epsilon"),
+    (nn.CrossEntropyLoss(reduction="none"), {"epsilon": -1.0}, PrivacyParameterError, "epsilon"),
+    (nn.CrossEntropyLoss(reduction="none"), {}, PrivacyParameterError, "exactly one"),
+    (nn.CrossEntropyLoss(reduction="none"), {"epsilon": 1.0, "noise_multiplier": 1.0}, PrivacyParameterError,
+     "exactly one"),
+    (nn.CrossEntropyLoss(reduction="none"), {"epsilon": 1.0, "delta": 0.01}, PrivacyParameterError, "1/n"),
+    (nn.CrossEntropyLoss(reduction="none"), {"noise_multiplier": 0.0}, PrivacyParameterError, "sigma"),
+    (nn.CrossEntropyLoss(reduction="none"), {"epsilon": 1.0, "epoch": 3}, TypeError, "epoch"),
+])
+def test_make_private_errors_are_clear(loss, kw, error, match):
+    with pytest.raises(error, match=match):
+        make_private(net(), loss, data(), **kw)
+
+
+def test_make_private_needs_x_and_y():
+    with pytest.raises(DataError, match=r"\['y'\]"):
+        make_private(net(), nn.CrossEntropyLoss(reduction="none"), {"x": data()["x"]}, epsilon=1.0)

@@ -1,0 +1,225 @@
+"""The package surface: version, lazy public names, import layering and cycles, the CLI's error path,
+registries."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import dpcare
+from dpcare.cli import app
+from dpcare.cli.common import ErrorReportingGroup
+from dpcare.exceptions import DPCareError, PrivacyParameterError, UnknownNameError
+from dpcare.registry import Registry
+
+SRC = Path(dpcare.__file__).resolve().parent
+
+
+# --------------------------------------------------------------------------- version and lazy names
+def test_version_is_the_installed_metadata():
+    assert isinstance(dpcare.__version__, str)
+    assert dpcare.__version__ == metadata.version("dpcare")
+
+
+@pytest.mark.parametrize("module", ["dpcare", "dpcare.cli"])
+def test_import_does_not_load_torch(module):
+    code = f"import sys, {module}; print('torch' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "False", f"`import {module}` imported torch"
+
+
+def test_every_lazy_name_is_public():
+    assert set(dpcare._LAZY) <= set(dpcare.__all__)
+
+
+@pytest.mark.parametrize("name", dpcare.__all__)
+def test_public_names_resolve(name):
+    home = dpcare._LAZY.get(name)
+    if home is not None and importlib.util.find_spec(home) is None:
+        pytest.skip(f"{home} is not in this tree yet")
+    assert getattr(dpcare, name) is not None
+    assert name in dir(dpcare)
+
+
+def test_unknown_attribute_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        dpcare.nope  # noqa: B018
+
+
+# --------------------------------------------------------------------------- the import graph
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in SRC.rglob("*.py")}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _module_level(body: list[ast.stmt]):
+    """Import statements run when the module is imported: not in functions, not under TYPE_CHECKING."""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If):
+            if not _is_type_checking(node.test):
+                yield from _module_level(node.body)
+            yield from _module_level(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, *(h.body for h in node.handlers), node.orelse, node.finalbody):
+                yield from _module_level(block)
+        elif isinstance(node, (ast.With, ast.ClassDef)):
+            yield from _module_level(node.body)
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str) -> set[str]:
+    """The dpcare modules an import statement loads (a name imported from a package counts as the
+    submodule of that name if there is one, else as the package)."""
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name in MODULES}
+    base = node.module or ""
+    if node.level:
+        package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{base}" if base else package
+    found = {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES}
+    if len(found) < len(node.names) and base in MODULES:
+        found.add(base)
+    return found
+
+
+def import_graph(module_level_only: bool = True) -> dict[str, set[str]]:
+    graph = {}
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(), str(path))
+        nodes = _module_level(tree.body) if module_level_only else (
+            n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
+        graph[module] = set().union(*(_targets(n, module) for n in nodes)) - {module}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_level_import_cycles():
+    graph = import_graph()
+    assert len(graph) > 50 and "dpcare.cli.common" in graph["dpcare.cli.synth"]
+    assert import_cycles(graph) == []
+
+
+@pytest.mark.parametrize("forbidden", ["dpcare.workflows", "dpcare.cli"])
+def test_audit_does_not_import_workflows_or_cli(forbidden):
+    graph = import_graph(module_level_only=False)
+    bad = {m: sorted(t for t in targets if t == forbidden or t.startswith(forbidden + "."))
+           for m, targets in graph.items() if m.startswith("dpcare.audit")}
+    assert {m: t for m, t in bad.items() if t} == {}
+
+
+# --------------------------------------------------------------------------- the CLI's one error path
+def test_cli_reports_a_dpcare_error_once_with_exit_status_2():
+    r = CliRunner().invoke(app, ["account", "epsilon", "--q", "2", "--sigma", "1", "--steps", "3",
+                                 "--delta", "1e-5"])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == "error: sampling rate q must be in (0, 1], got q = 2.0"
+
+
+def _app_raising(err: Exception) -> typer.Typer:
+    tiny = typer.Typer(cls=ErrorReportingGroup)
+
+    @tiny.command()
+    def boom() -> None:
+        raise err
+
+    @tiny.command()
+    def other() -> None:
+        pass
+
+    return tiny
+
+
+def test_the_error_group_reports_user_errors_and_lets_bugs_through():
+    r = CliRunner().invoke(_app_raising(PrivacyParameterError("epsilon must be > 0")), ["boom"])
+    assert (r.exit_code, r.stderr) == (2, "error: epsilon must be > 0\n")
+    r = CliRunner().invoke(_app_raising(FileNotFoundError("no such file: x.csv")), ["boom"])
+    assert (r.exit_code, r.stderr) == (2, "error: no such file: x.csv\n")
+    r = CliRunner().invoke(_app_raising(RuntimeError("a bug")), ["boom"])
+    assert r.exit_code == 1 and isinstance(r.exception, RuntimeError)
+
+
+# --------------------------------------------------------------------------- errors and registries
+def test_errors_stay_value_errors():
+    assert issubclass(DPCareError, ValueError)
+    err = UnknownNameError("column 'x' is not in the spec")
+    assert isinstance(err, KeyError) and str(err) == "column 'x' is not in the spec"
+    assert isinstance(dpcare.NotFittedError("fit first"), AttributeError)
+
+
+def test_registry_get_names_the_known_entries():
+    reg: Registry[int] = Registry("colour")
+    reg.add("red", 1)
+
+    @reg.register("blue")
+    def blue():
+        return 2
+
+    assert reg.get("blue") is blue and reg.names() == ("red", "blue") and "red" in reg
+    with pytest.raises(UnknownNameError, match=r"unknown colour 'green'; choose one of \['blue', 'red'\]"):
+        reg.get("green")
+    with pytest.raises(DPCareError, match="already registered"):
+        reg.add("red", 3)
+
+
+def test_method_registries():
+    from dpcare.methods import make_objective
+    from dpcare.methods.fusion import HYBRID_METHODS
+
+    assert make_objective("dp-sgd").name == "dp-sgd"
+    with pytest.raises(ValueError, match="unknown method 'dp-adam'; choose one of .*'feature-dp'"):
+        make_objective("dp-adam")
+    assert HYBRID_METHODS.names()[0] == "naive-fusion" and HYBRID_METHODS.get("fusiondp")(0.5).beta == 0.5

@@ -1,0 +1,165 @@
+"""``dpcare report``: run folders written by the real writers become one self-contained HTML page."""
+
+import base64
+import json
+import re
+import shutil
+from html import escape
+
+import numpy as np
+import pytest
+import typer
+from helpers import SPEC, toy_table
+from typer.testing import CliRunner
+
+from dpcare.cli.common import ErrorReportingGroup
+from dpcare.cli.report import report
+from dpcare.data import TableSchema
+from dpcare.io import write_json
+from dpcare.privacy import PrivacyLedger, ProtectedUnit, gaussian_event
+from dpcare.report import UnknownRunFolder, collect, write_report
+from dpcare.workflows.tabular import TabularRun, train_tabular
+from dpcare.workflows.tsf import loss_attack_report
+
+PNG = re.compile(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)">')
+
+
+@pytest.fixture(scope="module")
+def train_runs(tmp_path_factory):
+    """Two `dpcare train` folders: Feature-DP with DP bounds for 'age' and the LOSS audit, and DP-SGD."""
+    spec = json.loads(json.dumps(SPEC))
+    del spec["columns"][0]["bounds"]  # age: DP scaling bounds, a second ledger line
+    schema = TableSchema.from_dict(spec)
+    root = tmp_path_factory.mktemp("runs")
+    base = {"epochs": 1, "batch_size": 32, "hidden": 8, "progress": False, "accountant": "rdp"}  # RDP: fast calibration
+    train_tabular(toy_table(), schema, TabularRun(method="feature-dp", epsilon=2.0, stats_epsilon=0.5, audit=True,
+                                                  **base), out_dir=root / "fdp")
+    train_tabular(toy_table(), TableSchema.from_dict(SPEC), TabularRun(method="dp-sgd", epsilon=1.0, **base),
+                  out_dir=root / "dpsgd")
+    return root / "fdp", root / "dpsgd"
+
+
+def section(html: str, title: str) -> str:
+    return html.split(f"<h3>{title}</h3>", 1)[1].split("<h3>", 1)[0]
+
+
+def pngs(html: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in PNG.findall(html)]
+
+
+def test_one_train_run_page(train_runs, tmp_path):
+    fdp = train_runs[0]
+    html = write_report([fdp], tmp_path / "report.html").read_text()
+    g = json.loads((fdp / "guarantee.json").read_text())
+    m = json.loads((fdp / "metrics.json").read_text())
+    assert f"{g['epsilon']:.4g}" in html and f"{g['delta']:.4g}" in html
+    assert f"({g['epsilon']:.4g}, {g['delta']:.3g})-differential privacy" in html
+    assert len(g["releases"]) == 2
+    guarantee = section(html, "Privacy guarantee")
+    for line in g["releases"]:  # every ledger line, with its parsed fields for the training steps
+        assert escape(line) in guarantee
+    steps = re.search(r"(\d+) Poisson-sampled Gaussian steps \(q = ([\d.]+)", g["releases"][-1])
+    assert f"<td class=n>{steps[1]}</td>" in guarantee and f">{steps[2]}</td>" in guarantee
+    exposed = section(html, "What is NOT protected")
+    assert "NOT protected: the public columns (hr, lab, group, death)" in exposed
+    assert "Validation and test rows" in exposed
+    for v in m["metrics"].values():
+        assert f"{v:.4g}" in section(html, "Utility")
+    audit = json.loads((fdp / "audit.json").read_text())
+    attacks = section(html, "Attacks")
+    assert f"{audit['metrics']['auc']['value']:.4g}" in attacks and "the plot the run saved" in attacks
+    images = pngs(html)
+    assert images and all(p.startswith(b"\x89PNG\r\n\x1a\n") for p in images)
+    assert images[0] == (fdp / "audit_roc.png").read_bytes()
+    assert "Timing: not recorded" in html
+    assert "<script" not in html and "<link" not in html and not re.search(r"(src|href)=\"?(https?:|//)", html)
+
+
+def test_two_runs_side_by_side(train_runs, tmp_path):
+    html = write_report(list(train_runs), tmp_path / "both.html", title="FDP vs DP-SGD").read_text()
+    comparison = html.split("<h2>Comparison</h2>", 1)[1].split("<h2", 1)[0]
+    rows = re.findall(r"<tr><td>(fdp|dpsgd)</td><td>([^<]+)</td>", comparison)
+    assert rows == [("fdp", "feature-dp"), ("dpsgd", "dp-sgd")]
+    assert "whole example" in comparison and "features: age, sex" in comparison
+    for run in train_runs:
+        g = json.loads((run / "guarantee.json").read_text())
+        assert f"{g['epsilon']:.4g}" in comparison
+    assert "<title>FDP vs DP-SGD</title>" in html and len(pngs(html)) >= 2  # ROC + comparison bars
+
+
+def test_ledger_state_lines_and_roc_from_scores(tmp_path):
+    ledger = PrivacyLedger(100, unit=ProtectedUnit.EXAMPLE)
+    ledger.charge("dp bounds of age", gaussian_event(4.0), "noisy histogram for the scaling bounds of 'age'")
+    ledger.charge_sampled_gaussian("private training steps", 0.05, 1.1, 40)
+    synth = tmp_path / "synth"  # the keys Synthesizer.save writes
+    write_json(synth / "synthesizer.json", {"settings": {"mode": "dp-2stage-u", "epsilon": 2.0},
+                                            "ledger": ledger.state_dict(),
+                                            "guarantee": ledger.guarantee().to_dict(), "history": {}})
+    html = write_report([synth], tmp_path / "s.html").read_text()
+    table = section(html, "Privacy guarantee")
+    assert "from the saved ledger state" in table
+    assert "<td>Gaussian</td><td>—</td><td class=n>4</td><td class=n>1</td>" in table
+    assert "<td>Poisson-sampled Gaussian</td><td class=n>0.05</td><td class=n>1.1</td><td class=n>40</td>" in table
+
+    rng = np.random.default_rng(0)
+    tsf = tmp_path / "tsf"  # the keys of tsf_benchmark's target files
+    write_json(tsf / "config.json", {"datasets": ["toy"], "shadows": 0})
+    train, test = rng.exponential(1.0, 50), rng.exponential(1.2, 50)
+    write_json(tsf / "toy" / "target" / "baseline.json", {
+        "label": "baseline", "data": "toy", "seconds": 1.5, "test_mse": 0.9, "train_mse": 0.5,
+        "validation_mse": 0.8, "loss_attack": loss_attack_report(train, test, bootstrap=10), "info": {},
+        "roc": {"members": (-train).tolist(), "nonmembers": (-test).tolist()}})
+    html = write_report([tsf], tmp_path / "t.html").read_text()
+    attacks = section(html, "Attacks")
+    assert "plot the run saved" not in attacks and len(pngs(attacks)) == 1
+    assert "NO formal guarantee" in section(html, "Privacy guarantee")
+
+
+def test_train_folder_with_saved_scores_and_ledger_state(train_runs, tmp_path):
+    """What the writers may add: ROC scores in audit.json, the ledger state in ledger.json, seconds."""
+    run = tmp_path / "run"
+    shutil.copytree(train_runs[0], run)
+    audit = json.loads((run / "audit.json").read_text())
+    write_json(run / "audit.json", {**audit, "roc": {"members": [0.9, 0.8, 0.4], "nonmembers": [0.5, 0.3, 0.1]}})
+    ledger = PrivacyLedger(320, unit=ProtectedUnit.FEATURES, protected_columns=("age", "sex"))
+    ledger.charge_sampled_gaussian("private training steps", 0.1, 1.5, 10)
+    ledger.save_json(run / "ledger.json")
+    write_json(run / "guarantee.json", ledger.guarantee().to_dict())
+    m = json.loads((run / "metrics.json").read_text())
+    write_json(run / "metrics.json", {**m, "seconds": 12.5})
+    html = write_report([run], tmp_path / "r.html").read_text()
+    assert "from the saved ledger state" in section(html, "Privacy guarantee")
+    attacks = section(html, "Attacks")
+    assert "plot the run saved" not in attacks
+    assert pngs(attacks)[0] != (run / "audit_roc.png").read_bytes()
+    assert "12.5" in section(html, "Timing")
+
+
+def test_unknown_and_missing_folders_are_named(tmp_path):
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("hello")
+    out = tmp_path / "r.html"
+    with pytest.raises(UnknownRunFolder, match=r"stray is not a dpcare run folder.*metrics.json \+ guarantee.json"):
+        write_report([stray], out)
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        collect(tmp_path / "nowhere")
+    broken = tmp_path / "broken"
+    write_json(broken / "metrics.json", {"method": "x"})
+    (broken / "guarantee.json").write_text("{")
+    with pytest.raises(ValueError, match="guarantee.json is not valid JSON"):
+        write_report([broken], out)
+    assert not out.exists() and not list(tmp_path.glob(".r.html*"))
+
+
+def test_command(train_runs, tmp_path):
+    app = typer.Typer(cls=ErrorReportingGroup)  # the root group of `dpcare`, which reports user errors
+    app.command()(report)
+    app.command("other")(lambda: None)  # a group, as in `dpcare report`
+    runner = CliRunner()
+    out = tmp_path / "cli.html"
+    r = runner.invoke(app, ["report", *map(str, train_runs), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "wrote" in r.output and out.read_text().startswith("<!DOCTYPE html>")
+    r = runner.invoke(app, ["report", str(tmp_path), "--out", str(tmp_path / "x.html")])
+    assert r.exit_code == 2 and "not a dpcare run folder" in r.output
