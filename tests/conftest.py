@@ -2,6 +2,19 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import pytest
 import torch
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def gpt2_folder(tmp_path_factory):
+    """A tiny random GPT-2 saved as a local Hugging Face folder (path as str)."""
+    from lm_fixtures import tiny_gpt2
+
+    folder = tmp_path_factory.mktemp("tiny-gpt2")
+    model, tok = tiny_gpt2()
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)

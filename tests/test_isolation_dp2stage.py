@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 import torch
 from helpers import SPEC, toy_table
-from lm_fixtures import tiny_gpt2
 
 import dpcare.synth.synthesizer as sy
 import dpcare.workflows.dp2stage_benchmark as bench_mod
@@ -26,14 +25,6 @@ from dpcare.synth.synthesizer import StageSettings, Synthesizer
 
 SCHEMA = TableSchema.from_dict(SPEC)
 
-
-@pytest.fixture(scope="module")
-def gpt2_folder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-gpt2")
-    model, tok = tiny_gpt2()
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

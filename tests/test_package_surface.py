@@ -223,3 +223,12 @@ def test_method_registries():
     with pytest.raises(ValueError, match="unknown method 'dp-adam'; choose one of .*'feature-dp'"):
         make_objective("dp-adam")
     assert HYBRID_METHODS.names()[0] == "naive-fusion" and HYBRID_METHODS.get("fusiondp")(0.5).beta == 0.5
+
+
+@pytest.mark.parametrize("module, name, new", [("dpcare.audit.canaries", "audit_tabular", "tabular_audit"),
+                                               ("dpcare.audit.lira", "lira", "tabular_lira")])
+def test_moved_entry_points_name_their_new_place(module, name, new):
+    import importlib
+
+    with pytest.raises(AttributeError, match=new):
+        getattr(importlib.import_module(module), name)

@@ -5,7 +5,6 @@ import logging
 import pytest
 import torch
 from helpers import SPEC, toy_table
-from lm_fixtures import tiny_gpt2
 
 from dpcare.data import TableSchema
 from dpcare.engine.trainer import Trainer
@@ -17,14 +16,6 @@ from dpcare.synth.synthesizer import StageSettings, Synthesizer, SynthSettings
 
 SCHEMA = TableSchema.from_dict(SPEC)
 
-
-@pytest.fixture(scope="module")
-def gpt2_folder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-gpt2")
-    model, tok = tiny_gpt2()
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return str(folder)
 
 
 def test_cpu_default_is_the_scaled_model(monkeypatch):

@@ -7,7 +7,6 @@ import pandas as pd
 import pytest
 import torch
 from helpers import SPEC, toy_table
-from lm_fixtures import tiny_gpt2
 from test_engine_gradients import reference
 
 from dpcare.data import TableSchema, load_table
@@ -22,14 +21,6 @@ from dpcare.synth.tokens import KEY, OTHER, VALUE, weighted_token_loss
 
 SCHEMA = TableSchema.from_dict(SPEC)
 
-
-@pytest.fixture(scope="module")
-def gpt2_folder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-gpt2")
-    model, tok = tiny_gpt2()
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
