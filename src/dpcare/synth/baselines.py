@@ -53,9 +53,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-BASELINES = ("mst", "aim", "dpctgan")
 DEFAULT_BINS = 20
 _MODULES = {"mst": "snsynth.mst.mst", "aim": "snsynth.aim.aim", "dpctgan": "snsynth.pytorch.nn.dpctgan"}
+BASELINES = tuple(_MODULES)  # one table: the names are its keys
 _DPCTGAN_FIXED = {"epsilon", "delta", "sigma", "epochs", "batch_size", "cuda", "verbose"}
 #: the RDP orders snsynth's DPCTGAN gives opacus (1.1, ..., 10.9, 12, ..., 63: order 11 is NOT among them,
 #: so calibrating on the integers 2..63 could pick 11 and undershoot the noise; seen: epsilon 1.0005 > 1)

@@ -131,7 +131,8 @@ def train_diffusion(kind: str, data: ImageData, recipe: DiffusionRecipe, epsilon
     info = {"kind": kind, "steps": result.steps, "backend": result.backend,
             "noise_multiplier": result.noise_multiplier}
     if result.guarantee is not None:
-        info |= {"guarantee": result.guarantee.to_dict(), "guarantee_text": result.guarantee.describe()}
+        info |= {"guarantee": result.guarantee.to_dict(), "guarantee_text": result.guarantee.describe(),
+                 "ledger": result.ledger.state_dict()}
     return model, info
 
 

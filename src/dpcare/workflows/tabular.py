@@ -225,6 +225,7 @@ def membership_audit(model, members: dict[str, torch.Tensor], nonmembers: dict[s
     m = per_example_losses(model, members["x"][pick], members["y"][pick])
     n = per_example_losses(model, nonmembers["x"][:k], nonmembers["y"][:k])
     result = loss_attack(m, n).to_dict()
+    result["roc"] = {"members": (-m).tolist(), "nonmembers": (-n).tolist()}  # attack scores, for ROC curves
     if out_dir is not None:
         write_json(Path(out_dir) / "audit.json", result)
         plot_roc({"LOSS": (-m, -n)}, Path(out_dir) / "audit_roc.png", title=f"LOSS attack: {title}")

@@ -176,7 +176,7 @@ def train_dp_sgd(train: WindowSet, recipe: TsfRecipe, epsilon: float, standardiz
     result = Trainer(model, ForecastLoss(private=True), cfg, ledger).fit(train.tensors(), groups=train.groups())
     info = {"guarantee": result.guarantee.to_dict(), "guarantee_text": result.guarantee.describe(),
             "noise_multiplier": result.noise_multiplier, "steps": result.steps, "sampling_rate": result.sampling_rate,
-            "backend": result.backend}
+            "backend": result.backend, "ledger": result.ledger.state_dict()}
     return model, info
 
 
