@@ -20,6 +20,10 @@ by the expected number of patients q P, and the guarantee names the patient.
 ``TrainConfig.ema_decay``: the trainer also keeps an exponential moving average of the weights
 (ema <- decay ema + (1 - decay) w after every step) and ``fit`` leaves the model holding it. The
 average is a function of the released iterates only, so it is post-processing: no privacy cost.
+
+``TrainConfig.adaptive_clip``: private adaptive clipping (Andrew et al. 2021, :mod:`dpcare.engine.adaptive_clip`):
+C follows a target quantile of the per-unit gradient norms, estimated from a noisy count; ``clip_norm``
+is the initial C, and the count is charged as set by ``AdaptiveClip.accounting``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from dpcare.engine import checkpoint as ckpt
+from dpcare.engine.adaptive_clip import WARMUP, AdaptiveClip, QuantileEstimator
 from dpcare.engine.clip import check_losses
 from dpcare.engine.fast_clipping import clipped_sum_fast, unsupported_reason
 from dpcare.engine.functorch_backend import clipped_sum_functorch
@@ -73,6 +78,7 @@ class TrainConfig:
     checkpoint_every: int = 100
     progress: bool = True
     ema_decay: float | None = None  # keep an exponential moving average of the weights; fit() ends with it
+    adaptive_clip: AdaptiveClip | None = None  # private adaptive clipping; clip_norm is then the initial C
 
     def validate(self, objective: Objective) -> None:
         positive = {"batch_size": self.batch_size, "lr": self.lr, "clip_norm": self.clip_norm,
@@ -97,6 +103,10 @@ class TrainConfig:
                 raise ValueError("set exactly one of noise_multiplier and target_epsilon for a private method")
             if self.noise_multiplier is not None:
                 check_noise_multiplier(self.noise_multiplier)
+        if self.adaptive_clip is not None:
+            if not objective.private:
+                raise ValueError("adaptive_clip needs a private objective")
+            self.adaptive_clip.validate()
 
 
 @dataclass
@@ -108,6 +118,8 @@ class TrainResult:
     backend: str
     history: list[dict[str, float]] = field(default_factory=list)
     ledger: PrivacyLedger | None = None  # every charge of the run (private objectives)
+    clip_norm: float | None = None  # the last clip norm: the setting, or the adaptive estimate
+    gradient_noise_multiplier: float | None = None  # noise on the gradient sum / C (differs under the "split")
 
 
 def _make_generator(seed: int) -> torch.Generator:
@@ -145,6 +157,9 @@ class Trainer:
         seed = config.seed if config.seed is not None else secrets.randbits(62)
         self._gens = {k: _make_generator(seed + i) for i, k in enumerate(("private", "public", "noise"))}
         torch.manual_seed(seed + 3)  # dropout and other model randomness
+        self.clip_estimator: QuantileEstimator | None = None  # set by fit() with config.adaptive_clip
+        if config.adaptive_clip is not None:  # the count's noise and the count's own samples
+            self._gens.update(count=_make_generator(seed + 4), count_sample=_make_generator(seed + 5))
         self.step_count = 0
         self.history: list[dict[str, float]] = []
         self.ema = {n: p.detach().clone() for n, p in self.trainable.items()} if config.ema_decay is not None else None
@@ -177,29 +192,54 @@ class Trainer:
             raise ValueError("the private data set has no rows")
         return min(1.0, self.config.batch_size / n)
 
+    @property
+    def clip_norm(self) -> float:
+        """C of the next step: the setting, or with adaptive clipping its current private estimate."""
+        return self.clip_estimator.clip_norm if self.clip_estimator is not None else self.config.clip_norm
+
+    @property
+    def gradient_noise_multiplier(self) -> float:
+        """Noise std on the clipped gradient sum, in units of C (under the "split" a share of noise_multiplier)."""
+        est = self.clip_estimator
+        return self.noise_multiplier if est is None else est.gradient_noise(self.noise_multiplier)
+
+    def _start_adaptive_clip(self, expected_batch: float) -> None:
+        if self.config.adaptive_clip is not None and self.clip_estimator is None:
+            self.clip_estimator = QuantileEstimator(self.config.adaptive_clip, self.config.clip_norm, expected_batch,
+                                                    self._gens["count"])
+
     # ---------------------------------------------------------------- gradients
     def clipped_sum(self, batch: Mapping[str, Tensor], groups: Tensor | None = None) -> tuple[dict[str, Tensor], Tensor]:
         """Sum of clipped per-unit gradients of the private loss over ``batch`` (a unit: a row, or the rows
         sharing a label in ``groups``)."""
         fn = clipped_sum_fast if self.backend == "fast" else clipped_sum_functorch
-        return fn(self.model, self.objective.private_loss, batch, self.trainable, self.config.clip_norm, groups)
+        return fn(self.model, self.objective.private_loss, batch, self.trainable, self.clip_norm, groups)
 
-    def private_gradient(self, data: Mapping[str, Tensor], idx: Tensor, expected_batch: float) -> dict[str, Tensor]:
-        """Noisy clipped gradient of the private loss, divided by the expected batch size.
-
-        ``idx`` indexes privacy units: rows, or after ``fit(groups=...)`` the grouped units."""
+    def _clipped_total(self, data: Mapping[str, Tensor], idx: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        """Sum of the clipped gradients of the units ``idx`` (micro-batched), and the units' norms."""
         c = self.config
         total = {n: torch.zeros_like(p) for n, p in self.trainable.items()}
+        norms = []
         if self.units is None:
             parts = [(rows, None) for rows in chunks(idx, c.max_physical_batch)]
         else:
             parts = [(rows, self.units.labels[rows]) for rows in self.units.chunks(idx, c.max_physical_batch)]
         for rows, labels in parts:
-            summed, _ = self.clipped_sum(take(data, rows), labels)
+            summed, part_norms = self.clipped_sum(take(data, rows), labels)
+            norms.append(part_norms.detach().cpu())
             for n, g in summed.items():
                 total[n] += g
-        std = self.noise_multiplier * c.clip_norm
-        for n, g in total.items():
+        return total, torch.cat(norms) if norms else torch.zeros(0)
+
+    def private_gradient(self, data: Mapping[str, Tensor], idx: Tensor, expected_batch: float) -> dict[str, Tensor]:
+        """Noisy clipped gradient of the private loss, divided by the expected batch size.
+
+        ``idx`` indexes privacy units: rows, or after ``fit(groups=...)`` the grouped units."""
+        return self._noisy(self._clipped_total(data, idx)[0], expected_batch)
+
+    def _noisy(self, total: dict[str, Tensor], expected_batch: float) -> dict[str, Tensor]:
+        std = self.gradient_noise_multiplier * self.clip_norm
+        for g in total.values():
             g += torch.normal(0.0, std, size=g.shape, generator=self._gens["noise"])
             g /= expected_batch
         return total
@@ -232,9 +272,21 @@ class Trainer:
         n = self.units.n if self.units is not None else _rows(private_data)
         q = self.sampling_rate(n)
         idx = poisson_indices(n, q, self._gens["private"])
-        grad = self.private_gradient(private_data, idx, expected_batch=q * n)
-        self.ledger.charge_sampled_gaussian("private training steps", q, self.noise_multiplier, 1)
-        record: dict[str, float] = {}
+        self._start_adaptive_clip(q * n)
+        est, record = self.clip_estimator, {}
+        if est is None:
+            grad = self.private_gradient(private_data, idx, expected_batch=q * n)
+            self.ledger.charge_sampled_gaussian("private training steps", q, self.noise_multiplier, 1)
+        else:  # the same clipped sum and noise as private_gradient, plus the count of this step
+            record["clip_norm"] = est.clip_norm  # the C of this step
+            total, norms = self._clipped_total(private_data, idx)
+            grad = self._noisy(total, expected_batch=q * n)
+            if est.counting:
+                if est.settings.accounting == "compose":  # the count's own sample (see adaptive_clip)
+                    norms = self._clipped_total(private_data, poisson_indices(n, q, self._gens["count_sample"]))[1]
+                self._release_count(norms)
+            for name, sigma in est.step_charges(self.noise_multiplier):
+                self.ledger.charge_sampled_gaussian(name, q, sigma, 1)
         if self.objective.has_public_branch:
             pub_idx = uniform_indices(_rows(public_data), self._public_batch(), self._gens["public"])
             g_pub, record["public_loss"] = self.mean_gradient(self.objective.public_loss, take(public_data, pub_idx))
@@ -243,6 +295,20 @@ class Trainer:
             grad = {k: self.config.alpha * g for k, g in grad.items()}
         self._apply(grad)
         return record
+
+    def warm_up_clip(self, private_data: Mapping[str, Tensor], n: int) -> None:
+        """Adaptive clipping's warm-up: count-only steps on fresh Poisson samples, each charged; no update."""
+        est, q = self.clip_estimator, self.sampling_rate(n)
+        while est.warmup_left:
+            idx = poisson_indices(n, q, self._gens["count_sample"])
+            self._release_count(self._clipped_total(private_data, idx)[1])
+            est.warmup_left -= 1
+            self.ledger.charge_sampled_gaussian(WARMUP, q, est.count_multiplier, 1)
+
+    def _release_count(self, norms: Tensor) -> None:
+        """Adaptive clipping's noisy count of the units unclipped at the current C; C then moves. The
+        estimator is handed the count alone, never the norms."""
+        self.clip_estimator.observe(int((norms <= self.clip_norm).sum()), len(norms))
 
     def nonprivate_step(self, data: Mapping[str, Tensor]) -> dict:
         idx = uniform_indices(_rows(data), self.config.batch_size, self._gens["private"])
@@ -271,8 +337,13 @@ class Trainer:
         if obj.private:
             if self.ledger is None:
                 self.ledger = PrivacyLedger(n, unit=ProtectedUnit.PATIENT if self.units else obj.unit)
+            q = self.sampling_rate(n)
+            self._start_adaptive_clip(q * n)
             if self.noise_multiplier is None:
-                self.noise_multiplier = self.ledger.calibrate_training_noise(self.sampling_rate(n), total, c.target_epsilon)
+                planned = self.clip_estimator.planned_events(q, total) if self.clip_estimator else ()
+                self.noise_multiplier = self.ledger.calibrate_training_noise(q, total, c.target_epsilon, planned)
+            if self.clip_estimator is not None:  # raises if a split would leave the gradient no noise
+                self.clip_estimator.gradient_noise(self.noise_multiplier)
         self._maybe_resume(total)
         self.model.train()
         pre = c.public_pretrain_steps
@@ -284,6 +355,8 @@ class Trainer:
             if self.step_count < pre:
                 rec = {"public_loss": self.public_step(public_data)}
             elif obj.private:
+                if self.clip_estimator is not None and self.clip_estimator.warmup_left:
+                    self.warm_up_clip(private_data, n)
                 rec = self.private_step(private_data, public_data)
             else:
                 rec = self.nonprivate_step(private_data)
@@ -312,6 +385,8 @@ class Trainer:
             backend=self.backend,
             history=self.history,
             ledger=self.ledger if obj.private else None,
+            clip_norm=self.clip_norm if obj.private else None,
+            gradient_noise_multiplier=self.gradient_noise_multiplier if obj.private else None,
         )
 
     def _group(self, groups: Tensor, rows: int) -> int:
@@ -329,7 +404,10 @@ class Trainer:
 
     # ---------------------------------------------------------------- checkpoints
     def _fingerprint(self, total: int) -> dict[str, Any]:
-        keep = {k: v for k, v in asdict(self.config).items() if k not in ("progress", "checkpoint_dir", "checkpoint_every")}
+        skip = {"progress", "checkpoint_dir", "checkpoint_every"}
+        if self.config.adaptive_clip is None:  # fingerprints of runs from before the setting stay valid
+            skip.add("adaptive_clip")
+        keep = {k: v for k, v in asdict(self.config).items() if k not in skip}
         return {"config": keep, "objective": self.objective.name, "total_steps": total,
                 "units": self.units.n if self.units is not None else None}
 
@@ -345,6 +423,7 @@ class Trainer:
             "ledger": self.ledger.state_dict() if self.ledger is not None else None,
             "history": self.history,
             "ema": self.ema,
+            "clip_estimator": self.clip_estimator.state_dict() if self.clip_estimator is not None else None,
         }
         ckpt.atomic_save(state, Path(self.config.checkpoint_dir) / CHECKPOINT_NAME)
 
@@ -370,6 +449,8 @@ class Trainer:
             self.ledger = PrivacyLedger.from_state_dict(state["ledger"])
         self.history = state["history"]
         self.ema = state.get("ema")
+        if state.get("clip_estimator") is not None:
+            self.clip_estimator.load_state_dict(state["clip_estimator"])
         self.step_count = state["step"]
         log.info("resumed from %s at step %d", path, self.step_count)
 

@@ -151,11 +151,13 @@ class PrivacyLedger:
             releases=tuple(e.description for e in self.entries), n=self.n,
         )
 
-    def calibrate_training_noise(self, sampling_rate: float, steps: int, target_epsilon: float) -> float:
+    def calibrate_training_noise(self, sampling_rate: float, steps: int, target_epsilon: float,
+                                 planned: Iterable[dp_event.DpEvent] = ()) -> float:
         """Sigma for ``steps`` training steps such that everything charged so far plus training meets
-        ``target_epsilon`` at the ledger's delta (earlier DP statistics shrink the training budget)."""
+        ``target_epsilon`` at the ledger's delta (earlier DP statistics shrink the training budget).
+        ``planned``: releases the run will also charge whatever sigma is (e.g. adaptive clipping's counts)."""
         return calibrate_noise_multiplier(sampling_rate, steps, target_epsilon, self.delta, self.accountant,
-                                          other_events=[e.event for e in self.entries])
+                                          other_events=[*(e.event for e in self.entries), *planned])
 
     # ------------------------------------------------------------- persistence
     def state_dict(self) -> dict[str, Any]:
