@@ -1,0 +1,286 @@
+"""Fine-tuning a causal LM on clinical notes through the DP engine (dp-lora-clinical-nlp.txt, Section 4.1):
+generative NER and summarisation, in four modes.
+
+* ``non-private``: every parameter, ordinary training, no ledger (the paper's upper bound).
+* ``dp-full``: every parameter, DP-SGD.
+* ``dp-lora``: peft LoRA adapters (rank 8, alpha 16, no dropout) on the attention query and value
+  projections, the rest frozen. Llama-style models (SmolLM2): ``q_proj`` and ``v_proj``. GPT-2 has one fused
+  query-key-value projection ``c_attn`` (a Conv1D): the adapter goes on ``c_attn``, so one rank-8 update
+  of the fused [d, 3d] weight also reaches the keys (peft cannot adapt a slice of a fused layer).
+* ``dp-prefix``: peft prefix tuning (``prefix_tokens`` virtual tokens, no reparametrisation): only the
+  prefix embedding (keys and values of every layer) is trained.
+
+Every mode runs on the engine's fast clipping backend: LoRA's factors are ``nn.Linear`` layers, the
+prefix is an ``nn.Embedding`` called with the indices 0..k-1 for every example (the embedding rule gives
+its exact per-example gradient), and the full modes UNTIE the output layer from the input embeddings (a
+copy of the tied matrix, trained separately; the fast backend refuses a parameter shared by two layers)
+and pass per-row position ids so GPT-2's position embedding sees the batch dimension.
+
+Examples (:func:`make_examples`): NER windows of the note (:mod:`dpcare.text.generative_ner`), or one
+summarisation pair per note (prompt: the hospital course; target: the discharge diagnoses and summary).
+Rows are prompt tokens, target tokens and EOS, right-padded, with an attention mask. The loss of a row
+is the MEAN next-token NLL over its target tokens and EOS (``reduction="sum"``: their sum), so a
+window's gradient does not grow with the length of its entity list. The privacy unit is the PATIENT:
+every window of every note of a patient carries the patient's group id for ``Trainer.fit(groups=...)``;
+``batch_size`` is the expected number of patients per step. Non-private training samples rows, with as
+many rows per step as the private modes expect (``batch_size`` x rows per patient) and as many steps.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dpcare.engine.objective import Objective
+from dpcare.engine.trainer import TrainConfig, Trainer
+from dpcare.exceptions import DataError, PrivacyParameterError, SpecError, UnknownNameError
+from dpcare.lm import load_causal_lm
+from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
+from dpcare.synth.lm_model import _truncate
+from dpcare.text.generative_ner import ner_prompt, ner_target, note_windows, spans_in
+from dpcare.text.spans import ENTITY_LABELS, Note
+
+TASKS = ("ner", "summarisation")
+#: LoRA targets of the query and value projections, by architecture; the first family present is used
+QV_TARGETS = (("q_proj", "v_proj"), ("c_attn",), ("query_key_value",), ("query", "value"))
+#: starting learning rates per mode (not tuned)
+DEFAULT_LR = {"non-private": 5e-5, "dp-full": 1e-4, "dp-lora": 2e-3, "dp-prefix": 1e-2}
+SUMMARY_INSTRUCTION = "Summarise the hospital course: list the discharge diagnoses, then a short summary."
+
+
+class FinetuneMode(str, Enum):
+    NON_PRIVATE = "non-private"
+    DP_FULL = "dp-full"
+    DP_LORA = "dp-lora"
+    DP_PREFIX = "dp-prefix"
+
+    @property
+    def private(self) -> bool:
+        return self is not FinetuneMode.NON_PRIVATE
+
+    @classmethod
+    def parse(cls, mode: str | FinetuneMode) -> FinetuneMode:
+        try:
+            return cls(mode)
+        except ValueError:
+            raise UnknownNameError(f"unknown fine-tuning mode {mode!r}; choose one of "
+                                   f"{[m.value for m in cls]}") from None
+
+
+# --------------------------------------------------------------------------- modes
+def qv_targets(model: nn.Module) -> list[str]:
+    """Names of the attention query and value projections of ``model`` (see QV_TARGETS)."""
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    for family in QV_TARGETS:
+        if set(family) <= names:
+            return list(family)
+    raise SpecError(f"{type(model).__name__}: no attention query/value projections among the known names "
+                    f"{[t for f in QV_TARGETS for t in f]}")
+
+
+def untie_output(model: nn.Module) -> None:
+    """Give the output layer its own copy of the tied input embeddings."""
+    out, emb = model.get_output_embeddings(), model.get_input_embeddings()
+    if out is not None and out.weight is emb.weight:
+        out.weight = nn.Parameter(emb.weight.detach().clone())
+    model.config.tie_word_embeddings = False
+
+
+def apply_mode(model: nn.Module, mode: str | FinetuneMode, lora_rank: int = 8, lora_alpha: float = 16.0,
+               prefix_tokens: int = 10) -> nn.Module:
+    """``model`` (a Hugging Face causal LM) set up for ``mode``: the model itself with every parameter
+    trainable and an untied output layer, or a peft wrapper training only the adapters or the prefix."""
+    mode = FinetuneMode.parse(mode)
+    if mode in (FinetuneMode.NON_PRIVATE, FinetuneMode.DP_FULL):
+        untie_output(model)
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model
+    from peft import LoraConfig, PrefixTuningConfig, TaskType, get_peft_model
+
+    if mode is FinetuneMode.DP_LORA:
+        conv1d = any(type(m).__name__ == "Conv1D" for m in model.modules())  # GPT-2 stores [in, out]
+        config = LoraConfig(task_type=TaskType.CAUSAL_LM, r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0,
+                            target_modules=qv_targets(model), fan_in_fan_out=conv1d)
+    else:
+        config = PrefixTuningConfig(task_type=TaskType.CAUSAL_LM, num_virtual_tokens=prefix_tokens)
+    with warnings.catch_warnings():  # transformers' deprecation notice, raised inside peft
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+        return get_peft_model(model, config)
+
+
+# --------------------------------------------------------------------------- examples
+@dataclass(frozen=True)
+class Example:
+    """One training row: ``prompt`` and ``target`` texts of a note (``offset``: the window's first
+    character in the note, NER only)."""
+
+    note_id: str
+    patient_id: str
+    prompt: str
+    target: str
+    offset: int = 0
+
+
+def ner_examples(notes: Iterable[Note], tokenizer, labels: Sequence[str] = ENTITY_LABELS, window: int | None = 256,
+                 stride: int | None = 128) -> list[Example]:
+    """One example per window of each note: its text in the prompt, its entities (spans of ``labels`` among
+    the note's entities and PHI) as the target."""
+    out = []
+    for note in notes:
+        spans = [s for s in (*note.entities, *note.phi) if s.label in labels]
+        for start, end in note_windows(note.text, tokenizer, window, stride, spans, f"note {note.note_id!r}"):
+            out.append(Example(note.note_id, note.patient_id, ner_prompt(note.text[start:end], labels),
+                               ner_target(spans_in(spans, start, end)), start))
+    return out
+
+
+def summary_prompt(source: str) -> str:
+    return f"{SUMMARY_INSTRUCTION}\nHospital course:\n{source}\nSummary:"
+
+
+def summary_examples(notes: Iterable[Note]) -> list[Example]:
+    """One example per note with a summarisation pair (notes without one are skipped)."""
+    return [Example(n.note_id, n.patient_id, summary_prompt(n.summary_source), " " + n.summary_target)
+            for n in notes if n.summary_source.strip() and n.summary_target.strip()]
+
+
+def make_examples(notes: Iterable[Note], task: str, tokenizer, labels: Sequence[str] = ENTITY_LABELS,
+                  window: int | None = 256, stride: int | None = 128) -> list[Example]:
+    """The rows of ``task`` ("ner" or "summarisation"); a DataError when there are none."""
+    if task not in TASKS:
+        raise UnknownNameError(f"unknown task {task!r}; choose one of {list(TASKS)}")
+    examples = (ner_examples(notes, tokenizer, labels, window, stride) if task == "ner"
+                else summary_examples(notes))
+    if not examples:
+        raise DataError(f"no {task} examples: no notes" + (" with a summarisation pair" if task != "ner" else ""))
+    return examples
+
+
+def encode(examples: Sequence[Example], tokenizer, max_tokens: int | None = None) -> dict[str, Tensor]:
+    """Right-padded rows ``ids``, attention ``mask`` and ``loss_mask`` (1 on the target tokens and EOS)."""
+    rows, weights = [], []
+    for ex in examples:
+        prompt = tokenizer(ex.prompt, add_special_tokens=False)["input_ids"]
+        target = tokenizer(ex.target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        if max_tokens is not None and len(prompt) + len(target) > max_tokens:
+            raise DataError(f"note {ex.note_id!r}: a row of {len(prompt) + len(target)} tokens exceeds the "
+                            f"model's {max_tokens} positions (use a smaller window)")
+        rows.append(prompt + target)
+        weights.append([0] * len(prompt) + [1] * len(target))
+    width = max(map(len, rows))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    data = {"ids": torch.full((len(rows), width), pad, dtype=torch.long),
+            "mask": torch.zeros(len(rows), width, dtype=torch.long),
+            "loss_mask": torch.zeros(len(rows), width, dtype=torch.long)}
+    for i, (row, w) in enumerate(zip(rows, weights)):
+        data["ids"][i, :len(row)] = torch.tensor(row)
+        data["mask"][i, :len(row)] = 1
+        data["loss_mask"][i, :len(row)] = torch.tensor(w)
+    return data
+
+
+def patient_groups(examples: Sequence[Example]) -> Tensor:
+    """One integer per row: the index of its patient (every window of every note of a patient shares it)."""
+    ids = {p: i for i, p in enumerate(sorted({ex.patient_id for ex in examples}))}
+    return torch.tensor([ids[ex.patient_id] for ex in examples], dtype=torch.long)
+
+
+# --------------------------------------------------------------------------- objective
+class TargetLoss(Objective):
+    """Per-row next-token NLL over the target tokens (mean, or sum). ``positions``: pass per-row position
+    ids (off for prefix tuning, whose positions start after the prefix)."""
+
+    private_keys = ("ids", "mask", "loss_mask")
+
+    def __init__(self, private: bool = True, positions: bool = True, reduction: str = "mean"):
+        if reduction not in ("mean", "sum"):
+            raise UnknownNameError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+        self.private, self.positions, self.reduction = private, positions, reduction
+        self.name = ("dp-" if private else "") + "target-lm"
+
+    def private_loss(self, model, batch) -> Tensor:
+        ids, mask, weights = (batch[k] for k in self.private_keys)
+        batched = torch._C._functorch.is_functorch_wrapped_tensor(mask)  # torch.func: no value-dependent sizes
+        if not batched and mask.numel():  # drop padding beyond the longest row: causal, so nothing changes
+            width = max(int(mask.sum(1).max()), 2)
+            ids, mask, weights = ids[:, :width], mask[:, :width], weights[:, :width]
+        # logits only from the position before the first target token on (saves the prompt's logits)
+        first = 1 if batched else max(1, int(weights.float().argmax(1).min()))
+        # rows are right-padded and attention is causal, so no real token sees padding: the mask changes
+        # nothing, and under torch.func it is left out (transformers inspects its values)
+        kw = {"attention_mask": None if batched else mask, "logits_to_keep": ids.shape[1] - first + 1}
+        if self.positions:
+            kw["position_ids"] = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
+        logits = model(input_ids=ids, **kw).logits[:, :-1]
+        nll = F.cross_entropy(logits.transpose(1, 2), ids[:, first:], reduction="none")
+        w = weights[:, first:].to(nll.dtype)
+        total = (nll * w).sum(1)
+        return total / w.sum(1).clamp(min=1) if self.reduction == "mean" else total
+
+
+# --------------------------------------------------------------------------- training
+def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode = "dp-lora",
+             epsilon: float | None = None, delta: float | None = None, model: str = "smollm2",
+             layers: int | None = None, epochs: float = 3.0, batch_size: int = 16, lr: float | None = None,
+             clip_norm: float = 1.0, seed: int = 0, checkpoint_dir: str | None = None, progress: bool = False,
+             labels: Sequence[str] = ENTITY_LABELS, window: int | None = 256, stride: int | None = 128,
+             lora_rank: int = 8, lora_alpha: float = 16.0, prefix_tokens: int = 10, reduction: str = "mean",
+             max_physical_batch: int = 8, accountant: str = "pld"):
+    """Fine-tune ``model`` ("smollm2" or a local Hugging Face folder; ``layers``: keep the first k blocks) on
+    ``task`` in ``mode``. Returns (model, tokenizer, info); ``info["guarantee"]`` names the PATIENT as the
+    protected unit (None in non-private mode, which has no ledger). ``lr=None``: DEFAULT_LR of the mode;
+    ``accountant``: "pld" or "rdp" (the ledger's)."""
+    mode = FinetuneMode.parse(mode)
+    if mode.private:
+        if epsilon is None:
+            raise PrivacyParameterError(f"{mode.value} needs a target epsilon")
+        check_epsilon(epsilon)
+    elif epsilon is not None or delta is not None:
+        raise PrivacyParameterError("non-private fine-tuning takes no epsilon or delta")
+    causal, tokenizer = load_causal_lm(model)
+    if layers is not None:
+        _truncate(causal.base_model, layers)
+    prefix = mode is FinetuneMode.DP_PREFIX
+    examples = make_examples(list(notes), task, tokenizer, labels, window, stride)
+    data = encode(examples, tokenizer, _max_positions(causal, prefix_tokens if prefix else 0))
+    groups = patient_groups(examples)
+    patients, rows = int(groups.max()) + 1, len(examples)
+    objective = TargetLoss(mode.private, positions=not prefix, reduction=reduction)
+    config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=DEFAULT_LR[mode.value] if lr is None else lr,
+                         clip_norm=clip_norm, seed=seed, checkpoint_dir=checkpoint_dir, progress=progress,
+                         max_physical_batch=max_physical_batch, target_epsilon=epsilon)
+    config.validate(objective)
+    net = apply_mode(causal, mode, lora_rank, lora_alpha, prefix_tokens)
+    if mode.private:
+        ledger = PrivacyLedger(patients, delta, accountant, unit=ProtectedUnit.PATIENT)
+        result = Trainer(net, objective, config, ledger).fit(data, groups=groups)
+    else:  # rows, as many per step (expected) and as many steps as the private modes
+        config.batch_size = max(1, round(batch_size * rows / patients))
+        config.steps = math.ceil(epochs * patients / batch_size)
+        result = Trainer(net, objective, config).fit(data)
+    g = result.guarantee
+    info = {
+        "task": task, "mode": mode.value, "model": str(model), "layers": layers, "patients": patients,
+        "notes": len({e.note_id for e in examples}), "rows": rows,
+        "trainable_parameters": sum(p.numel() for p in net.parameters() if p.requires_grad),
+        "steps": result.steps, "sampling_rate": result.sampling_rate, "noise_multiplier": result.noise_multiplier,
+        "backend": result.backend, "history": result.history, "guarantee": g.to_dict() if g else None,
+        "guarantee_text": g.describe() if g else "no privacy guarantee (non-private fine-tuning)",
+        "ledger": result.ledger.state_dict() if result.ledger else None,
+    }
+    return net, tokenizer, info
+
+
+def _max_positions(model: nn.Module, reserved: int = 0) -> int | None:
+    """Tokens a row may hold: the model's positions less ``reserved`` (a prefix's virtual tokens)."""
+    cfg = model.config
+    most = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None)
+    return most - reserved if most else None
