@@ -78,3 +78,20 @@ def _load(folder: Path):
         tokenizer.pad_token = tokenizer.eos_token
     model.eval()
     return model, tokenizer
+
+
+def under_torch_func(t) -> bool:
+    """True inside torch.func transforms (vmap / grad), where sizes cannot depend on values."""
+    import torch
+
+    return torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
+def trim_right_padding(tensors: dict, mask) -> tuple[dict, bool]:
+    """Cut right-padded [B, T] tensors after the longest row of ``mask`` (at least 2 positions): saves
+    compute and changes nothing for a causal model. Skipped under torch.func; returns (tensors, batched)."""
+    batched = under_torch_func(mask)
+    if batched or not mask.numel():
+        return tensors, batched
+    width = max(int(mask.sum(1).max()), 2)
+    return {k: v[:, :width] for k, v in tensors.items()}, batched

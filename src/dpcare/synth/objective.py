@@ -14,17 +14,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from dpcare.engine.objective import Objective
+from dpcare.lm import trim_right_padding
 from dpcare.synth.tokens import KEY, OTHER, VALUE, weighted_token_loss
 
 
 def _trim(batch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Drop padding beyond the longest row of the batch: saves compute and changes nothing, as attention is
-    causal and padding has mask 0 (skipped under torch.func, where sizes cannot depend on values)."""
+    """The batch's ids, targets, roles and mask without padding beyond the longest row."""
     keys = ("ids", "targets", "roles", "mask")
-    if torch._C._functorch.is_batchedtensor(batch["mask"]) or not batch["mask"].numel():
-        return tuple(batch[k] for k in keys)
-    width = max(int(batch["mask"].sum(1).max()), 2)
-    return tuple(batch[k][:, :width] for k in keys)
+    trimmed, _ = trim_right_padding({k: batch[k] for k in keys}, batch["mask"])
+    return tuple(trimmed[k] for k in keys)
 
 
 class TokenLoss(Objective):

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from dpcare.engine.objective import Objective
 from dpcare.engine.trainer import TrainConfig, Trainer
 from dpcare.exceptions import DataError, PrivacyParameterError, SpecError, UnknownNameError
-from dpcare.lm import load_causal_lm
+from dpcare.lm import load_causal_lm, trim_right_padding
 from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
 from dpcare.synth.lm_model import _truncate
 from dpcare.text.generative_ner import ner_prompt, ner_target, note_windows, spans_in
@@ -207,11 +207,8 @@ class TargetLoss(Objective):
         self.name = ("dp-" if private else "") + "target-lm"
 
     def private_loss(self, model, batch) -> Tensor:
-        ids, mask, weights = (batch[k] for k in self.private_keys)
-        batched = torch._C._functorch.is_functorch_wrapped_tensor(mask)  # torch.func: no value-dependent sizes
-        if not batched and mask.numel():  # drop padding beyond the longest row: causal, so nothing changes
-            width = max(int(mask.sum(1).max()), 2)
-            ids, mask, weights = ids[:, :width], mask[:, :width], weights[:, :width]
+        trimmed, batched = trim_right_padding({k: batch[k] for k in self.private_keys}, batch["mask"])
+        ids, mask, weights = (trimmed[k] for k in self.private_keys)
         # logits only from the position before the first target token on (saves the prompt's logits)
         first = 1 if batched else max(1, int(weights.float().argmax(1).min()))
         # rows are right-padded and attention is causal, so no real token sees padding: the mask changes
