@@ -35,7 +35,7 @@ def datasets():
 @pytest.fixture(autouse=True)
 def fast_accounting(monkeypatch):
     """A fixed noise multiplier and no epsilon reports (the accountant is not what is checked here)."""
-    monkeypatch.setattr(PrivacyLedger, "calibrate_training_noise", lambda self, q, steps, eps: 1.0)
+    monkeypatch.setattr(PrivacyLedger, "calibrate_training_noise", lambda self, *args, **kwargs: 1.0)
     monkeypatch.setattr(PrivacyLedger, "epsilon", lambda self, delta=None, accountant=None: 0.0)
 
 

@@ -341,7 +341,7 @@ class Trainer:
             self._start_adaptive_clip(q * n)
             if self.noise_multiplier is None:
                 planned = self.clip_estimator.planned_events(q, total) if self.clip_estimator else ()
-                self.noise_multiplier = self.ledger.calibrate_training_noise(q, total, c.target_epsilon, planned)
+                self.noise_multiplier = self.ledger.calibrate_training_noise(q, total, c.target_epsilon, planned=planned)
             if self.clip_estimator is not None:  # raises if a split would leave the gradient no noise
                 self.clip_estimator.gradient_noise(self.noise_multiplier)
         self._maybe_resume(total)

@@ -282,7 +282,8 @@ def _markdown(table: pd.DataFrame, reference: dict, blurred: dict, bench: Diffus
     for _, r in table.iterrows():
         eps = "" if r["epsilon"] is None or (isinstance(r["epsilon"], float) and math.isnan(r["epsilon"])) \
             else f"{r['epsilon']:.3g}"
-        unit = {"example": "image + label", "features": "detail beyond blur"}.get(r["unit"], "nothing")
+        unit = {"example": "image + label", "features": "detail beyond blur"}.get(
+            r["unit"], "detail beyond blur (never read: epsilon 0)" if r["method"] == "public" else "nothing")
         acc = "" if r["acceptance_rate"] is None or pd.isna(r["acceptance_rate"]) else f"{r['acceptance_rate']:.2f}"
         lines.append(f"| {r['method']} | {eps} | {unit} | {r['fid']:.1f} | {r['fid_per_class_mean']:.1f} | {acc} |")
     return "\n".join(lines) + (
