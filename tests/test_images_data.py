@@ -208,3 +208,28 @@ def test_save_grid_png_size(tmp_path, digits):
     path = save_grid(rgb, tmp_path / "rgb.png", nrow=4, labels=["a", "b", "c", "d"])
     with Image.open(path) as im:
         assert im.mode == "RGB" and im.size == grid_size(4, (8, 8), 4, labels=True)
+
+
+def test_resize_is_per_image_and_checked(digits):
+    small = digits.resized(4)
+    assert small.image_shape == (1, 4, 4) and small.images.min() >= -1 and small.images.max() <= 1
+    one = digits.subset([5]).resized(4)
+    assert torch.equal(one.images[0], small.images[5])  # never reads another image
+    assert torch.equal(small.images[0], digits.images[0].reshape(4, 2, 4, 2).mean((1, 3)).unsqueeze(0))
+    assert digits.resized(8) is digits
+    with pytest.raises(ValueError, match="positive"):
+        digits.resized(0)
+
+
+def test_reference_images_match_the_generated_class_counts(splits):
+    from dpcare.workflows.diffusion import balanced_labels, matching_images
+
+    train = splits["train"]  # split order groups the digits by class: the first rows are all zeros
+    labels = balanced_labels(50, 10)
+    real = matching_images(train, labels)
+    for k in range(10):
+        chosen = real[labels == k]
+        pool = train.images[train.labels == k]
+        assert all(any(torch.equal(c, p) for p in pool) for c in chosen)
+    with pytest.raises(ValueError, match="images"):
+        matching_images(train.subset(np.flatnonzero(train.labels.numpy() != 3)), labels)
