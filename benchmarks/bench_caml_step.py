@@ -10,7 +10,7 @@ with OMP_NUM_THREADS=1 and the glibc allocator setting.
 
 from __future__ import annotations
 
-from bench_dp_step import parse_or_run_child, step_ratios, time_steps
+from bench_dp_step import parse_or_run_child, step_ratios, time_trainer_steps
 
 MODES = ["non-private", "dp-sgd fast"]
 VOCAB, LENGTH, LABELS = 5000, 1000, 50
@@ -42,16 +42,7 @@ def run_one(mode: str, batch: int, steps: int) -> dict:
                       backend="fast" if objective.private else "auto",
                       progress=False, max_physical_batch=batch)
     trainer = Trainer(model, objective, cfg, ledger=PrivacyLedger(10**6))
-    idx = torch.arange(batch)
-
-    def step():
-        if objective.private:
-            grad = trainer.private_gradient(data, idx, expected_batch=batch)
-        else:
-            grad, _ = trainer.mean_gradient(objective.private_loss, data)
-        trainer._apply(grad)
-
-    return {**time_steps(step, steps), "backend": trainer.backend}
+    return time_trainer_steps(trainer, data, torch.arange(batch), steps)
 
 
 def main() -> None:

@@ -85,19 +85,25 @@ def run_one(model_name: str, mode: str, batch: int, steps: int) -> dict:
     cfg = TrainConfig(batch_size=batch, noise_multiplier=1.0 if objective.private else None, backend=backend,
                       progress=False, max_physical_batch=batch)
     trainer = Trainer(model, objective, cfg, ledger=PrivacyLedger(10**6))
-    idx = torch.arange(batch)
+    return time_trainer_steps(trainer, data, torch.arange(batch), steps)
+
+
+def time_trainer_steps(trainer, data: dict, idx, steps: int) -> dict:
+    """Time one engine step on a fixed batch: the clipped, noised private gradient of the units ``idx``
+    (plus the public branch's mean gradient, if any) or the non-private mean gradient, then the update."""
+    objective = trainer.objective
 
     def step():
         if not objective.private:
             grad, _ = trainer.mean_gradient(objective.private_loss, data)
         else:
-            grad = trainer.private_gradient(data, idx, expected_batch=batch)
+            grad = trainer.private_gradient(data, idx, expected_batch=len(idx))
             if objective.has_public_branch:
                 g_pub, _ = trainer.mean_gradient(objective.public_loss, data)
                 grad = {k: g_pub[k] + grad[k] for k in grad}
         trainer._apply(grad)
 
-    return time_steps(step, steps)
+    return {**time_steps(step, steps), "backend": trainer.backend}
 
 
 def time_steps(step, steps: int) -> dict:

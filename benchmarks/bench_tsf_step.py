@@ -10,7 +10,7 @@ mode runs in a fresh subprocess (clean peak RSS) with OMP_NUM_THREADS=1 and the 
 
 from __future__ import annotations
 
-from bench_dp_step import parse_or_run_child, step_ratios, time_steps
+from bench_dp_step import parse_or_run_child, step_ratios, time_trainer_steps
 
 MODES = ["non-private", "dp-sgd fast", "dp-sgd fast grouped", "dp-sgd functorch"]
 
@@ -57,14 +57,7 @@ def run_one(mode: str, batch: int, steps: int) -> dict:
         trainer.units = UnitIndex(torch.arange(batch) // 8)
         idx = torch.arange(trainer.units.n)
 
-    def step():
-        if objective.private:
-            grad = trainer.private_gradient(data, idx, expected_batch=len(idx))
-        else:
-            grad, _ = trainer.mean_gradient(objective.private_loss, data)
-        trainer._apply(grad)
-
-    return {**time_steps(step, steps), "backend": trainer.backend, "source": source}
+    return {**time_trainer_steps(trainer, data, idx, steps), "source": source}
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from bench_dp_step import child_result, parse_or_run_child, step_ratios, time_steps
+from bench_dp_step import child_result, parse_or_run_child, step_ratios, time_trainer_steps
 
 MODES = ["non-private", "dp fast", "fdp-alg1 fast", "dp functorch", "sampling"]
 
@@ -51,19 +51,7 @@ def run_one(mode: str, batch: int, steps: int) -> dict:
     cfg = TrainConfig(batch_size=batch, noise_multiplier=1.0 if objective.private else None, backend=backend,
                       progress=False, max_physical_batch=batch)
     trainer = Trainer(model, objective, cfg, ledger=PrivacyLedger(10**6))
-    idx = torch.arange(batch)
-
-    def step():
-        if objective.private:
-            grad = trainer.private_gradient(data, idx, expected_batch=batch)
-            if objective.has_public_branch:
-                g_pub, _ = trainer.mean_gradient(objective.public_loss, data)
-                grad = {k: g_pub[k] + grad[k] for k in grad}
-        else:
-            grad, _ = trainer.mean_gradient(objective.private_loss, data)
-        trainer._apply(grad)
-
-    return {**time_steps(step, steps), "backend": trainer.backend}
+    return time_trainer_steps(trainer, data, torch.arange(batch), steps)
 
 
 def main() -> None:
