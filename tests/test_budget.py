@@ -9,8 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from dpcare.cli.common import ErrorReportingGroup
 from dpcare.cli.budget import app as budget_app
+from dpcare.cli.common import ErrorReportingGroup
 from dpcare.exceptions import (
     BudgetExceededError,
     DataError,
@@ -224,6 +224,7 @@ def test_crash_mid_write_leaves_the_previous_file(tmp_path):
     assert [r.run_id for r in Budget.load(budget.path).releases] == ["kept"]
 
 
+@pytest.mark.slow  # end to end: several processes / models
 def test_concurrent_records_lose_nothing(tmp_path):
     budget = new_budget(tmp_path)
     codes = run_processes(_record_worker, lambda i: (str(budget.path), i), WORKERS)
@@ -232,6 +233,7 @@ def test_concurrent_records_lose_nothing(tmp_path):
     assert ids == sorted(f"w{i}-{k}" for i in range(WORKERS) for k in range(RECORDS_EACH))
 
 
+@pytest.mark.slow  # end to end: several processes / models
 def test_concurrent_reservations_admit_exactly_what_fits(tmp_path):
     fits = 3
     total = (gaussian_ledger(fits).epsilon() + gaussian_ledger(fits + 1).epsilon()) / 2

@@ -5,11 +5,11 @@ import json
 
 import pytest
 import yaml
+from helpers import SPEC, toy_table
 from typer.testing import CliRunner
 
 from dpcare.cli import app
 from dpcare.data import count_rows
-from helpers import SPEC, toy_table
 
 runner = CliRunner()
 

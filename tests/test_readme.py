@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -10,9 +12,10 @@ def api_examples() -> list[str]:
     text = README.read_text()
     section = text[text.index("## Python API\n"):]
     section = section[: section.index("\n## ", 1)]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
 
 
+@pytest.mark.slow  # end to end: trains two models, writes a report
 def test_readme_python_api_examples_run(tmp_path, monkeypatch, capsys):
     blocks = api_examples()
     assert len(blocks) >= 3

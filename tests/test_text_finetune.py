@@ -174,6 +174,7 @@ def test_target_loss_is_the_mean_nll_of_the_target_tokens_and_padding_changes_no
 
 
 # ---------------------------------------------------------------- training entry
+@pytest.mark.slow  # end to end: several processes / models
 @pytest.mark.parametrize("mode", MODES)
 def test_finetune_trains_each_mode_with_the_patient_as_the_unit(mode, gpt2_folder):
     kw = {} if mode == "non-private" else {"epsilon": 3.0, "accountant": "rdp"}  # RDP: a faster calibration
@@ -190,6 +191,7 @@ def test_finetune_trains_each_mode_with_the_patient_as_the_unit(mode, gpt2_folde
         assert "every record of each patient" in info["guarantee_text"]
 
 
+@pytest.mark.slow  # end to end: several processes / models
 def test_finetune_summarisation_with_a_llama_folder_cut_to_one_block(tmp_path, tok):
     llama = tiny_llama(tok)
     llama.save_pretrained(tmp_path)
