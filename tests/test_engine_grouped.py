@@ -4,6 +4,7 @@
 import pytest
 import torch
 from grad_reference import assert_same_clipped_sums
+from helpers import crash_at_step
 from torch import nn
 
 from dpcare.engine import Objective, TrainConfig, Trainer
@@ -180,16 +181,10 @@ def test_killed_grouped_run_resumes_to_the_same_model(tmp_path):
     def run(folder, crash_at=None):
         cfg = TrainConfig(batch_size=5, steps=6, noise_multiplier=1.0, progress=False, checkpoint_dir=str(folder),
                           checkpoint_every=2)
+        torch.manual_seed(0)  # every run starts from the same weights, whatever ran before
         trainer = Trainer(TabularMLP(4, hidden=8, dropout=0.0), DPSGD(), cfg)
         if crash_at is not None:
-            step = trainer.private_step
-
-            def crashing(*a):
-                if trainer.step_count == crash_at:
-                    raise KeyboardInterrupt
-                return step(*a)
-
-            trainer.private_step = crashing
+            crash_at_step(trainer, crash_at)
         trainer.fit(data, groups=groups)
         return trainer
 
