@@ -10,7 +10,7 @@ with OMP_NUM_THREADS=1 and the glibc allocator setting.
 
 from __future__ import annotations
 
-from bench_dp_step import parse_or_run_child, step_ratios, time_trainer_steps
+from bench_dp_step import bench_trainer, parse_or_run_child, step_ratios, time_trainer_steps
 
 MODES = ["non-private", "dp-sgd fast"]
 VOCAB, LENGTH, LABELS = 5000, 1000, 50
@@ -19,8 +19,7 @@ VOCAB, LENGTH, LABELS = 5000, 1000, 50
 def run_one(mode: str, batch: int, steps: int) -> dict:
     import torch
 
-    from dpcare.engine import Objective, TrainConfig, Trainer
-    from dpcare.privacy import PrivacyLedger
+    from dpcare.engine import Objective
     from dpcare.text.caml import CAML
     from dpcare.text.multilabel import per_example_bce
 
@@ -38,10 +37,7 @@ def run_one(mode: str, batch: int, steps: int) -> dict:
     torch.manual_seed(0)
     model = CAML(VOCAB, LABELS, emb_dim=100, n_filters=50, kernel_size=10, dropout=0.2)
     objective = MultiLabelLoss()
-    cfg = TrainConfig(batch_size=batch, noise_multiplier=1.0 if objective.private else None,
-                      backend="fast" if objective.private else "auto",
-                      progress=False, max_physical_batch=batch)
-    trainer = Trainer(model, objective, cfg, ledger=PrivacyLedger(10**6))
+    trainer = bench_trainer(model, objective, batch, "fast" if objective.private else "auto")
     return time_trainer_steps(trainer, data, torch.arange(batch), steps)
 
 

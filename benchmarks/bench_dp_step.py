@@ -71,9 +71,7 @@ def opacus_step(model, data, batch: int, mode: str):
 def run_one(model_name: str, mode: str, batch: int, steps: int) -> dict:
     import torch
 
-    from dpcare.engine import TrainConfig, Trainer
     from dpcare.methods import DPSGD, FeatureDP, NonPrivate
-    from dpcare.privacy import PrivacyLedger
 
     torch.set_num_threads(1)
     model, data = build(model_name, batch)
@@ -82,10 +80,18 @@ def run_one(model_name: str, mode: str, batch: int, steps: int) -> dict:
     method = mode.split()[0]
     objective = {"non-private": NonPrivate, "dp-sgd": DPSGD, "feature-dp": FeatureDP}[method]()
     backend = mode.split()[1] if " " in mode else "auto"
+    trainer = bench_trainer(model, objective, batch, backend)
+    return time_trainer_steps(trainer, data, torch.arange(batch), steps)
+
+
+def bench_trainer(model, objective, batch: int, backend: str = "auto"):
+    """A trainer for timing one fixed batch: sigma 1 for private objectives, no micro-batching, no progress."""
+    from dpcare.engine import TrainConfig, Trainer
+    from dpcare.privacy import PrivacyLedger
+
     cfg = TrainConfig(batch_size=batch, noise_multiplier=1.0 if objective.private else None, backend=backend,
                       progress=False, max_physical_batch=batch)
-    trainer = Trainer(model, objective, cfg, ledger=PrivacyLedger(10**6))
-    return time_trainer_steps(trainer, data, torch.arange(batch), steps)
+    return Trainer(model, objective, cfg, ledger=PrivacyLedger(10**6))
 
 
 def time_trainer_steps(trainer, data: dict, idx, steps: int) -> dict:

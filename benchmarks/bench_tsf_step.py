@@ -10,7 +10,7 @@ mode runs in a fresh subprocess (clean peak RSS) with OMP_NUM_THREADS=1 and the 
 
 from __future__ import annotations
 
-from bench_dp_step import parse_or_run_child, step_ratios, time_trainer_steps
+from bench_dp_step import bench_trainer, parse_or_run_child, step_ratios, time_trainer_steps
 
 MODES = ["non-private", "dp-sgd fast", "dp-sgd fast grouped", "dp-sgd functorch"]
 
@@ -36,8 +36,6 @@ def windows(batch: int):
 def run_one(mode: str, batch: int, steps: int) -> dict:
     import torch
 
-    from dpcare.engine import TrainConfig, Trainer
-    from dpcare.privacy import PrivacyLedger
     from dpcare.timeseries.model import Forecaster
     from dpcare.timeseries.objective import ForecastLoss
 
@@ -47,9 +45,7 @@ def run_one(mode: str, batch: int, steps: int) -> dict:
     model = Forecaster(7, 24, 24, d_model=64, n_heads=4)
     objective = ForecastLoss(private=mode != "non-private")
     backend = "functorch" if "functorch" in mode else "auto"
-    cfg = TrainConfig(batch_size=batch, noise_multiplier=1.0 if objective.private else None, backend=backend,
-                      progress=False, max_physical_batch=batch)
-    trainer = Trainer(model, objective, cfg, ledger=PrivacyLedger(10**6))
+    trainer = bench_trainer(model, objective, batch, backend)
     idx = torch.arange(batch)
     if "grouped" in mode:
         from dpcare.engine.sampling import UnitIndex

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 import time
 
-from bench_dp_step import child_result, parse_or_run_child, step_ratios, time_trainer_steps
+from bench_dp_step import (
+    bench_trainer,
+    child_result,
+    parse_or_run_child,
+    step_ratios,
+    time_trainer_steps,
+)
 
 MODES = ["non-private", "dp fast", "fdp-alg1 fast", "dp functorch", "sampling"]
 
@@ -20,10 +26,8 @@ MODES = ["non-private", "dp fast", "fdp-alg1 fast", "dp functorch", "sampling"]
 def run_one(mode: str, batch: int, steps: int) -> dict:
     import torch
 
-    from dpcare.engine import TrainConfig, Trainer
     from dpcare.images.diffusion import DiffusionObjective, NoiseSchedule, sample
     from dpcare.images.unet import UNet
-    from dpcare.privacy import PrivacyLedger
     from dpcare.workflows.diffusion import DiffusionRecipe
 
     torch.set_num_threads(1)
@@ -48,9 +52,7 @@ def run_one(mode: str, batch: int, steps: int) -> dict:
     x = torch.rand(batch, 1, size, size, generator=g) * 2 - 1
     data = {"x": x, "x_pub": torch.nn.functional.avg_pool2d(x, 3, 1, 1), "y": torch.randint(0, 10, (batch,))}
     backend = "functorch" if "functorch" in mode else "auto"
-    cfg = TrainConfig(batch_size=batch, noise_multiplier=1.0 if objective.private else None, backend=backend,
-                      progress=False, max_physical_batch=batch)
-    trainer = Trainer(model, objective, cfg, ledger=PrivacyLedger(10**6))
+    trainer = bench_trainer(model, objective, batch, backend)
     return time_trainer_steps(trainer, data, torch.arange(batch), steps)
 
 

@@ -30,3 +30,15 @@ def toy_table(n: int = 400, seed: int = 0) -> pd.DataFrame:
     logit = 0.04 * (age - 60) + 0.02 * (hr - 90) + 0.5 * (group == "c") + 0.3 * (sex == "male")
     death = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
     return pd.DataFrame({"age": age, "sex": sex, "hr": hr, "lab": lab, "group": group, "death": death})
+
+
+def crash_at_step(trainer, step: int) -> None:
+    """Make ``trainer`` raise KeyboardInterrupt (a simulated kill) when its private step ``step`` begins."""
+    original = trainer.private_step
+
+    def crashing(*args, **kwargs):
+        if trainer.step_count == step:
+            raise KeyboardInterrupt("simulated kill")
+        return original(*args, **kwargs)
+
+    trainer.private_step = crashing

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from dp_accounting import dp_event
+from helpers import crash_at_step
 from torch import nn
 
 from dpcare.engine import Objective, TrainConfig, Trainer
@@ -312,14 +313,7 @@ def _resumable(folder, accounting, crash_at=None):
                       checkpoint_every=4, seed=11, clip_norm=0.2, adaptive_clip=settings)
     trainer = Trainer(TabularMLP(6, hidden=16), DPSGD(), cfg, ledger=PrivacyLedger(64, accountant="rdp"))
     if crash_at is not None:
-        original = trainer.private_step
-
-        def crashing(*a, **k):
-            if trainer.step_count == crash_at:
-                raise KeyboardInterrupt("simulated kill")
-            return original(*a, **k)
-
-        trainer.private_step = crashing
+        crash_at_step(trainer, crash_at)
     trainer.fit(_tabular())
     return trainer
 

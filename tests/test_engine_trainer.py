@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import crash_at_step
 
 from dpcare.engine import Objective, TrainConfig, Trainer
 from dpcare.engine.sampling import poisson_indices
@@ -109,14 +110,7 @@ def run(steps, ckpt_dir, crash_at=None, ema_decay=None):
                       checkpoint_dir=str(ckpt_dir), checkpoint_every=4, seed=11, ema_decay=ema_decay)
     trainer = Trainer(model, FeatureDP(), cfg, ledger=PrivacyLedger(64))
     if crash_at is not None:
-        original = trainer.private_step
-
-        def crashing(*a, **k):
-            if trainer.step_count == crash_at:
-                raise KeyboardInterrupt("simulated kill")
-            return original(*a, **k)
-
-        trainer.private_step = crashing
+        crash_at_step(trainer, crash_at)
     d = data()
     trainer.fit(d, {"x_pub": d["x_pub"], "y": d["y"]})
     return model, trainer

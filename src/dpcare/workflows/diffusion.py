@@ -218,9 +218,10 @@ def run_diffusion_benchmark(bench: DiffusionBenchmark, out_dir: str | Path, prog
     labels = balanced_labels(recipe.samples, len(data.train.classes))
     rows, grids, models = [], {}, {}
     real = matching_images(data.train, labels)
+    real_blurred = data.blur(real)
     reference = {"label": "real train images", "fid": evaluator(real)}
-    blurred = {"label": "blurred train images", "fid": evaluator(data.blur(real))}
-    for ref, images in ((reference, real), (blurred, data.blur(real))):
+    blurred = {"label": "blurred train images", "fid": evaluator(real_blurred)}
+    for ref, images in ((reference, real), (blurred, real_blurred)):
         path = out / f"{ref['label'].split()[0]}.png"
         save_grid(images[:100], path, nrow=10)
         grids[f"{ref['label']} (FID {ref['fid']:.1f})"] = path
