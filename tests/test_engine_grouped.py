@@ -168,9 +168,13 @@ def test_grouping_errors_are_named():
     cfg = TrainConfig(batch_size=4, steps=1, noise_multiplier=1.0, progress=False)
     with pytest.raises(ValueError, match="one label per private row"):
         Trainer(TabularMLP(4), DPSGD(), cfg).fit(data, groups=groups[:-1])
-    with pytest.raises(ValueError, match="whole-example objective"):
-        Trainer(TabularMLP(4), FeatureDP(), cfg).fit({**data, "x_pub": data["x"]}, {**data, "x_pub": data["x"]},
-                                                      groups=groups)
+    views = {**data, "x_pub": data["x"]}
+    with pytest.raises(ValueError, match="unit 'features'"):
+        Trainer(TabularMLP(4), FeatureDP(), cfg, ledger=PrivacyLedger(len(groups), unit="patient")).fit(
+            views, views, groups=groups)
+    feature_level = Trainer(TabularMLP(4), FeatureDP(), cfg).fit(views, views, groups=groups)
+    assert feature_level.guarantee.unit.value == "features"  # the private features of a patient's rows
+    assert feature_level.guarantee.n == len(set(groups.tolist()))
     with pytest.raises(ValueError, match="ledger must count patients"):
         Trainer(TabularMLP(4), DPSGD(), cfg, ledger=PrivacyLedger(len(groups))).fit(data, groups=groups)
 

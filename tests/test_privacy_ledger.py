@@ -195,3 +195,18 @@ def test_checks_accept_numpy_scalars():
     assert check_steps(np.int64(5)) == 5 and isinstance(check_steps(np.int64(5)), int)
     assert check_sampling_rate(np.float32(0.5)) == 0.5
     assert check_delta(1e-6, 1000) == 1e-6
+
+
+def test_uncounted_releases_are_listed_and_survive_a_round_trip():
+    ledger = PrivacyLedger(100)
+    ledger.charge_sampled_gaussian("steps", 0.1, 1.0, 10)
+    eps = ledger.epsilon()
+    ledger.note_uncounted("the epoch chosen on validation")
+    ledger.note_uncounted("the epoch chosen on validation")
+    assert ledger.epsilon() == eps  # listed, not charged
+    g = ledger.guarantee()
+    assert g.uncounted == ("the epoch chosen on validation",)
+    assert "NOT counted in epsilon" in g.describe() and "the epoch chosen on validation" in g.describe()
+    again = PrivacyLedger.from_state_dict(ledger.state_dict())
+    assert again.guarantee().uncounted == g.uncounted
+    assert type(g).from_dict(g.to_dict()) == g

@@ -1,4 +1,4 @@
-"""``dpcare benchmark fusiondp | dp2stage | tsf | diffusion``: the papers' comparisons on real data."""
+"""``dpcare benchmark fusiondp | fusiondp-text | dp2stage | tsf | diffusion``: the papers' comparisons on real data."""
 
 from __future__ import annotations
 
@@ -57,6 +57,40 @@ def benchmark_fusiondp(
     run_benchmark(df, schema, bench, out)
     typer.echo((out / "table.md").read_text())
     typer.echo(f"written: {out}/table.csv, table.md, auprc_vs_epsilon.png, runs.csv, imputation.json")
+
+
+@app.command("fusiondp-text")
+def benchmark_fusiondp_text(
+    notes: Annotated[Path | None, typer.Option(
+        help="your notes as JSONL (note_id, patient_id, text, icd_codes) instead of generated ones")] = None,
+    n_notes: Annotated[int, typer.Option(help="generated notes (grounded in MIMIC-IV demo, SUPPORT2, RHC)")] = 2000,
+    top_k: Annotated[int, typer.Option(help="the K most frequent ICD codes of the training notes")] = 50,
+    epsilons: Annotated[str, typer.Option(help="comma-separated epsilons of the private methods")] = "1,2,5,10",
+    main_epsilon: Annotated[float, typer.Option(help="the epsilon of the main table (the paper's: 5)")] = 5.0,
+    seeds: Annotated[int, typer.Option(help="training seeds (paired differences across them)")] = 3,
+    epochs: Annotated[int, typer.Option(help="epochs per run (the best on validation is kept)")] = 8,
+    lm: Annotated[str, typer.Option(help="imputation LM: smollm2 or a local causal-LM folder")] = "smollm2",
+    workers: Annotated[int, typer.Option(help="parallel training processes")] = 2,
+    quick: Annotated[bool, typer.Option(help="smoke-size run (150 notes, 20 codes, 2 epochs, 1 seed, epsilon 5)")] = False,
+    out: Annotated[Path, typer.Option(help="results folder (rerun to resume)")] = Path("results/fusiondp-text"),
+) -> None:
+    """The nine FusionDP methods on clinical notes: ICD coding with CAML under feature-level DP of
+    the sensitive spans (fusiondp.txt, Section 5.3, Table 1)."""
+    from dpcare.workflows.fusion_text_benchmark import TextFusionBenchmark, run_fusiondp_text
+
+    bench = TextFusionBenchmark.quick() if quick else TextFusionBenchmark(
+        n_notes=n_notes, top_k=top_k, epsilons=tuple(float(e) for e in epsilons.split(",")),
+        main_epsilon=main_epsilon, seeds=seeds, epochs=epochs)
+    bench = replace(bench, workers=workers)
+    corpus = None
+    if notes is not None:
+        from dpcare.text import read_jsonl
+
+        corpus = read_jsonl(notes)
+    run_fusiondp_text(bench, out, notes=corpus, lm=lm)
+    typer.echo((out / "table.md").read_text())
+    typer.echo(f"written: {out}/table.md, table.csv, paired.csv, f1_vs_epsilon.png, runs.csv, guarantees.json, "
+               "data/data.json")
 
 
 @app.command("dp2stage")

@@ -321,9 +321,11 @@ class Trainer:
 
     # ---------------------------------------------------------------- loop
     def fit(self, private_data: Mapping[str, Tensor], public_data: Mapping[str, Tensor] | None = None,
-            groups: Tensor | None = None) -> TrainResult:
+            groups: Tensor | None = None, on_step: Callable[[int], None] | None = None) -> TrainResult:
         """Train. ``groups`` (one integer label per private row) makes each label a privacy unit: a
-        patient whose rows are sampled, clipped and accounted together (see the module docstring)."""
+        patient whose rows are sampled, clipped and accounted together (see the module docstring).
+        ``on_step(step)`` runs after every step (e.g. a validation pass at the end of each epoch; it
+        must leave the model in training mode); what it releases is the caller's to account for."""
         obj, c = self.objective, self.config
         _check_data(private_data, obj.private_keys, "private_data")
         if obj.has_public_branch or c.public_pretrain_steps:
@@ -336,7 +338,8 @@ class Trainer:
         total = self.total_steps(n)
         if obj.private:
             if self.ledger is None:
-                self.ledger = PrivacyLedger(n, unit=ProtectedUnit.PATIENT if self.units else obj.unit)
+                patient = self.units is not None and obj.unit is ProtectedUnit.EXAMPLE
+                self.ledger = PrivacyLedger(n, unit=ProtectedUnit.PATIENT if patient else obj.unit)
             q = self.sampling_rate(n)
             self._start_adaptive_clip(q * n)
             if self.noise_multiplier is None:
@@ -371,6 +374,8 @@ class Trainer:
             bar.update(1)
             if c.checkpoint_dir and (self.step_count % c.checkpoint_every == 0 or self.step_count == pre + total):
                 self.save_checkpoint(total)
+            if on_step is not None:
+                on_step(self.step_count)
         bar.close()
         if self.ema is not None:  # post-processing of the released iterates: no privacy cost
             with torch.no_grad():
@@ -393,12 +398,12 @@ class Trainer:
         """Index the privacy units of grouped rows; returns the number of units."""
         if groups.shape != (rows,):
             raise ValueError(f"groups must hold one label per private row: shape ({rows},), got {tuple(groups.shape)}")
-        if self.objective.private and self.objective.unit is not ProtectedUnit.EXAMPLE:
-            raise ValueError(f"grouped examples (patient-level privacy) need a whole-example objective such as DP-SGD; "
-                             f"{self.objective.name} protects the {self.objective.unit.value}")
         self.units = UnitIndex(groups)
-        if self.ledger is not None and (self.ledger.unit is not ProtectedUnit.PATIENT or self.ledger.n != self.units.n):
-            raise ValueError(f"with grouped rows the ledger must count patients: unit 'patient' and n = "
+        # whole-example objectives protect the patient; feature- or label-level ones protect the private
+        # features (or labels) of all of a patient's rows together: the ledger then counts patients
+        unit = ProtectedUnit.PATIENT if self.objective.unit is ProtectedUnit.EXAMPLE else self.objective.unit
+        if self.ledger is not None and (self.ledger.unit is not unit or self.ledger.n != self.units.n):
+            raise ValueError(f"with grouped rows the ledger must count patients: unit {unit.value!r} and n = "
                              f"{self.units.n} units, got unit {self.ledger.unit.value!r} and n = {self.ledger.n}")
         return self.units.n
 

@@ -22,34 +22,34 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dpcare.methods.tabular import FeatureDP, HybridObjective
+from dpcare.methods.tabular import FeatureDP, HybridObjective, LossFn, task_loss
 from dpcare.registry import Registry
 
-#: name -> factory; beta of FusionDP is set per run
+#: name -> factory(loss=...); beta of FusionDP is set per run
 HYBRID_METHODS: Registry[Callable[..., HybridObjective]] = Registry("hybrid method")
 
 
 @HYBRID_METHODS.register("naive-fusion")
-def naive_fusion() -> HybridObjective:
-    return HybridObjective("naive-fusion", None, "x_hyb")
+def naive_fusion(loss: LossFn = task_loss) -> HybridObjective:
+    return HybridObjective("naive-fusion", None, "x_hyb", loss=loss)
 
 
 @HYBRID_METHODS.register("naive-fusion-pub")
-def naive_fusion_pub() -> HybridObjective:
-    return HybridObjective("naive-fusion-pub", None, "x_pub")
+def naive_fusion_pub(loss: LossFn = task_loss) -> HybridObjective:
+    return HybridObjective("naive-fusion-pub", None, "x_pub", loss=loss)
 
 
 @HYBRID_METHODS.register("feature-dp")
-def feature_dp() -> HybridObjective:
-    return FeatureDP()
+def feature_dp(loss: LossFn = task_loss) -> HybridObjective:
+    return FeatureDP(loss)
 
 
 @HYBRID_METHODS.register("calibrated-fusion")
-def calibrated_fusion() -> HybridObjective:
-    return HybridObjective("calibrated-fusion", "x_hyb", "x_hyb")
+def calibrated_fusion(loss: LossFn = task_loss) -> HybridObjective:
+    return HybridObjective("calibrated-fusion", "x_hyb", "x_hyb", loss=loss)
 
 
 @HYBRID_METHODS.register("fusiondp")
-def fusiondp(beta: float = 0.1) -> HybridObjective:
-    return HybridObjective("fusiondp", "x_hyb", "x_hyb", beta=beta)
+def fusiondp(beta: float = 0.1, loss: LossFn = task_loss) -> HybridObjective:
+    return HybridObjective("fusiondp", "x_hyb", "x_hyb", beta=beta, loss=loss)
 

@@ -13,6 +13,8 @@ softplus for one logit) and the private loss is the rest, -z_y (Section 5).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -43,13 +45,21 @@ def label_term(logits: Tensor, y: Tensor) -> Tensor:
     return -logits.gather(1, y.long()[:, None])[:, 0]
 
 
+#: a per-example loss: (logits [B, ...], targets [B, ...]) -> [B]
+LossFn = Callable[[Tensor, Tensor], Tensor]
+
+
 class DPSGD(Objective):
-    """Whole-example DP: every feature and the label are protected."""
+    """Whole-example DP: every feature and the label are protected. ``loss``: the per-example loss
+    (default :func:`task_loss`; multi-label notes use ``dpcare.text.multilabel.per_example_bce``)."""
 
     name = "dp-sgd"
 
+    def __init__(self, loss: LossFn = task_loss):
+        self.loss = loss
+
     def private_loss(self, model: Model, batch: Batch) -> Tensor:
-        return task_loss(model(batch["x"]), batch["y"])
+        return self.loss(model(batch["x"]), batch["y"])
 
 
 class NonPrivate(DPSGD):
@@ -66,26 +76,29 @@ class HybridObjective(Objective):
     unit = ProtectedUnit.FEATURES
     has_public_branch = True
 
-    def __init__(self, name: str, reference: str | None, public_view: str, beta: float = 0.0):
+    def __init__(self, name: str, reference: str | None, public_view: str, beta: float = 0.0,
+                 loss: LossFn = task_loss):
         if beta < 0:
             raise ValueError(f"beta must be >= 0, got {beta}")
         if beta and reference is None:
             raise ValueError("the consistency term needs a reference view")
         self.name, self.reference, self.public_view, self.beta = name, reference, public_view, beta
+        self.loss = loss
         self.private_keys = tuple(dict.fromkeys(["x", "y", *([reference] if reference else [])]))
         self.public_keys = (public_view, "y")
 
     def private_loss(self, model: Model, batch: Batch) -> Tensor:
+        loss, y = self.loss, batch["y"]
         if self.reference is None:
-            return task_loss(model(batch["x"]), batch["y"])
+            return loss(model(batch["x"]), y)
         if not self.beta:
-            return task_loss(model(batch["x"]), batch["y"]) - task_loss(model(batch[self.reference]), batch["y"])
+            return loss(model(batch["x"]), y) - loss(model(batch[self.reference]), y)
         out, h = model(batch["x"], return_hidden=True)
         out_r, h_r = model(batch[self.reference], return_hidden=True)
-        return task_loss(out, batch["y"]) - task_loss(out_r, batch["y"]) + self.beta * (h - h_r).pow(2).sum(1)
+        return loss(out, y) - loss(out_r, y) + self.beta * (h - h_r).pow(2).sum(1)
 
     def public_loss(self, model: Model, batch: Batch) -> Tensor:
-        return task_loss(model(batch[self.public_view]), batch["y"])
+        return self.loss(model(batch[self.public_view]), batch["y"])
 
     def __repr__(self) -> str:
         return f"HybridObjective({self.name!r}, reference={self.reference!r}, public={self.public_view!r}, beta={self.beta})"
@@ -97,8 +110,8 @@ class FeatureDP(HybridObjective):
 
     name = "feature-dp"
 
-    def __init__(self):
-        super().__init__("feature-dp", reference="x_pub", public_view="x_pub")
+    def __init__(self, loss: LossFn = task_loss):
+        super().__init__("feature-dp", reference="x_pub", public_view="x_pub", loss=loss)
 
 
 class LabelDP(Objective):

@@ -46,16 +46,17 @@ class Guarantee:
     accountant: str = "pld"
     releases: tuple[str, ...] = ()
     n: int = 0
+    uncounted: tuple[str, ...] = ()  # releases that read private data but are NOT inside epsilon
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "unit", ProtectedUnit(self.unit))
-        for k in ("protected_columns", "public_columns", "releases"):
+        for k in ("protected_columns", "public_columns", "releases", "uncounted"):
             object.__setattr__(self, k, tuple(getattr(self, k)))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["unit"] = self.unit.value
-        for k in ("protected_columns", "public_columns", "releases"):
+        for k in ("protected_columns", "public_columns", "releases", "uncounted"):
             d[k] = list(d[k])
         return d
 
@@ -94,4 +95,7 @@ class Guarantee:
                      "lists); anything computed from the data outside the releases below is not covered.")
         if self.releases:
             lines.append("Releases composed: " + "; ".join(self.releases) + ".")
+        if self.uncounted:
+            lines.append("NOT counted in epsilon (they read private data without noise): "
+                         + "; ".join(self.uncounted) + ".")
         return "\n".join(lines)

@@ -77,6 +77,7 @@ class PrivacyLedger:
         self.protected_columns = tuple(protected_columns)
         self.public_columns = tuple(public_columns)
         self._items: list[Entry | _Steps] = []
+        self.uncounted: list[str] = []  # releases listed in the guarantee but outside epsilon
         self._steps: dict[tuple[str, float, float], _Steps] = {}
         self._rdp: dict[Any, np.ndarray] = {}  # RDP curves: item index, or (q, sigma) of one step
         self._version = 0  # bumped by every charge; keys the epsilon cache
@@ -89,6 +90,12 @@ class PrivacyLedger:
             raise TypeError(f"charge() needs a dp_accounting DpEvent, got {type(event).__name__}")
         self._items.append(Entry(name, description or name, event))
         self._version += 1
+
+    def note_uncounted(self, description: str) -> None:
+        """List a release that reads private data WITHOUT being charged (e.g. choosing a threshold
+        or an epoch on private validation data): the guarantee names it as outside epsilon."""
+        if description not in self.uncounted:
+            self.uncounted.append(description)
 
     def charge_sampled_gaussian(self, name: str, sampling_rate: float, noise_multiplier: float, steps: int = 1) -> None:
         """Record ``steps`` Poisson-sampled Gaussian steps; repeated calls accumulate in O(1)."""
@@ -148,7 +155,7 @@ class PrivacyLedger:
         return Guarantee(
             epsilon=self.epsilon(), delta=self.delta, unit=self.unit, protected_columns=self.protected_columns,
             public_columns=self.public_columns, neighbouring=NEIGHBOURING[self.unit], accountant=self.accountant,
-            releases=tuple(e.description for e in self.entries), n=self.n,
+            releases=tuple(e.description for e in self.entries), n=self.n, uncounted=tuple(self.uncounted),
         )
 
     def calibrate_training_noise(self, sampling_rate: float, steps: int, target_epsilon: float,
@@ -172,7 +179,7 @@ class PrivacyLedger:
                               "event": event_to_json(x.event)})
         return {"version": STATE_VERSION, "n": self.n, "delta": self.delta, "accountant": self.accountant,
                 "unit": self.unit.value, "protected_columns": list(self.protected_columns),
-                "public_columns": list(self.public_columns), "entries": items}
+                "public_columns": list(self.public_columns), "entries": items, "uncounted": list(self.uncounted)}
 
     @classmethod
     def from_state_dict(cls, d: dict[str, Any]) -> PrivacyLedger:
@@ -189,6 +196,7 @@ class PrivacyLedger:
                 ledger.charge_sampled_gaussian(e["name"], e["sampling_rate"], e["noise_multiplier"], e["steps"])
             else:
                 raise DataError(f"unknown ledger entry kind {e['kind']!r}")
+        ledger.uncounted = list(d.get("uncounted", []))
         return ledger
 
     def save_json(self, path: str | os.PathLike) -> None:

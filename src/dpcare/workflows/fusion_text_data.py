@@ -1,0 +1,164 @@
+"""The data of FusionDP on clinical notes (fusiondp.txt, Section 5.3): three views of every note.
+
+    x      the original note                      read by the private (clipped, noised) loss only
+    x_pub  the note with sensitive spans masked   Psi(x): the public features, one <mask> per span
+    x_hyb  the note with every mask filled by an LM that saw only x_pub (the hybrid note)
+
+The masker (``dpcare.text.masking``) finds the sensitive spans; the imputer
+(``dpcare.text.imputation``) fills them from the masked text alone. Token ids come from a
+vocabulary of PUBLIC resources only (``safe_vocabulary``: stop-words, clinical wording, drug names,
+ICD-10-CM descriptions), so that no note, private or masked, decides which words the model knows;
+the embedding starts from public word2vec vectors. The ICD label set is the K most frequent codes
+of the TRAINING notes: public under feature-level DP (the label is public there), an uncounted
+release for DP-SGD (listed in its guarantee). Notes are split by patient.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dpcare.exceptions import DataError, SpecError
+from dpcare.io import torch_save, write_json
+from dpcare.text.masking import MaskedNote, SpanMasker
+from dpcare.text.multilabel import LabelSet
+from dpcare.text.spans import Note
+from dpcare.text.vocab import Vocab, tokenize, word_vectors
+from dpcare.timeseries.windows import split_patients
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test")
+SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
+#: the public text of a masked span: tokenised as <mask> (``dpcare.text.vocab.tokenize``)
+PLACEHOLDER = "[**{label}**]"
+
+
+@dataclass
+class TextViews:
+    """Everything a text FusionDP run reads: per split the token ids of the three views, the
+    multi-hot ICD targets and each note's patient index (the privacy unit)."""
+
+    tensors: dict[str, dict[str, torch.Tensor]]
+    codes: tuple[str, ...]
+    embedding: torch.Tensor  # the public word-vector initialisation [vocab, emb_dim]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, path: str | os.PathLike) -> None:
+        torch_save(path, {"tensors": self.tensors, "codes": self.codes, "embedding": self.embedding,
+                          "info": self.info})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> TextViews:
+        return cls(**torch.load(path, weights_only=False))
+
+
+def public_vocabulary() -> Vocab:
+    """The vocabulary of public resources (``dpcare.text.safe_words.safe_vocabulary``)."""
+    from dpcare.text.safe_words import safe_vocabulary
+
+    return Vocab(sorted(w for w in safe_vocabulary() if tokenize(w) == [w]))
+
+
+def check_notes(notes: Sequence[Note]) -> None:
+    """Clear errors for an empty corpus and for notes without ICD labels."""
+    if not notes:
+        raise DataError("the note corpus is empty")
+    unlabelled = [n.note_id for n in notes if not n.icd_codes]
+    if unlabelled:
+        raise DataError(f"{len(unlabelled)} note(s) have no ICD codes (the label of this task), e.g. "
+                        f"{unlabelled[:3]}; drop them or supply their codes")
+
+
+def split_notes(notes: Sequence[Note], seed: int = 0) -> dict[str, list[Note]]:
+    """Train / validation / test notes, every note of a patient in one split."""
+    try:
+        parts = split_patients([n.patient_id for n in notes], SPLIT_FRACTIONS, seed=seed, names=SPLITS)
+    except ValueError as err:
+        raise DataError(f"cannot split the notes by patient 70/10/20: {err}") from None
+    where = {p: name for name, ids in parts.items() for p in ids}
+    return {name: [n for n in notes if where[n.patient_id] == name] for name in SPLITS}
+
+
+def label_set(train: Sequence[Note], k: int, codes: Sequence[str] | None = None) -> LabelSet:
+    """The ``k`` most frequent training codes, or the given ``codes`` (each must occur in training)."""
+    if k < 1:
+        raise SpecError(f"top_k must be >= 1, got {k}")
+    counts = LabelSet.top_k([n.icd_codes for n in train], 10**9).train_counts
+    if codes is None:
+        return LabelSet.top_k([n.icd_codes for n in train], k)
+    labels = LabelSet(list(codes), {c: counts.get(c, 0) for c in codes})
+    if missing := labels.missing_from_training():
+        raise DataError(f"label set code(s) {missing[:5]} occur in no training note: nothing to learn them from")
+    return labels
+
+
+def build_views(parts: dict[str, list[Note]], masked: dict[str, list[MaskedNote]],
+                hybrid: dict[str, list[str]], labels: LabelSet, max_tokens: int, emb_dim: int,
+                vocab: Vocab | None = None) -> TextViews:
+    """Token ids of the three views per split; the vocabulary and embedding are public (see module)."""
+    vocab = vocab or public_vocabulary()
+    vectors = word_vectors(vocab, dim=emb_dim)
+    tensors = {}
+    for name in SPLITS:
+        notes = parts[name]
+        patients = {p: i for i, p in enumerate(dict.fromkeys(n.patient_id for n in notes))}
+        tensors[name] = {
+            "x": vocab.encode([n.text for n in notes], max_tokens),
+            "x_pub": vocab.encode([m.text for m in masked[name]], max_tokens),
+            "x_hyb": vocab.encode(hybrid[name], max_tokens),
+            "y": labels.encode([n.icd_codes for n in notes]),
+            "patient": torch.tensor([patients[n.patient_id] for n in notes]),
+        }
+    info = {"vocab_size": len(vocab), "vector_source": vectors.source, "vector_coverage": vectors.coverage,
+            "notes": {s: len(parts[s]) for s in SPLITS},
+            "patients": {s: len({n.patient_id for n in parts[s]}) for s in SPLITS},
+            "codes_without_training_note": labels.missing_from_training(),
+            "train_notes_without_top_code": int((tensors["train"]["y"].sum(1) == 0).sum())}
+    return TextViews(tensors, labels.codes, vectors.weight, info)
+
+
+def prepare_text_views(notes: Sequence[Note], out_dir: str | os.PathLike, *, top_k: int = 50,
+                       codes: Sequence[str] | None = None, max_tokens: int = 512, emb_dim: int = 100,
+                       split_seed: int = 0, imputer: Any = None, masker: SpanMasker | None = None,
+                       progress: bool = True) -> TextViews:
+    """Split, mask, impute (resumable: ``out_dir/imputation.jsonl``) and encode; saves
+    ``out_dir/views.pt`` and reuses it when present."""
+    out = Path(out_dir)
+    if (out / "views.pt").exists():
+        return TextViews.load(out / "views.pt")
+    check_notes(notes)
+    parts = split_notes(notes, split_seed)
+    labels = label_set(parts["train"], top_k, codes)
+    masker = masker or SpanMasker(placeholder=PLACEHOLDER)
+    if imputer is None:
+        from dpcare.text.imputation import SpanImputer
+
+        imputer = SpanImputer(progress=progress)
+    masked, hybrid, stats = {}, {}, {}
+    for name in SPLITS:
+        masked[name] = masker.mask_many(parts[name])  # raises on a note with nothing public left
+    every = [m for name in SPLITS for m in masked[name]]  # one imputation run (and journal) for all splits
+    values = imputer.impute(every, checkpoint=out / "imputation.jsonl")
+    stats = imputer.stats()
+    filled = iter(m.fill(v) for m, v in zip(every, values))
+    for name in SPLITS:
+        hybrid[name] = [next(filled) for _ in masked[name]]
+    views = build_views(parts, masked, hybrid, labels, max_tokens, emb_dim)
+    views.info["imputation"] = stats
+    if any(n.phi for n in parts["test"]):  # gold PHI (generated notes): how much the masker finds
+        from dpcare.text.masking import evaluate_masker
+
+        scores = evaluate_masker(masker, parts["test"][:300], show_progress=False)
+        views.info["masker"] = scores.to_dict(orient="records")
+    views.info["examples"] = [{"masked": m.text[:600], "hybrid": h[:600]}
+                              for m, h in zip(masked["val"][:2], hybrid["val"][:2])]
+    views.save(out / "views.pt")
+    write_json(out / "data.json", views.info)
+    return views

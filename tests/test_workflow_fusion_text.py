@@ -1,0 +1,129 @@
+"""The text FusionDP benchmark (fusiondp.txt, Section 5.3) on a few generated notes: the nine
+methods run, every private run meets its target and lists the uncounted selection, runs resume from
+the journal, and bad inputs give clear errors. The imputer is a stub here (tests/test_text_imputation.py
+covers the language-model imputer)."""
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from dpcare.exceptions import DataError, SpecError
+from dpcare.text import SpanMasker, generate_corpus
+from dpcare.text.spans import Note
+from dpcare.workflows import fusion_text_benchmark as ftb
+from dpcare.workflows.fusion_text_data import PLACEHOLDER, TextViews, label_set, prepare_text_views
+
+
+class LabelImputer:
+    """Fills each masked span with its type in lower case; records the notes it was given."""
+
+    def __init__(self):
+        self.seen = []
+
+    def impute(self, masked, checkpoint=None):
+        self.seen += [(m.note_id, m.text, tuple(m.slots)) for m in masked]
+        return [[s.label.lower() for s in m.slots] for m in masked]
+
+    def stats(self):
+        return {"notes": len(self.seen)}
+
+
+@pytest.fixture(scope="module")
+def notes():
+    return generate_corpus(80, seed=1)
+
+
+@pytest.fixture(scope="module")
+def views_path(notes, tmp_path_factory):
+    out = tmp_path_factory.mktemp("views")
+    prepare_text_views(notes, out, top_k=8, max_tokens=128, emb_dim=16, imputer=LabelImputer(),
+                       masker=SpanMasker(ner=False, placeholder=PLACEHOLDER), progress=False)
+    return out / "views.pt"
+
+
+def tiny(**kw):
+    bench = ftb.TextFusionBenchmark(n_notes=80, top_k=8, max_tokens=128, emb_dim=16, n_filters=8, kernel_size=3,
+                                    epsilons=(5.0,), seeds=2, epochs=2, batch_size=16, workers=1)
+    return replace(bench, **kw)
+
+
+def test_views_hold_three_encodings_split_by_patient(views_path):
+    views = TextViews.load(views_path)
+    t = views.tensors
+    assert len(views.codes) == 8 and views.embedding.shape[1] == 16
+    for split in ("train", "val", "test"):
+        assert t[split]["x"].shape == t[split]["x_pub"].shape == t[split]["x_hyb"].shape
+        assert t[split]["y"].shape[1] == 8
+    mask_id = 2
+    assert (t["train"]["x_pub"] == mask_id).any() and not (t["train"]["x_hyb"] == mask_id).any()
+    assert sum(views.info["notes"].values()) == 80
+
+
+def test_nine_methods_run_with_guarantees_and_resume(views_path, tmp_path, monkeypatch):
+    bench = tiny()
+    table = ftb.run_text_benchmark(views_path, bench, tmp_path, progress=False)
+    assert set(table["method"]) == set(ftb.METHODS) and len(ftb.METHODS) == 9
+    runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert len(runs) == len(bench.tasks()) == 3 * 2 + 6 * 2
+    for r in runs:
+        if r["method"] in ftb.NONPRIVATE:
+            assert math.isinf(r["epsilon"]) and r["guarantee"] is None
+            continue
+        g = r["guarantee"]
+        assert r["epsilon"] <= 5.0 * 1.001
+        assert ftb.SELECTION in g["uncounted"]
+        assert (ftb.LABEL_SET in g["uncounted"]) == (r["method"] == "dp-sgd")
+        assert g["unit"] == ("patient" if r["method"] == "dp-sgd" else "features")
+        assert 1 <= r["best_epoch"] <= 2 and 0 < r["threshold"] < 1
+    assert {"claim", "mean_diff", "wins", "wilcoxon_p"} <= set(ftb.pd.read_csv(tmp_path / "paired.csv").columns)
+    assert (tmp_path / "f1_vs_epsilon.png").stat().st_size > 0
+    assert "Not counted in epsilon" in (tmp_path / "table.md").read_text()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(ftb, "train_text_one", refuse)
+    again = ftb.run_text_benchmark(views_path, bench, tmp_path, progress=False)
+    assert again.equals(table)
+
+
+def test_journal_ignores_a_truncated_last_line(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps({"method": "sgd-org"}) + "\n" + '{"method": "dp-')
+    assert ftb.read_journal(path) == [{"method": "sgd-org"}]
+
+
+def test_epoch_selection_keeps_the_best_validation_state():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 3), torch.nn.Flatten(), torch.nn.Linear(6, 2))
+    val = {"x": torch.randint(0, 10, (20, 2)), "y": (torch.rand(20, 2) < 0.5).float()}
+    sel = ftb.EpochSelection(model, val, steps_per_epoch=3)
+    sel(1)
+    assert sel.best["f1_micro"] == -1.0  # not an epoch's end
+    sel(3)
+    first = sel.best
+    with torch.no_grad():
+        model[2].bias.fill_(-50.0)  # predicts nothing: micro-F1 0, not better
+    sel(6)
+    assert sel.best is first and first["epoch"] == 1 and model.training
+
+
+def test_bad_inputs_give_clear_errors(notes):
+    with pytest.raises(DataError, match="no ICD codes"):
+        prepare_text_views([replace(notes[0], icd_codes=())], "unused", imputer=LabelImputer())
+    with pytest.raises(DataError, match="empty"):
+        prepare_text_views([], "unused", imputer=LabelImputer())
+    with pytest.raises(DataError, match="too few"):
+        prepare_text_views(notes[:2], "unused", imputer=LabelImputer())
+    with pytest.raises(DataError, match="occur in no training note"):
+        label_set(notes[:10], 5, codes=["Z999999"])
+    dates_only = [Note(f"n{i}", f"p{i}", "03/04/2021", icd_codes=("A41.9",)) for i in range(10)]
+    with pytest.raises(DataError, match="nothing public left after masking"):
+        prepare_text_views(dates_only, "unused", imputer=LabelImputer(),
+                           masker=SpanMasker(ner=False, placeholder=PLACEHOLDER))
+    for bad in ({"methods": ("sgd-org", "magic")}, {"epsilons": (0.0,)}, {"main_epsilon": 3.0}, {"seeds": 0}):
+        with pytest.raises(SpecError):
+            tiny(**bad).validate()
