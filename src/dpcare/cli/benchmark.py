@@ -63,12 +63,12 @@ def benchmark_fusiondp(
 def benchmark_fusiondp_text(
     notes: Annotated[Path | None, typer.Option(
         help="your notes as JSONL (note_id, patient_id, text, icd_codes) instead of generated ones")] = None,
-    n_notes: Annotated[int, typer.Option(help="generated notes (grounded in MIMIC-IV demo, SUPPORT2, RHC)")] = 2000,
+    n_notes: Annotated[int, typer.Option(help="generated notes (grounded in MIMIC-IV demo, SUPPORT2, RHC)")] = 1000,
     top_k: Annotated[int, typer.Option(help="the K most frequent ICD codes of the training notes")] = 50,
-    epsilons: Annotated[str, typer.Option(help="comma-separated epsilons of the private methods")] = "1,2,5,10",
+    epsilons: Annotated[str, typer.Option(help="comma-separated epsilons of the private methods")] = "1,5,10",
     main_epsilon: Annotated[float, typer.Option(help="the epsilon of the main table (the paper's: 5)")] = 5.0,
     seeds: Annotated[int, typer.Option(help="training seeds (paired differences across them)")] = 3,
-    epochs: Annotated[int, typer.Option(help="epochs per run (the best on validation is kept)")] = 8,
+    epochs: Annotated[int, typer.Option(help="epochs per run (the best on validation is kept)")] = 6,
     lm: Annotated[str, typer.Option(help="imputation LM: smollm2 or a local causal-LM folder")] = "smollm2",
     workers: Annotated[int, typer.Option(help="parallel training processes")] = 2,
     quick: Annotated[bool, typer.Option(help="smoke-size run (150 notes, 20 codes, 2 epochs, 1 seed, epsilon 5)")] = False,

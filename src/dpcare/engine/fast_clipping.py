@@ -232,8 +232,13 @@ class _EmbeddingRule:
         d = layout.stack(grads_out, 1)
         if mod.padding_idx is not None:
             d = d * (idx != mod.padding_idx).unsqueeze(-1).to(d.dtype)
-        same = (idx[:, :, None] == idx[:, None, :]).to(d.dtype)
-        sq = (same * torch.bmm(d, d.transpose(1, 2))).sum((1, 2))
+        # a unit's gradient puts sum_{t: idx_t = v} d_t in row v: sum the d_t of each (unit, row) pair
+        # (one sort, O(positions)) instead of comparing every pair of positions (O(positions^2))
+        units, dim = idx.shape[0], d.shape[-1]
+        keys = (torch.arange(units, device=idx.device)[:, None] * mod.num_embeddings + idx).reshape(-1)
+        rows, where = torch.unique(keys, return_inverse=True)
+        summed = d.new_zeros(len(rows), dim).index_add_(0, where, d.reshape(-1, dim))
+        sq = d.new_zeros(units).index_add_(0, rows // mod.num_embeddings, summed.pow(2).sum(1))
 
         def clipped(c: Tensor) -> dict[str, Tensor]:
             dc = (d * c[:, None, None]).reshape(-1, d.shape[-1])
