@@ -81,6 +81,10 @@ def test_nine_methods_run_with_guarantees_and_resume(views_path, tmp_path, monke
     assert {"claim", "mean_diff", "wins", "wilcoxon_p"} <= set(ftb.pd.read_csv(tmp_path / "paired.csv").columns)
     assert (tmp_path / "f1_vs_epsilon.png").stat().st_size > 0
     assert "Not counted in epsilon" in (tmp_path / "table.md").read_text()
+    from dpcare.report import write_report
+
+    html = write_report([tmp_path], tmp_path / "report.html").read_text()
+    assert "fusiondp-text" in html and "NOT counted in epsilon" in html and "masker missed" in html
 
     def refuse(*args, **kwargs):
         raise AssertionError("a finished run was trained again")

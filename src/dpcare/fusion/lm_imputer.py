@@ -11,7 +11,6 @@ row's public columns enter the prompt.
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 
@@ -20,6 +19,7 @@ import pandas as pd
 import torch
 
 from dpcare.fusion.imputers import Imputer
+from dpcare.lm import encode_prefix, greedy_continuations, run_after_prefix
 from dpcare.progress import progress as tqdm
 
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -75,33 +75,10 @@ class LanguageModelImputer(Imputer):
     # ------------------------------------------------------------------ scoring
     # The few-shot prefix is the same for every row of a column: it is run once and its
     # key/value cache is reused for each batch of rows (only the row's own text is new).
-    def _prefix_cache(self, prefix: str):
-        model, tok = self._load()
-        ids = torch.tensor([tok(prefix, add_special_tokens=False)["input_ids"]])
-        return ids.shape[1], model(input_ids=ids, use_cache=True).past_key_values
-
-    def _run_with_prefix(self, prefix, seqs: list[list[int]], left_pad: bool):
-        """Logits of the padded ``seqs`` continuing the cached prefix; returns (logits, ids, mask, cache)."""
-        model, tok = self._load()
-        plen, cache = prefix
-        width = max(map(len, seqs))
-        ids = torch.full((len(seqs), width), tok.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, q in enumerate(seqs):
-            sl = slice(width - len(q), width) if left_pad else slice(0, len(q))
-            ids[i, sl], mask[i, sl] = torch.tensor(q), 1
-        cache = copy.deepcopy(cache)
-        cache.batch_repeat_interleave(len(seqs))
-        positions = plen + (mask.cumsum(1) - 1).clamp(min=0)
-        full_mask = torch.cat([torch.ones(len(seqs), plen, dtype=torch.long), mask], 1)
-        out = model(input_ids=ids, attention_mask=full_mask, position_ids=positions, past_key_values=cache,
-                    use_cache=True)
-        return out.logits.float(), ids, mask, out.past_key_values, full_mask, positions
-
     @torch.no_grad()
     def _choose(self, prefix_text: str, rows: list[str], categories: list[str], col: str) -> np.ndarray:
-        _, tok = self._load()
-        prefix = self._prefix_cache(prefix_text)
+        model, tok = self._load()
+        prefix = encode_prefix(model, tok, prefix_text)
         cand_ids = [tok(" " + c, add_special_tokens=False)["input_ids"] for c in categories]
         out = []
         for start in tqdm(range(0, len(rows), self.batch_size), disable=not self.progress, desc=f"lm: {col}"):
@@ -111,38 +88,22 @@ class LanguageModelImputer(Imputer):
                 for c in cand_ids:
                     seqs.append(r_ids + c)
                     spans.append((len(r_ids), len(r_ids) + len(c)))
-            logits, ids, _, _, _, _ = self._run_with_prefix(prefix, seqs, left_pad=False)
-            logp = torch.log_softmax(logits, dim=-1)
-            scores = np.array([float(logp[i, a - 1 : b - 1].gather(1, ids[i, a:b, None]).sum())
+            batch = run_after_prefix(model, tok.pad_token_id, prefix, seqs, left_pad=False)
+            logp = torch.log_softmax(batch.logits, dim=-1)
+            scores = np.array([float(logp[i, a - 1 : b - 1].gather(1, batch.ids[i, a:b, None]).sum())
                                for i, (a, b) in enumerate(spans)])
             k = len(categories)
             out += [categories[int(np.argmax(scores[i : i + k]))] for i in range(0, len(scores), k)]
         return np.array(out, dtype=object)
 
-    @torch.no_grad()
     def _generate_numbers(self, prefix_text: str, rows: list[str], spec, fallback: float, col: str) -> np.ndarray:
         model, tok = self._load()
-        prefix = self._prefix_cache(prefix_text)
-        out, failures = [], 0
-        for start in tqdm(range(0, len(rows), self.batch_size), disable=not self.progress, desc=f"lm: {col}"):
-            seqs = [tok(r, add_special_tokens=False)["input_ids"] for r in rows[start : start + self.batch_size]]
-            logits, _, _, cache, full_mask, positions = self._run_with_prefix(prefix, seqs, left_pad=True)
-            new, nxt, pos = [], logits[:, -1].argmax(-1), positions[:, -1]
-            for _ in range(self.max_new_tokens):  # greedy decoding on the cache
-                new.append(nxt)
-                pos = pos + 1
-                full_mask = torch.cat([full_mask, torch.ones(len(seqs), 1, dtype=torch.long)], 1)
-                step = model(input_ids=nxt[:, None], attention_mask=full_mask, position_ids=pos[:, None],
-                             past_key_values=cache, use_cache=True)
-                cache, nxt = step.past_key_values, step.logits[:, -1].argmax(-1)
-            for text in tok.batch_decode(torch.stack(new, 1), skip_special_tokens=True):
-                value = self._parse(text, spec)
-                if value is None:
-                    failures += 1
-                    value = fallback
-                out.append(value)
+        texts = greedy_continuations(model, tok, encode_prefix(model, tok, prefix_text), rows, self.max_new_tokens,
+                                     batch_size=self.batch_size, progress=f"lm: {col}" if self.progress else None)
+        values = [self._parse(t, spec) for t in texts]
+        failures = sum(v is None for v in values)
         self.parse_failures[col] = self.parse_failures.get(col, 0) + failures
-        return np.array(out, dtype=float)
+        return np.array([fallback if v is None else v for v in values], dtype=float)
 
     @staticmethod
     def _parse(text: str, spec) -> float | None:

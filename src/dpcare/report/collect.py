@@ -180,6 +180,29 @@ def read_fusiondp(folder: Path) -> Run:
     return run
 
 
+def read_fusiondp_text(folder: Path) -> Run:
+    from dpcare.workflows.fusion_text_benchmark import METRICS
+
+    settings = read_json(folder / "settings.json")
+    table = pd.read_csv(folder / "table.csv")
+    guarantees = read_json(folder / "guarantees.json")
+    run = Run(folder, "dpcare benchmark fusiondp-text", headline=["test f1_micro", "test auc_macro"], config=settings,
+              figures=[("test micro-F1 and macro-AUC against epsilon", p)
+                       for p in _existing(folder / "f1_vs_epsilon.png")])
+    for r in table.to_dict("records"):
+        finite_eps = math.isfinite(r["target_epsilon"])
+        model = f"{r['method']} eps={r['target_epsilon']:g}" if finite_eps else r["method"]
+        g = guarantees.get(f"{r['method']}@{r['target_epsilon']}") if finite_eps else None
+        if g:
+            run.privacy.append(privacy_from_guarantee(model, g))
+        else:
+            run.privacy.append(Privacy(model, note="NO differential privacy guarantee (non-private reference)."))
+        run.utility.append({"model": model, **{f"test {k}": r[k] for k in METRICS}, "seeds": r["seeds"]})
+    run.not_protected = [("Sensitive spans the masker missed are part of the public view: no guarantee covers them "
+                          "(see the masker's recall in data/data.json).")]
+    return run
+
+
 def _quality(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The synthetic-data metrics of dp2stage-style records, as ``summary_table`` picks them."""
     from dpcare.workflows.dp2stage_benchmark import summary_table
@@ -342,6 +365,8 @@ WRITERS = (
            lambda f: _has(f, "config.json", "*/target/*.json"), read_tsf),
     Writer("dpcare benchmark dp2stage", "config.json + runs/*.json",
            lambda f: _has(f, "config.json", "runs/*.json"), read_dp2stage),
+    Writer("dpcare benchmark fusiondp-text", "settings.json + guarantees.json + paired.csv",
+           lambda f: _has(f, "settings.json", "guarantees.json", "paired.csv"), read_fusiondp_text),
     Writer("dpcare benchmark fusiondp", "settings.json + table.csv",
            lambda f: _has(f, "settings.json", "table.csv"), read_fusiondp),
     Writer("dpcare train", "metrics.json + guarantee.json", lambda f: _has(f, "metrics.json", "guarantee.json"),

@@ -3,6 +3,7 @@ SUPPORT2, RHC) with gold PHI / problem-treatment-test / ICD / summary annotation
 real corpora a user supplies (MIMIC-III NOTEEVENTS, i2b2 2010 and 2014, BRAT, JSONL)."""
 
 from dpcare.text.corpus import generate_corpus, load_jsonl, save_jsonl
+from dpcare.text.imputation import SpanImputer
 from dpcare.text.masking import MaskedNote, SpanMasker, evaluate_masker
 from dpcare.text.readers import (
     read_brat,
@@ -28,7 +29,7 @@ from dpcare.text.spans import (
 )
 
 __all__ = [
-    "ENTITY_LABELS", "GENERATED_PHI", "PHI_TYPES", "MaskedNote", "Note", "Span", "SpanMasker",
+    "ENTITY_LABELS", "GENERATED_PHI", "PHI_TYPES", "MaskedNote", "Note", "Span", "SpanImputer", "SpanMasker",
     "check_spans", "evaluate_masker", "generate_corpus", "load_jsonl", "mask_phi", "phi_leaks",
     "read_brat", "read_i2b2_2010", "read_i2b2_2014_xml", "read_jsonl", "read_noteevents",
     "save_jsonl", "tokenize_spans", "write_brat", "write_i2b2_2010", "write_i2b2_2014_xml",

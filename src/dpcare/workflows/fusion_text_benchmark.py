@@ -80,6 +80,7 @@ class TextFusionBenchmark:
     methods: tuple[str, ...] = METHODS
     settings: dict[str, tuple[float, float, float]] = field(default_factory=lambda: dict(PAPER_SETTINGS))
     workers: int = 2
+    impute_context_chars: int = 64  # left context of each masked span in the imputer's prompt
 
     @classmethod
     def quick(cls) -> TextFusionBenchmark:
@@ -358,6 +359,9 @@ def run_fusiondp_text(bench: TextFusionBenchmark, out_dir: str | os.PathLike, no
     if not (out / "data" / "views.pt").exists():
         if notes is None:
             notes = generate_corpus(bench.n_notes, seed=bench.corpus_seed)
+        imputer = SpanImputer(lm, context_chars=bench.impute_context_chars, batch_size=32,
+                              progress=progress and bench.workers <= 1)
         prepare_text_views(notes, out / "data", top_k=bench.top_k, max_tokens=bench.max_tokens,
-                           emb_dim=bench.emb_dim, imputer=SpanImputer(lm, progress=progress), progress=progress)
+                           emb_dim=bench.emb_dim, imputer=imputer, impute_workers=bench.workers,
+                           progress=progress)
     return run_text_benchmark(out / "data" / "views.pt", bench, out, progress)

@@ -15,8 +15,10 @@ release for DP-SGD (listed in its guarantee). Notes are split by patient.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,12 +126,44 @@ def build_views(parts: dict[str, list[Note]], masked: dict[str, list[MaskedNote]
     return TextViews(tensors, labels.codes, vectors.weight, info)
 
 
+def _impute_shard(imputer: Any, masked: list[MaskedNote], journal: Path) -> tuple[list[list[str]], dict]:
+    values = imputer.impute(masked, checkpoint=journal)
+    return values, imputer.stats()
+
+
+def impute_notes(imputer: Any, masked: list[MaskedNote], out: Path, workers: int = 1) -> tuple[list, dict]:
+    """Every note's imputed values, in ``workers`` processes over contiguous shards (each with its
+    own resumable journal ``imputation.<k>.jsonl``); merged statistics."""
+    if workers <= 1 or len(masked) < 2 * workers:
+        return _impute_shard(imputer, masked, out / "imputation.jsonl")
+    import multiprocessing
+    from collections import Counter
+    from concurrent.futures import ProcessPoolExecutor
+
+    bounds = [round(k * len(masked) / workers) for k in range(workers + 1)]
+    shards = [masked[a:b] for a, b in itertools.pairwise(bounds)]
+    start = time.perf_counter()
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        parts = list(pool.map(_impute_shard, [imputer] * workers, shards,
+                              [out / f"imputation.{k}.jsonl" for k in range(workers)]))
+    values = [v for part, _ in parts for v in part]
+    stats: dict[str, Any] = {}
+    for _, st in parts:
+        for k, v in st.items():
+            if isinstance(v, (int, float)) and k != "seconds_per_note":
+                stats[k] = stats.get(k, 0) + v
+    stats["failures"] = dict(sum((Counter(st.get("failures", {})) for _, st in parts), Counter()))
+    stats["seconds_per_note"] = (time.perf_counter() - start) / len(masked)  # wall time, all workers
+    stats["workers"] = workers
+    return values, stats
+
+
 def prepare_text_views(notes: Sequence[Note], out_dir: str | os.PathLike, *, top_k: int = 50,
                        codes: Sequence[str] | None = None, max_tokens: int = 512, emb_dim: int = 100,
                        split_seed: int = 0, imputer: Any = None, masker: SpanMasker | None = None,
-                       progress: bool = True) -> TextViews:
-    """Split, mask, impute (resumable: ``out_dir/imputation.jsonl``) and encode; saves
-    ``out_dir/views.pt`` and reuses it when present."""
+                       impute_workers: int = 1, progress: bool = True) -> TextViews:
+    """Split, mask, impute (resumable: ``out_dir/imputation*.jsonl``, ``impute_workers`` processes)
+    and encode; saves ``out_dir/views.pt`` and reuses it when present."""
     out = Path(out_dir)
     if (out / "views.pt").exists():
         return TextViews.load(out / "views.pt")
@@ -141,12 +175,11 @@ def prepare_text_views(notes: Sequence[Note], out_dir: str | os.PathLike, *, top
         from dpcare.text.imputation import SpanImputer
 
         imputer = SpanImputer(progress=progress)
-    masked, hybrid, stats = {}, {}, {}
+    masked, hybrid = {}, {}
     for name in SPLITS:
         masked[name] = masker.mask_many(parts[name])  # raises on a note with nothing public left
     every = [m for name in SPLITS for m in masked[name]]  # one imputation run (and journal) for all splits
-    values = imputer.impute(every, checkpoint=out / "imputation.jsonl")
-    stats = imputer.stats()
+    values, stats = impute_notes(imputer, every, out, impute_workers)
     filled = iter(m.fill(v) for m, v in zip(every, values))
     for name in SPLITS:
         hybrid[name] = [next(filled) for _ in masked[name]]
