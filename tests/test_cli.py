@@ -1,6 +1,9 @@
 """The command line: help texts, accounting commands, data set export."""
 
+import json
 import re
+
+import pytest
 
 from typer.testing import CliRunner
 
@@ -64,3 +67,28 @@ def test_benchmark_fusiondp_bad_specs_are_named(tmp_path):
     assert r.exit_code == 2 and "--spec" in r.output
     r = runner.invoke(app, ["benchmark", "fusiondp", "--quick", "--imputer", "tabpfn", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "checkpoint" in r.output
+
+
+@pytest.mark.slow
+def test_benchmark_fusiondp_text_quick_end_to_end(tmp_path):
+    """The CI-size text FusionDP run: real masker (spaCy) and imputer (SmolLM2-135M), nine methods."""
+    r = runner.invoke(app, ["benchmark", "fusiondp-text", "--quick", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    table = (tmp_path / "table.md").read_text()
+    for method in ("sgd-org", "sgd-hybrid", "sgd-pub", "dp-sgd", "naive-fusion", "naive-fusion-pub", "feature-dp",
+                   "calibrated-fusion", "fusiondp"):
+        assert f"| {method} |" in table
+    info = json.loads((tmp_path / "data" / "data.json").read_text())
+    assert info["imputation"]["seconds_per_note"] > 0 and info["imputation"]["slots"] > 0
+    assert any(row["type"] == "ALL" and row["side"] == "gold" for row in info["masker"])
+
+
+def test_benchmark_fusiondp_text_bad_input_is_named(tmp_path):
+    r = runner.invoke(app, ["benchmark", "fusiondp-text", "--notes", str(tmp_path / "none.jsonl"),
+                            "--out", str(tmp_path)])
+    assert r.exit_code != 0 and "none.jsonl" in r.output
+    r = runner.invoke(app, ["benchmark", "fusiondp-text", "--epsilons", "1,5", "--main-epsilon", "3",
+                            "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "main_epsilon" in r.output
+    r = runner.invoke(app, ["benchmark", "fusiondp-text", "--lm", str(tmp_path / "no-model"), "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "unknown model path" in r.output

@@ -355,6 +355,8 @@ def run_fusiondp_text(bench: TextFusionBenchmark, out_dir: str | os.PathLike, no
     from dpcare.workflows.fusion_text_data import prepare_text_views
 
     bench.validate()
+    if lm != "smollm2" and not (Path(lm) / "config.json").is_file():
+        raise SpecError(f"unknown model path {lm!r}: not a local Hugging Face causal-LM folder (use 'smollm2')")
     out = Path(out_dir)
     if not (out / "data" / "views.pt").exists():
         if notes is None:
