@@ -92,27 +92,32 @@ def test_nine_methods_run_with_guarantees_and_resume(views_path, tmp_path, monke
     monkeypatch.setattr(ftb, "train_text_one", refuse)
     again = ftb.run_text_benchmark(views_path, bench, tmp_path, progress=False)
     assert again.equals(table)
+    with pytest.raises(SpecError, match="other settings"):  # a journal of other settings is not reused
+        ftb.run_text_benchmark(views_path, replace(bench, lr=0.5), tmp_path, progress=False)
 
 
-def test_journal_ignores_a_truncated_last_line(tmp_path):
+def test_journal_cuts_a_half_written_last_line(tmp_path):
     path = tmp_path / "runs.jsonl"
-    path.write_text(json.dumps({"method": "sgd-org"}) + "\n" + '{"method": "dp-')
+    first = json.dumps({"method": "sgd-org"}) + "\n"
+    path.write_text(first + '{"method": "dp-')
     assert ftb.read_journal(path) == [{"method": "sgd-org"}]
+    assert path.read_text() == first  # the next record starts on a fresh line
 
 
 def test_epoch_selection_keeps_the_best_validation_state():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Embedding(10, 3), torch.nn.Flatten(), torch.nn.Linear(6, 2))
     val = {"x": torch.randint(0, 10, (20, 2)), "y": (torch.rand(20, 2) < 0.5).float()}
-    sel = ftb.EpochSelection(model, val, steps_per_epoch=3)
+    sel = ftb.EpochSelection(model, val, total_steps=13, epochs=2)  # 100 units, batch 16: epochs end at 6 and 13
+    assert set(sel.ends) == {6, 13}  # the last step is always scored
     sel(1)
     assert sel.best["f1_micro"] == -1.0  # not an epoch's end
-    sel(3)
+    sel(6)
     first = sel.best
     with torch.no_grad():
         model[2].bias.fill_(-50.0)  # predicts nothing: micro-F1 0, not better
-    sel(6)
-    assert sel.best is first and first["epoch"] == 1 and model.training
+    sel(13)
+    assert sel.best is first and first["epoch"] == 1
 
 
 def test_bad_inputs_give_clear_errors(notes):

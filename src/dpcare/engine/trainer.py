@@ -324,8 +324,8 @@ class Trainer:
             groups: Tensor | None = None, on_step: Callable[[int], None] | None = None) -> TrainResult:
         """Train. ``groups`` (one integer label per private row) makes each label a privacy unit: a
         patient whose rows are sampled, clipped and accounted together (see the module docstring).
-        ``on_step(step)`` runs after every step (e.g. a validation pass at the end of each epoch; it
-        must leave the model in training mode); what it releases is the caller's to account for."""
+        ``on_step(step)`` runs after every step (e.g. a validation pass at the end of each epoch; the
+        model is put back in training mode after it); what it releases is the caller's to account for."""
         obj, c = self.objective, self.config
         _check_data(private_data, obj.private_keys, "private_data")
         if obj.has_public_branch or c.public_pretrain_steps:
@@ -376,6 +376,7 @@ class Trainer:
                 self.save_checkpoint(total)
             if on_step is not None:
                 on_step(self.step_count)
+                self.model.train()
         bar.close()
         if self.ema is not None:  # post-processing of the released iterates: no privacy cost
             with torch.no_grad():

@@ -19,7 +19,7 @@ EVAL_SPLITS = ("Validation and test rows are not training data: they, the metric
                "result in this report are outside the guarantee (nothing there is noised); publishing them is a "
                "release of its own.")
 #: lines of ``Guarantee.describe()`` that belong in "What is NOT protected"
-EXPOSED = ("NOT protected:", "Treated as public:")
+EXPOSED = ("NOT protected:", "Treated as public:", "NOT counted in epsilon")
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,'DejaVu Sans',sans-serif;margin:24px auto;max-width:1200px;color:#222;
 padding:0 16px}

@@ -54,6 +54,7 @@ CLAIMS = (("fusiondp", "calibrated-fusion"), ("calibrated-fusion", "feature-dp")
           ("naive-fusion", "naive-fusion-pub"), ("sgd-hybrid", "sgd-pub"))
 SELECTION = ("the best epoch and the decision threshold, chosen by micro-F1 on the validation notes (their original "
              "text and codes): a release about the validation patients")
+MISSED = "the note text outside those spans, including any sensitive span the masker missed"
 LABEL_SET = "the label set (the K most frequent ICD codes of the training notes)"
 
 
@@ -91,14 +92,29 @@ class TextFusionBenchmark:
         unknown = sorted(set(self.methods) - set(METHODS))
         if unknown:
             raise SpecError(f"unknown methods {unknown}; choose from {list(METHODS)}")
+        if not self.methods:
+            raise SpecError("no methods to run")
         if not self.epsilons or any(not (e > 0 and math.isfinite(e)) for e in self.epsilons):
             raise SpecError(f"epsilons must be finite and > 0, got {self.epsilons}")
+        self.epsilons = tuple(float(e) for e in self.epsilons)  # one spelling in keys and files
+        self.main_epsilon = float(self.main_epsilon)
         if self.main_epsilon not in self.epsilons:
             raise SpecError(f"main_epsilon {self.main_epsilon} must be one of the epsilons {self.epsilons}")
         for name, value in (("seeds", self.seeds), ("epochs", self.epochs), ("batch_size", self.batch_size),
                             ("n_notes", self.n_notes)):
             if value < 1:
                 raise SpecError(f"{name} must be >= 1, got {value}")
+
+    def fingerprint(self) -> str:
+        """The settings a finished run depends on (a resumed journal must match them)."""
+        keep = {k: v for k, v in asdict(self).items() if k not in ("methods", "epsilons", "main_epsilon", "seeds",
+                                                                  "workers")}
+        return json.dumps(keep, sort_keys=True, default=str)
+
+    def data_settings(self) -> dict[str, Any]:
+        """The settings the prepared data depends on."""
+        return {k: getattr(self, k) for k in ("n_notes", "corpus_seed", "top_k", "max_tokens", "emb_dim",
+                                              "impute_context_chars")}
 
     def tasks(self) -> list[tuple[str, float | None, int]]:
         return [(m, e, s) for m in self.methods for e in ([None] if m in NONPRIVATE else self.epsilons)
@@ -107,22 +123,23 @@ class TextFusionBenchmark:
 
 # ---------------------------------------------------------------- one run
 class EpochSelection:
-    """``on_step`` callback: at each epoch's end, score the validation notes and keep the best state."""
+    """``on_step`` callback: at each epoch's end (step round(k T / E), the last at T), score the
+    validation notes and keep the best state."""
 
-    def __init__(self, model: torch.nn.Module, val: dict[str, torch.Tensor], steps_per_epoch: int):
-        self.model, self.val, self.every = model, val, steps_per_epoch
+    def __init__(self, model: torch.nn.Module, val: dict[str, torch.Tensor], total_steps: int, epochs: int):
+        self.model, self.val = model, val
+        self.ends = {max(1, round(k * total_steps / epochs)): k for k in range(1, epochs + 1)}
         self.best: dict[str, Any] = {"f1_micro": -1.0}
 
     def __call__(self, step: int) -> None:
-        if step % self.every:
+        if step not in self.ends:
             return
         scores = predict(self.model, self.val["x"])
         threshold = choose_threshold(scores, self.val["y"])
         f1 = multilabel_metrics(scores, self.val["y"], threshold)["f1_micro"]
         if f1 > self.best["f1_micro"]:
             state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-            self.best = {"f1_micro": f1, "epoch": step // self.every, "threshold": threshold, "state": state}
-        self.model.train()
+            self.best = {"f1_micro": f1, "epoch": self.ends[step], "threshold": threshold, "state": state}
 
 
 @torch.no_grad()
@@ -157,7 +174,7 @@ def make_ledger(method: str, n_patients: int) -> PrivacyLedger:
     else:
         ledger = PrivacyLedger(n_patients, unit=ProtectedUnit.FEATURES,
                                protected_columns=("the sensitive spans the masker found, in all of a patient's notes",),
-                               public_columns=("the note text outside those spans", "the ICD codes"))
+                               public_columns=(MISSED, "the ICD codes"))
     ledger.note_uncounted(SELECTION)
     return ledger
 
@@ -165,7 +182,6 @@ def make_ledger(method: str, n_patients: int) -> PrivacyLedger:
 def train_text_one(method: str, epsilon: float | None, seed: int, views_path: str,
                    bench: TextFusionBenchmark) -> dict[str, Any]:
     """Train one (method, epsilon, seed); metrics of the epoch chosen on validation, on the test notes."""
-    torch.set_num_threads(1)
     start = time.perf_counter()
     views = _views(views_path)
     train, val, test = (views.tensors[s] for s in ("train", "val", "test"))
@@ -176,7 +192,7 @@ def train_text_one(method: str, epsilon: float | None, seed: int, views_path: st
     cfg = {"batch_size": bench.batch_size, "epochs": bench.epochs, "lr": bench.lr, "seed": seed, "progress": False}
     n_units = int(train["patient"].max()) + 1
     units = len(train["y"]) if method in NONPRIVATE else n_units
-    selection = EpochSelection(model, val, max(1, math.ceil(units / bench.batch_size)))
+    selection = EpochSelection(model, val, math.ceil(bench.epochs * units / bench.batch_size), bench.epochs)
     ledger = None
     if method in NONPRIVATE:
         trainer = Trainer(model, objective, TrainConfig(**cfg))
@@ -209,6 +225,10 @@ def run_text_benchmark(views_path: str | os.PathLike, bench: TextFusionBenchmark
     out.mkdir(parents=True, exist_ok=True)
     journal = out / "runs.jsonl"
     done = read_journal(journal)
+    stale = [r for r in done if r.get("settings") != bench.fingerprint()]
+    if stale:
+        raise SpecError(f"{journal} holds {len(stale)} run(s) trained with other settings (epochs, lr, batch size, "
+                        "C/alpha/beta, data sizes): use another output folder, or delete the journal to start over")
     key = lambda m, e, s: f"{m}|{e}|{s}"
     have = {key(r["method"], r["target_epsilon"], r["seed"]) for r in done}
     todo = [t for t in bench.tasks() if key(*t) not in have]
@@ -216,16 +236,18 @@ def run_text_benchmark(views_path: str | os.PathLike, bench: TextFusionBenchmark
                disable=not progress)
     with open(journal, "a") as fh:
         for row in _results(todo, str(views_path), bench):
+            row["settings"] = bench.fingerprint()
             fh.write(json.dumps(row) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
             done.append(row)
             bar.update()
     bar.close()
-    runs = pd.DataFrame([r for r in done if key(r["method"], r["target_epsilon"], r["seed"])
-                         in {key(*t) for t in bench.tasks()}])
+    wanted = {key(*t): i for i, t in enumerate(bench.tasks())}  # the task order, whatever finished first
+    runs = pd.DataFrame(sorted((r for r in done if key(r["method"], r["target_epsilon"], r["seed"]) in wanted),
+                               key=lambda r: wanted[key(r["method"], r["target_epsilon"], r["seed"])]))
     table = summarize(runs)
-    write_text(out / "runs.csv", runs.drop(columns=["guarantee"]).to_csv(index=False))
+    write_text(out / "runs.csv", runs.drop(columns=["guarantee", "settings"]).to_csv(index=False))
     write_text(out / "table.csv", table.to_csv(index=False))
     diffs = paired_differences(runs, bench.main_epsilon)
     write_text(out / "paired.csv", diffs.to_csv(index=False))
@@ -242,22 +264,33 @@ def _results(tasks, views_path: str, bench: TextFusionBenchmark):
         for m, e, s in tasks:
             yield train_text_one(m, e, s, views_path, bench)
         return
-    with ProcessPoolExecutor(bench.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    failed = None
+    with ProcessPoolExecutor(bench.workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=torch.set_num_threads, initargs=(1,)) as pool:
         futures = [pool.submit(train_text_one, m, e, s, views_path, bench) for m, e, s in tasks]
-        for f in as_completed(futures):
-            yield f.result()
+        for f in as_completed(futures):  # every finished run is journalled before a failure is raised
+            if f.exception() is None:
+                yield f.result()
+            elif failed is None:
+                failed = f.exception()
+    if failed is not None:
+        raise failed
 
 
 def read_journal(path: Path) -> list[dict[str, Any]]:
-    """The completed runs of an earlier, interrupted call (a truncated last line is ignored)."""
+    """The completed runs of an earlier, interrupted call; a half-written last line is cut off."""
     if not path.exists():
         return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
+    rows, good = [], 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+            good += len(line)
+    if good < path.stat().st_size:
+        os.truncate(path, good)
     return rows
 
 
@@ -294,7 +327,7 @@ def paired_differences(runs: pd.DataFrame, epsilon: float) -> pd.DataFrame:
 def markdown(table: pd.DataFrame, diffs: pd.DataFrame, bench: TextFusionBenchmark) -> str:
     main = table[(table["target_epsilon"] == bench.main_epsilon) | ~np.isfinite(table["target_epsilon"])]
     lines = [f"# FusionDP on clinical notes: ICD top-{bench.top_k}, epsilon {bench.main_epsilon:g}", "",
-             (f"Test metrics, mean ± sd over {bench.seeds} seed(s); {bench.n_notes} notes, "
+             (f"Test metrics, mean ± sd over {bench.seeds} seed(s); "
               f"{bench.epochs} epochs, epoch and threshold chosen on validation."), "",
              "| method | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
     for _, r in main.iterrows():
@@ -310,7 +343,8 @@ def markdown(table: pd.DataFrame, diffs: pd.DataFrame, bench: TextFusionBenchmar
         lines.append(f"| {method} | " + " | ".join(_mean_sd(sub.loc[e, "f1_micro"], sub.loc[e, "f1_micro_sd"])
                                                  if e in sub.index else "" for e in eps) + " |")
     if len(diffs):
-        lines += ["", f"Paired differences at epsilon {bench.main_epsilon:g} (better - worse, per seed):", "",
+        lines += ["", (f"Paired differences at epsilon {bench.main_epsilon:g} (better - worse, per seed; with "
+                       f"{bench.seeds} seeds the smallest one-sided Wilcoxon p is {0.5 ** bench.seeds:.3g}):"), "",
                   "| claim | metric | mean diff | sd | seeds won | Wilcoxon p (one-sided) |", "|---|---|---|---|---|---|"]
         for _, d in diffs.iterrows():
             lines.append(f"| {d['claim']} | {d['metric']} | {d['mean_diff']:+.4f} | {_num(d['sd'])} | "
@@ -358,12 +392,18 @@ def run_fusiondp_text(bench: TextFusionBenchmark, out_dir: str | os.PathLike, no
     if lm != "smollm2" and not (Path(lm) / "config.json").is_file():
         raise SpecError(f"unknown model path {lm!r}: not a local Hugging Face causal-LM folder (use 'smollm2')")
     out = Path(out_dir)
-    if not (out / "data" / "views.pt").exists():
+    wanted = {**bench.data_settings(), "lm": str(lm), "notes": "generated" if notes is None else "supplied"}
+    if (out / "data" / "views.pt").exists():
+        have = TextViews.load(out / "data" / "views.pt").info.get("settings")
+        if have != wanted:
+            raise SpecError(f"{out / 'data'} holds notes prepared with other settings ({have}, now {wanted}): "
+                            "use another output folder")
+    else:
         if notes is None:
             notes = generate_corpus(bench.n_notes, seed=bench.corpus_seed)
         imputer = SpanImputer(lm, context_chars=bench.impute_context_chars, batch_size=32,
                               progress=progress and bench.workers <= 1)
         prepare_text_views(notes, out / "data", top_k=bench.top_k, max_tokens=bench.max_tokens,
                            emb_dim=bench.emb_dim, imputer=imputer, impute_workers=bench.workers,
-                           progress=progress)
+                           progress=progress, settings=wanted)
     return run_text_benchmark(out / "data" / "views.pt", bench, out, progress)

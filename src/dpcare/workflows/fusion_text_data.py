@@ -153,7 +153,8 @@ def impute_notes(imputer: Any, masked: list[MaskedNote], out: Path, workers: int
             if isinstance(v, (int, float)) and k != "seconds_per_note":
                 stats[k] = stats.get(k, 0) + v
     stats["failures"] = dict(sum((Counter(st.get("failures", {})) for _, st in parts), Counter()))
-    stats["seconds_per_note"] = (time.perf_counter() - start) / len(masked)  # wall time, all workers
+    pending = stats.get("notes", 0)  # imputed in this call (not read back from a journal)
+    stats["seconds_per_note"] = (time.perf_counter() - start) / pending if pending else None  # wall time
     stats["workers"] = workers
     return values, stats
 
@@ -161,7 +162,8 @@ def impute_notes(imputer: Any, masked: list[MaskedNote], out: Path, workers: int
 def prepare_text_views(notes: Sequence[Note], out_dir: str | os.PathLike, *, top_k: int = 50,
                        codes: Sequence[str] | None = None, max_tokens: int = 512, emb_dim: int = 100,
                        split_seed: int = 0, imputer: Any = None, masker: SpanMasker | None = None,
-                       impute_workers: int = 1, progress: bool = True) -> TextViews:
+                       impute_workers: int = 1, progress: bool = True,
+                       settings: dict[str, Any] | None = None) -> TextViews:
     """Split, mask, impute (resumable: ``out_dir/imputation*.jsonl``, ``impute_workers`` processes)
     and encode; saves ``out_dir/views.pt`` and reuses it when present."""
     out = Path(out_dir)
@@ -185,6 +187,7 @@ def prepare_text_views(notes: Sequence[Note], out_dir: str | os.PathLike, *, top
         hybrid[name] = [next(filled) for _ in masked[name]]
     views = build_views(parts, masked, hybrid, labels, max_tokens, emb_dim)
     views.info["imputation"] = stats
+    views.info["settings"] = settings
     if any(n.phi for n in parts["test"]):  # gold PHI (generated notes): how much the masker finds
         from dpcare.text.masking import evaluate_masker
 
@@ -192,6 +195,6 @@ def prepare_text_views(notes: Sequence[Note], out_dir: str | os.PathLike, *, top
         views.info["masker"] = scores.to_dict(orient="records")
     views.info["examples"] = [{"masked": m.text[:600], "hybrid": h[:600]}
                               for m, h in zip(masked["val"][:2], hybrid["val"][:2])]
-    views.save(out / "views.pt")
     write_json(out / "data.json", views.info)
+    views.save(out / "views.pt")  # last: its presence marks the data as complete
     return views
