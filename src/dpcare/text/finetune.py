@@ -224,6 +224,16 @@ class TargetLoss(Objective):
 
 
 # --------------------------------------------------------------------------- training
+def check_mode_privacy(mode: FinetuneMode, epsilon: float | None, delta: float | None) -> None:
+    """A private mode needs a valid target epsilon; non-private training takes neither epsilon nor delta."""
+    if mode.private:
+        if epsilon is None:
+            raise PrivacyParameterError(f"{mode.value} needs a target epsilon")
+        check_epsilon(epsilon)
+    elif epsilon is not None or delta is not None:
+        raise PrivacyParameterError("non-private training takes no epsilon or delta")
+
+
 def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode = "dp-lora",
              epsilon: float | None = None, delta: float | None = None, model: str = "smollm2",
              layers: int | None = None, epochs: float = 3.0, batch_size: int = 16, lr: float | None = None,
@@ -236,12 +246,7 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
     protected unit (None in non-private mode, which has no ledger). ``lr=None``: DEFAULT_LR of the mode;
     ``accountant``: "pld" or "rdp" (the ledger's)."""
     mode = FinetuneMode.parse(mode)
-    if mode.private:
-        if epsilon is None:
-            raise PrivacyParameterError(f"{mode.value} needs a target epsilon")
-        check_epsilon(epsilon)
-    elif epsilon is not None or delta is not None:
-        raise PrivacyParameterError("non-private fine-tuning takes no epsilon or delta")
+    check_mode_privacy(mode, epsilon, delta)
     causal, tokenizer = load_causal_lm(model)
     if layers is not None:
         _truncate(causal.base_model, layers)

@@ -50,15 +50,16 @@ from torch import Tensor, nn
 
 from dpcare.engine.objective import Objective
 from dpcare.engine.trainer import TrainConfig, Trainer, TrainResult
-from dpcare.exceptions import DataError, PrivacyParameterError, SpecError, UnknownNameError
+from dpcare.exceptions import DataError, SpecError, UnknownNameError
 from dpcare.lm import trim_right_padding, under_torch_func
-from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
+from dpcare.privacy import PrivacyLedger, ProtectedUnit
 from dpcare.progress import quiet_loading
 from dpcare.text.evaluation import span_scores
 from dpcare.text.finetune import (
     FinetuneMode,
     _max_positions,
     apply_mode,
+    check_mode_privacy,
     patient_groups,
     qv_targets,
 )
@@ -314,7 +315,7 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     samples windows, as many per step (expected) and as many steps as the private modes. ``lr=None``:
     DEFAULT_LR of the mode. Returns (model in eval mode, tokenizer, TrainResult)."""
     mode = parse_mode(mode)
-    _check_privacy(mode, epsilon, delta)
+    check_mode_privacy(mode, epsilon, delta)
     tags = bio_tags(labels)
     net, tokenizer = load_minilm(len(tags), model, tags)
     windows = bio_examples(notes, tokenizer, labels, window, stride, _max_positions(net))
@@ -332,15 +333,6 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     config.batch_size = max(1, round(batch_size * rows / patients))
     config.steps = math.ceil(epochs * patients / batch_size)
     return TokenNERRun(net, tokenizer, Trainer(net, objective, config).fit(data))
-
-
-def _check_privacy(mode: FinetuneMode, epsilon: float | None, delta: float | None) -> None:
-    if mode.private:
-        if epsilon is None:
-            raise PrivacyParameterError(f"{mode.value} needs a target epsilon")
-        check_epsilon(epsilon)
-    elif epsilon is not None or delta is not None:
-        raise PrivacyParameterError("non-private training takes no epsilon or delta")
 
 
 @torch.no_grad()
