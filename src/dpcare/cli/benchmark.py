@@ -70,6 +70,7 @@ def benchmark_fusiondp_text(
     seeds: Annotated[int, typer.Option(help="training seeds (paired differences across them)")] = 3,
     epochs: Annotated[int, typer.Option(help="epochs per run (the best on validation is kept)")] = 6,
     lm: Annotated[str, typer.Option(help="imputation LM: smollm2 or a local causal-LM folder")] = "smollm2",
+    loss: Annotated[str, typer.Option(help="per-note BCE over the codes: sum or mean")] = "sum",
     workers: Annotated[int, typer.Option(help="parallel training processes")] = 2,
     quick: Annotated[bool, typer.Option(help="smoke-size run (150 notes, 20 codes, 2 epochs, 1 seed, epsilon 5)")] = False,
     out: Annotated[Path, typer.Option(help="results folder (rerun to resume)")] = Path("results/fusiondp-text"),
@@ -81,7 +82,7 @@ def benchmark_fusiondp_text(
     bench = TextFusionBenchmark.quick() if quick else TextFusionBenchmark(
         n_notes=n_notes, top_k=top_k, epsilons=tuple(float(e) for e in epsilons.split(",")),
         main_epsilon=main_epsilon, seeds=seeds, epochs=epochs)
-    bench = replace(bench, workers=workers)
+    bench = replace(bench, workers=workers, loss=loss)
     corpus = None
     if notes is not None:
         from dpcare.text import read_jsonl

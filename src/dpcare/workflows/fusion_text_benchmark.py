@@ -1,6 +1,6 @@
 """`dpcare benchmark fusiondp-text`: the nine methods of fusiondp.txt (Table 1) on clinical notes.
 
-ICD coding (the K most frequent codes, binary cross-entropy per code, averaged over the codes) with
+ICD coding (the K most frequent codes, binary cross-entropy per code, summed over the codes) with
 the CAML backbone on public word vectors (``dpcare.text.caml``), on the three views of
 ``fusion_text_data``. The methods are the tabular family's objectives with a multi-label loss:
 SGD-ORG / SGD-Hybrid / SGD-Pub (non-private, on x / x_hyb / x_pub), DP-SGD (every note of a patient
@@ -59,8 +59,13 @@ LABEL_SET = "the label set (the K most frequent ICD codes of the training notes)
 
 
 def mean_bce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Per-note binary cross-entropy averaged over the codes (the scale of Table 3's C and alpha)."""
+    """Per-note binary cross-entropy averaged over the codes."""
     return per_example_bce(logits, targets) / logits.shape[1]
+
+
+#: the per-note loss: BCE summed over the codes (the note's negative log-likelihood) or averaged.
+#: The scale sets how the exact public gradient weighs against the clipped, noised private one.
+LOSSES = {"sum": per_example_bce, "mean": mean_bce}
 
 
 @dataclass
@@ -82,6 +87,8 @@ class TextFusionBenchmark:
     settings: dict[str, tuple[float, float, float]] = field(default_factory=lambda: dict(PAPER_SETTINGS))
     workers: int = 2
     impute_context_chars: int = 64  # left context of each masked span in the imputer's prompt
+    train_embeddings: bool = True  # False: keep the public word vectors fixed
+    loss: str = "sum"  # BCE over the codes per note: "sum" or "mean" (see LOSSES)
 
     @classmethod
     def quick(cls) -> TextFusionBenchmark:
@@ -94,6 +101,8 @@ class TextFusionBenchmark:
             raise SpecError(f"unknown methods {unknown}; choose from {list(METHODS)}")
         if not self.methods:
             raise SpecError("no methods to run")
+        if self.loss not in LOSSES:
+            raise SpecError(f"loss must be one of {sorted(LOSSES)}, got {self.loss!r}")
         if not self.epsilons or any(not (e > 0 and math.isfinite(e)) for e in self.epsilons):
             raise SpecError(f"epsilons must be finite and > 0, got {self.epsilons}")
         self.epsilons = tuple(float(e) for e in self.epsilons)  # one spelling in keys and files
@@ -157,14 +166,15 @@ def _views(path: str) -> TextViews:
     return _VIEWS[path]
 
 
-def make_objective(method: str, beta: float = 0.0):
+def make_objective(method: str, beta: float = 0.0, loss: str = "sum"):
     """The method's objective with the multi-label loss (``beta``: FusionDP's consistency weight)."""
+    fn = LOSSES[loss]
     if method in NONPRIVATE:
-        return NonPrivate(mean_bce)
+        return NonPrivate(fn)
     if method == "dp-sgd":
-        return DPSGD(mean_bce)
+        return DPSGD(fn)
     factory = HYBRID_METHODS.get(method)
-    return factory(beta, loss=mean_bce) if method == "fusiondp" else factory(loss=mean_bce)
+    return factory(beta, loss=fn) if method == "fusiondp" else factory(loss=fn)
 
 
 def make_ledger(method: str, n_patients: int) -> PrivacyLedger:
@@ -188,7 +198,8 @@ def train_text_one(method: str, epsilon: float | None, seed: int, views_path: st
     torch.manual_seed(seed)
     model = CAML(views.embedding.shape[0], len(views.codes), bench.emb_dim, bench.n_filters, bench.kernel_size,
                  embeddings=views.embedding, activation="relu")
-    objective = make_objective(method, bench.settings.get(method, (0, 0, 0.0))[2])
+    model.embed.weight.requires_grad_(bench.train_embeddings)
+    objective = make_objective(method, bench.settings.get(method, (0, 0, 0.0))[2], bench.loss)
     cfg = {"batch_size": bench.batch_size, "epochs": bench.epochs, "lr": bench.lr, "seed": seed, "progress": False}
     n_units = int(train["patient"].max()) + 1
     units = len(train["y"]) if method in NONPRIVATE else n_units
