@@ -15,6 +15,7 @@ from dpcare.text import SpanMasker, generate_corpus
 from dpcare.text.spans import Note
 from dpcare.workflows import fusion_text_benchmark as ftb
 from dpcare.workflows.fusion_text_data import PLACEHOLDER, TextViews, label_set, prepare_text_views
+from dpcare.workflows.journal import read_journal
 
 
 class LabelImputer:
@@ -100,7 +101,7 @@ def test_journal_cuts_a_half_written_last_line(tmp_path):
     path = tmp_path / "runs.jsonl"
     first = json.dumps({"method": "sgd-org"}) + "\n"
     path.write_text(first + '{"method": "dp-')
-    assert ftb.read_journal(path) == [{"method": "sgd-org"}]
+    assert read_journal(path) == [{"method": "sgd-org"}]
     assert path.read_text() == first  # the next record starts on a fresh line
 
 

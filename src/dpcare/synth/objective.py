@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from dpcare.engine.objective import Objective
 from dpcare.lm import trim_right_padding
 from dpcare.synth.tokens import KEY, OTHER, VALUE, weighted_token_loss
+from dpcare.token_loss import token_nll
 
 
 def _trim(batch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -40,7 +40,7 @@ class TokenLoss(Objective):
         ids, targets, roles, mask = _trim(batch)
         logits = model(ids)
         if self.lam is None:
-            ce = F.cross_entropy(logits[:, :-1].transpose(1, 2), targets[:, 1:], reduction="none")
+            ce = token_nll(logits[:, :-1], targets[:, 1:])
             return (ce * mask[:, 1:].to(ce.dtype)).sum(1)
         return weighted_token_loss(logits, targets, roles, mask, self.lam)
 
@@ -54,7 +54,7 @@ def role_perplexity(model, data: dict[str, Tensor], batch_size: int = 64) -> dic
     for start in range(0, data["ids"].shape[0], batch_size):
         part = {k: v[start:start + batch_size] for k, v in data.items()}
         ids, targets, roles, mask = _trim(part)
-        nll = F.cross_entropy(model(ids)[:, :-1].transpose(1, 2), targets[:, 1:], reduction="none")
+        nll = token_nll(model(ids)[:, :-1], targets[:, 1:])
         r, m = roles[:, 1:], mask[:, 1:].bool()
         for role in sums:
             sel = m & (r == role)

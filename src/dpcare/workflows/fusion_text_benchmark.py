@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +38,7 @@ from dpcare.progress import progress as tqdm
 from dpcare.text.caml import CAML
 from dpcare.text.multilabel import choose_threshold, multilabel_metrics, per_example_bce
 from dpcare.workflows.fusion_text_data import TextViews
+from dpcare.workflows.journal import append_run, check_settings, parallel_results, read_journal
 
 NONPRIVATE = {"sgd-org": "x", "sgd-hybrid": "x_hyb", "sgd-pub": "x_pub"}
 METHODS = (*NONPRIVATE, "dp-sgd", *HYBRID_METHODS.names())
@@ -236,21 +235,17 @@ def run_text_benchmark(views_path: str | os.PathLike, bench: TextFusionBenchmark
     out.mkdir(parents=True, exist_ok=True)
     journal = out / "runs.jsonl"
     done = read_journal(journal)
-    stale = [r for r in done if r.get("settings") != bench.fingerprint()]
-    if stale:
-        raise SpecError(f"{journal} holds {len(stale)} run(s) trained with other settings (epochs, lr, batch size, "
-                        "C/alpha/beta, data sizes): use another output folder, or delete the journal to start over")
+    check_settings(journal, done, bench.fingerprint())
     key = lambda m, e, s: f"{m}|{e}|{s}"
     have = {key(r["method"], r["target_epsilon"], r["seed"]) for r in done}
     todo = [t for t in bench.tasks() if key(*t) not in have]
     bar = tqdm(total=len(bench.tasks()), initial=len(bench.tasks()) - len(todo), desc="fusiondp-text runs",
                disable=not progress)
     with open(journal, "a") as fh:
-        for row in _results(todo, str(views_path), bench):
+        for row in parallel_results(train_text_one, [(m, e, s, str(views_path), bench) for m, e, s in todo],
+                                    bench.workers):
             row["settings"] = bench.fingerprint()
-            fh.write(json.dumps(row) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+            append_run(fh, row)
             done.append(row)
             bar.update()
     bar.close()
@@ -268,41 +263,6 @@ def run_text_benchmark(views_path: str | os.PathLike, bench: TextFusionBenchmark
     write_text(out / "table.md", markdown(table, diffs, bench))
     plot(table, out / "f1_vs_epsilon.png")
     return table
-
-
-def _results(tasks, views_path: str, bench: TextFusionBenchmark):
-    if bench.workers <= 1 or len(tasks) <= 1:
-        for m, e, s in tasks:
-            yield train_text_one(m, e, s, views_path, bench)
-        return
-    failed = None
-    with ProcessPoolExecutor(bench.workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=torch.set_num_threads, initargs=(1,)) as pool:
-        futures = [pool.submit(train_text_one, m, e, s, views_path, bench) for m, e, s in tasks]
-        for f in as_completed(futures):  # every finished run is journalled before a failure is raised
-            if f.exception() is None:
-                yield f.result()
-            elif failed is None:
-                failed = f.exception()
-    if failed is not None:
-        raise failed
-
-
-def read_journal(path: Path) -> list[dict[str, Any]]:
-    """The completed runs of an earlier, interrupted call; a half-written last line is cut off."""
-    if not path.exists():
-        return []
-    rows, good = [], 0
-    with open(path, "rb") as fh:
-        for line in fh:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-            good += len(line)
-    if good < path.stat().st_size:
-        os.truncate(path, good)
-    return rows
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
