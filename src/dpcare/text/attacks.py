@@ -47,6 +47,7 @@ from dpcare.audit.lira import LiraResult
 from dpcare.audit.metrics import attack_metrics
 from dpcare.audit.one_run import OneRunAudit, one_run_audit
 from dpcare.exceptions import DataError
+from dpcare.text.evaluation import perplexity
 from dpcare.text.finetune import (
     Example,
     TargetLoss,
@@ -89,6 +90,20 @@ def _examples(items: Items, task: str, tokenizer, labels, window, stride) -> lis
 
 def _patient_losses(model: nn.Module, tokenizer, examples: Sequence[Example], batch_size: int) -> dict[str, float]:
     """{patient id: total target NLL / target tokens} over ``examples`` (sums, then one division)."""
+    ids, sums, counts = _patient_sums(model, tokenizer, examples, batch_size)
+    return dict(zip(ids, (sums / counts).tolist()))
+
+
+def lm_perplexity(model: nn.Module, tokenizer, items: Items, task: str = "ner", labels: Sequence[str] = ENTITY_LABELS,
+                  window: int | None = 256, stride: int | None = 128, batch_size: int = 8) -> float:
+    """Perplexity of ``model`` over all target tokens (and EOS) of the fine-tuning rows of ``items``."""
+    _, sums, counts = _patient_sums(model, tokenizer, _examples(items, task, tokenizer, labels, window, stride),
+                                    batch_size)
+    return perplexity(float(sums.sum()), int(counts.sum()))
+
+
+def _patient_sums(model: nn.Module, tokenizer, examples: Sequence[Example], batch_size: int):
+    """(sorted patient ids, summed target NLL per patient, target tokens per patient)."""
     virtual = _virtual_tokens(model)
     data = encode(examples, tokenizer, _max_positions(model, virtual))
     groups = patient_groups(examples)
@@ -106,8 +121,7 @@ def _patient_losses(model: nn.Module, tokenizer, examples: Sequence[Example], ba
                 counts.index_add_(0, groups[idx], data["loss_mask"][idx].sum(1).double())
     finally:
         model.train(was_training)
-    ids = sorted({ex.patient_id for ex in examples})  # patient_groups' numbering
-    return dict(zip(ids, (sums / counts).tolist()))
+    return sorted({ex.patient_id for ex in examples}), sums, counts  # patient_groups' numbering
 
 
 def _virtual_tokens(model: nn.Module) -> int:

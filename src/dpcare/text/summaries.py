@@ -1,0 +1,47 @@
+"""Summaries written by a fine-tuned causal LM (greedy decoding of the summarisation prompt of
+:func:`dpcare.text.finetune.summary_prompt`) and their ROUGE-L against the notes' reference summaries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from dpcare.exceptions import DataError
+from dpcare.progress import progress as tqdm
+from dpcare.text.evaluation import rouge_l
+from dpcare.text.finetune import summary_prompt
+from dpcare.text.spans import Note
+
+
+@torch.no_grad()
+def write_summary(model: nn.Module, tokenizer, source: str, max_new_tokens: int = 96) -> str:
+    """Greedy continuation of the summarisation prompt of ``source`` (a hospital course), up to EOS or
+    ``max_new_tokens`` tokens, stripped."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    ids = tokenizer(summary_prompt(source), add_special_tokens=False, return_tensors="pt")["input_ids"]
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        out = model.generate(input_ids=ids.to(device), attention_mask=torch.ones_like(ids, device=device),
+                             max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                             eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
+    finally:
+        model.train(was_training)
+    return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip()
+
+
+def evaluate_summaries(model: nn.Module, tokenizer, notes: Sequence[Note], max_new_tokens: int = 96,
+                       progress: bool = False) -> tuple[dict[str, float], list[str]]:
+    """ROUGE-L (precision, recall, F1) of the model's summaries of ``notes`` against their reference
+    summaries, and the summaries; notes without a summarisation pair are an error."""
+    missing = [n.note_id for n in notes if not (n.summary_source.strip() and n.summary_target.strip())]
+    if missing:
+        raise DataError(f"{len(missing)} note(s) have no summarisation pair, e.g. {missing[:3]}")
+    written = [write_summary(model, tokenizer, n.summary_source, max_new_tokens)
+               for n in tqdm(notes, desc="summaries", disable=not progress)]
+    return rouge_l([n.summary_target for n in notes], written), written

@@ -1,0 +1,385 @@
+"""``dpcare benchmark clinical-nlp``: Tables 1 and 2 of dp-lora-clinical-nlp.txt on generated notes.
+
+* Table 1: generative NER (exact-match span F1, constrained decoding) and summarisation (ROUGE-L of greedy
+  summaries) of a causal LM fine-tuned non-privately, with DP-Full, DP-LoRA and DP-Prefix at epsilon 3.
+* Table 2: membership-inference AUC against the NER models at epsilon 1, 3, 8 and non-private; the paper
+  attacks DP-LoRA, here every mode in ``sweep_modes`` is trained at every epsilon (also the sweep plot).
+
+Every cell fine-tunes one model (:func:`dpcare.text.finetune.finetune`, the PATIENT as the privacy unit,
+delta 1e-5 as the paper), then scores the held-out patients' notes and attacks the model. The patients are
+split once: training patients (the members) and held-out patients (the test notes and the non-members).
+No selection step reads the held-out patients: learning rates, epochs and the clip norm are fixed
+beforehand (:data:`dpcare.text.finetune.DEFAULT_LR`), the last iterate is scored, and no threshold is
+tuned, so nothing is left uncounted in epsilon and the non-members are clean. The attacks score an equal
+number of members, drawn at random from the training patients.
+
+Runs are journalled in ``out/runs.jsonl`` (an interrupted call resumes; a journal written with other
+settings is refused) and run ``workers`` at a time in separate processes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpcare.exceptions import DataError, SpecError
+from dpcare.io import atomic_write, new_figure, save_figure, write_json, write_text
+from dpcare.progress import progress as tqdm
+from dpcare.text.finetune import FinetuneMode
+from dpcare.text.spans import ENTITY_LABELS, Note
+from dpcare.workflows.journal import append_run, check_settings, parallel_results, read_journal
+
+MODES = tuple(m.value for m in FinetuneMode)
+TASKS = ("ner", "summarisation")
+ATTACKS = ("loss", "reference")  # dpcare.text.attacks.loss_attack_lm
+DELTA = 1e-5  # the paper's (Section 5.1)
+
+
+@dataclass
+class ClinicalNLPBenchmark:
+    n_notes: int = 80
+    corpus_seed: int = 0
+    held_out: float = 0.25  # fraction of patients held out (test notes and attack non-members)
+    model: str = "smollm2"
+    layers: int | None = 2  # keep the first k transformer blocks (None: all 30; slow on CPU)
+    epochs: float = 3.0
+    batch_size: int = 8  # expected patients per step
+    clip_norm: float = 1.0
+    window: int = 128  # note tokens per NER window (stride = window: no overlap)
+    epsilons: tuple[float, ...] = (1.0, 3.0, 8.0)
+    main_epsilon: float = 3.0
+    modes: tuple[str, ...] = MODES
+    sweep_modes: tuple[str, ...] = ("dp-lora",)  # NER models trained at every epsilon (Table 2, the plot)
+    tasks: tuple[str, ...] = TASKS
+    eval_notes: int = 20  # held-out notes decoded for NER F1 and ROUGE-L (all held-out patients are attacked)
+    summary_tokens: int = 96
+    ner_tokens: int = 384  # most tokens of one window's entity list
+    seeds: int = 1
+    workers: int = 2
+
+    @classmethod
+    def quick(cls) -> ClinicalNLPBenchmark:
+        """A smoke-size run for CI: 12 notes, SmolLM2 cut to one block, one epoch, epsilon 3, 2 test notes."""
+        return cls(n_notes=12, held_out=0.34, layers=1, epochs=1.0, batch_size=4, epsilons=(3.0,), eval_notes=2,
+                   summary_tokens=24, ner_tokens=64)
+
+    def validate(self) -> None:
+        for name, values, known in (("modes", self.modes, MODES), ("sweep_modes", self.sweep_modes, MODES),
+                                    ("tasks", self.tasks, TASKS)):
+            unknown = sorted(set(values) - set(known))
+            if unknown:
+                raise SpecError(f"unknown {name} {unknown}; choose from {list(known)}")
+        if not self.modes or not self.tasks:
+            raise SpecError("no modes or no tasks to run")
+        if "non-private" in self.sweep_modes:
+            raise SpecError("sweep_modes are private modes (the non-private model has no epsilon)")
+        if not self.epsilons or any(not (e > 0 and math.isfinite(e)) for e in self.epsilons):
+            raise SpecError(f"epsilons must be finite and > 0, got {self.epsilons}")
+        self.epsilons = tuple(float(e) for e in self.epsilons)
+        self.main_epsilon = float(self.main_epsilon)
+        if self.main_epsilon not in self.epsilons:
+            raise SpecError(f"main_epsilon {self.main_epsilon} must be one of the epsilons {self.epsilons}")
+        if not 0 < self.held_out < 1:
+            raise SpecError(f"held_out must lie in (0, 1), got {self.held_out}")
+        for name in ("n_notes", "seeds", "batch_size", "eval_notes", "summary_tokens", "ner_tokens", "window"):
+            if getattr(self, name) < 1:
+                raise SpecError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.epochs <= 0:
+            raise SpecError(f"epochs must be > 0, got {self.epochs}")
+        if self.model != "smollm2" and not (Path(self.model) / "config.json").is_file():
+            raise SpecError(f"unknown model path {self.model!r}: not a local Hugging Face causal-LM folder "
+                            "(use 'smollm2')")
+
+    def fingerprint(self) -> str:
+        """The settings a finished run depends on (a resumed journal must match them)."""
+        keep = {k: v for k, v in asdict(self).items()
+                if k not in ("modes", "sweep_modes", "tasks", "epsilons", "main_epsilon", "seeds", "workers")}
+        return json.dumps(keep, sort_keys=True, default=str)
+
+    def cells(self) -> list[tuple[str, str, float | None, int]]:
+        """(task, mode, target epsilon or None, seed) of every run."""
+        out = []
+        for task in self.tasks:
+            for mode in self.modes:
+                if mode == "non-private":
+                    eps: list = [None]
+                elif task == "ner" and mode in self.sweep_modes:
+                    eps = list(self.epsilons)
+                else:
+                    eps = [self.main_epsilon]
+                out += [(task, mode, e, s) for e in eps for s in range(self.seeds)]
+        return out
+
+
+# ---------------------------------------------------------------- data
+@dataclass
+class NoteSplit:
+    """Training patients' notes and held-out patients' notes (disjoint patients)."""
+
+    train: list[Note]
+    held_out: list[Note]
+
+    @property
+    def train_patients(self) -> list[str]:
+        return sorted({n.patient_id for n in self.train})
+
+    @property
+    def held_out_patients(self) -> list[str]:
+        return sorted({n.patient_id for n in self.held_out})
+
+
+def split_patients(notes: list[Note], held_out: float, seed: int = 0) -> NoteSplit:
+    """Hold out a random ``held_out`` fraction of the PATIENTS (all their notes)."""
+    if not notes:
+        raise DataError("no notes: the corpus is empty")
+    patients = sorted({n.patient_id for n in notes})
+    if len(patients) < 4:
+        raise DataError(f"{len(patients)} patient(s): the benchmark needs at least 4 (2 trained, 2 held out)")
+    random.Random(f"{seed}:split").shuffle(patients)
+    k = min(len(patients) - 2, max(2, round(held_out * len(patients))))
+    out = set(patients[:k])
+    return NoteSplit([n for n in notes if n.patient_id not in out], [n for n in notes if n.patient_id in out])
+
+
+def prepare_notes(bench: ClinicalNLPBenchmark, out: Path, notes: list[Note] | None = None) -> Path:
+    """``out/data/notes.pkl``: the split notes (generated unless given), written once; a folder prepared with
+    other settings is refused."""
+    path = out / "data" / "notes.pkl"
+    wanted = {"n_notes": bench.n_notes, "corpus_seed": bench.corpus_seed, "held_out": bench.held_out,
+              "notes": "generated" if notes is None else "supplied"}
+    if path.exists():
+        have = pickle.loads(path.read_bytes())["settings"]
+        if have != wanted:
+            raise SpecError(f"{path} holds notes prepared with other settings ({have}, now {wanted}): "
+                            "use another output folder")
+        return path
+    if notes is None:
+        from dpcare.text import generate_corpus
+
+        notes = generate_corpus(bench.n_notes, seed=bench.corpus_seed)
+    split = split_patients(list(notes), bench.held_out, bench.corpus_seed)
+    atomic_write(path, lambda fh: pickle.dump({"settings": wanted, "split": split}, fh), mode="wb")
+    write_json(out / "data" / "split.json", {"train_patients": split.train_patients,
+                                             "held_out_patients": split.held_out_patients,
+                                             "train_notes": len(split.train), "held_out_notes": len(split.held_out)})
+    return path
+
+
+def _load_split(path: str) -> NoteSplit:
+    return pickle.loads(Path(path).read_bytes())["split"]
+
+
+# ---------------------------------------------------------------- one run
+def run_cell(task: str, mode: str, epsilon: float | None, seed: int, notes_path: str,
+             bench: ClinicalNLPBenchmark) -> dict[str, Any]:
+    """Fine-tune one model, score the held-out notes, attack it; one journal row."""
+    import torch
+
+    from dpcare.lm import load_causal_lm
+    from dpcare.synth.lm_model import _truncate
+    from dpcare.text.attacks import lm_perplexity, loss_attack_lm
+    from dpcare.text.finetune import finetune
+
+    torch.set_num_threads(1)
+    split = _load_split(notes_path)
+    rows = {"task": task, "labels": ENTITY_LABELS, "window": bench.window, "stride": bench.window}
+    t0 = time.perf_counter()
+    private = mode != "non-private"
+    model, tokenizer, info = finetune(split.train, task, mode, epsilon=epsilon, delta=DELTA if private else None,
+                                      model=bench.model, layers=bench.layers, epochs=bench.epochs,
+                                      batch_size=bench.batch_size, clip_norm=bench.clip_norm, seed=seed,
+                                      window=bench.window, stride=bench.window)
+    fit_s = time.perf_counter() - t0
+    model.eval()
+    t0 = time.perf_counter()
+    test = split.held_out[: bench.eval_notes]
+    utility = _utility(model, tokenizer, task, test, bench)
+    utility["perplexity"] = lm_perplexity(model, tokenizer, split.held_out, **rows)
+    eval_s = time.perf_counter() - t0
+    base, _ = load_causal_lm(bench.model)
+    if bench.layers is not None:
+        _truncate(base.base_model, bench.layers)
+    held = set(split.held_out_patients)
+    members = _sample_members(split, len(held), seed)
+    nonmembers = [n for n in split.held_out if n.patient_id in held]
+    t0 = time.perf_counter()
+    attack = loss_attack_lm(model, base, tokenizer, members, nonmembers, seed=seed, **rows)
+    attack_s = time.perf_counter() - t0
+    g = info["guarantee"]
+    return {
+        "task": task, "mode": mode, "target_epsilon": epsilon, "seed": seed,
+        "epsilon": g["epsilon"] if g else None, "delta": g["delta"] if g else None,
+        "steps": info["steps"], "noise_multiplier": info["noise_multiplier"], "patients": info["patients"],
+        "rows": info["rows"], "trainable_parameters": info["trainable_parameters"], "backend": info["backend"],
+        "test_notes": len(test), **{f"test_{k}": v for k, v in utility.items()},
+        **{f"mia_{a}_{m}": getattr(attack, a)[m]["value"] for a in ATTACKS for m in ("auc", "tpr_at_1pct_fpr")},
+        **{f"mia_{a}_auc_ci": [getattr(attack, a)["auc"]["low"], getattr(attack, a)["auc"]["high"]] for a in ATTACKS},
+        "mia_members": attack.members, "mia_nonmembers": attack.nonmembers,
+        "roc": {a: {"members": attack.scores[a][0].tolist(), "nonmembers": attack.scores[a][1].tolist()}
+                for a in ATTACKS},
+        "fit_s": fit_s, "eval_s": eval_s, "attack_s": attack_s, "guarantee": g,
+        "guarantee_text": info["guarantee_text"],
+    }
+
+
+def _sample_members(split: NoteSplit, k: int, seed: int) -> list[Note]:
+    """The notes of ``k`` training patients drawn at random (as many members as non-members)."""
+    patients = split.train_patients
+    chosen = set(random.Random(f"{seed}:members").sample(patients, min(k, len(patients))))
+    return [n for n in split.train if n.patient_id in chosen]
+
+
+def _utility(model, tokenizer, task: str, test: list[Note], bench: ClinicalNLPBenchmark) -> dict[str, float]:
+    if task == "summarisation":
+        from dpcare.text.summaries import evaluate_summaries
+
+        scores, _ = evaluate_summaries(model, tokenizer, test, bench.summary_tokens)
+        return {f"rougeL_{k[0] if k != 'fmeasure' else 'f1'}": v for k, v in scores.items()}
+    from dpcare.text.evaluation import MICRO, span_scores
+    from dpcare.text.generative_ner import extract_entities
+
+    gold = [[s for s in (*n.entities, *n.phi) if s.label in ENTITY_LABELS] for n in test]
+    predicted = [extract_entities(model, tokenizer, n.text, ENTITY_LABELS, bench.window, bench.window,
+                                  bench.ner_tokens) for n in test]
+    micro = span_scores(gold, predicted).loc[MICRO]
+    return {"ner_precision": _nan0(micro["precision"]), "ner_recall": float(micro["recall"]),
+            "ner_f1": _nan0(micro["f1"]), "ner_predicted": int(micro["predicted"]), "ner_gold": int(micro["gold"])}
+
+
+def _nan0(v: float) -> float:
+    """Precision and F1 of a model that predicts nothing: 0, not undefined."""
+    return 0.0 if pd.isna(v) else float(v)
+
+
+# ---------------------------------------------------------------- the grid
+def run_clinical_nlp(bench: ClinicalNLPBenchmark, out_dir: str | os.PathLike, notes: list[Note] | None = None,
+                     progress: bool = True) -> pd.DataFrame:
+    """Every cell of ``bench``, resumable through ``out_dir/runs.jsonl``; writes the tables and the plot."""
+    bench.validate()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    notes_path = prepare_notes(bench, out, notes)
+    journal = out / "runs.jsonl"
+    done = read_journal(journal)
+    check_settings(journal, done, bench.fingerprint())
+    key = lambda t, m, e, s: f"{t}|{m}|{e}|{s}"
+    have = {key(r["task"], r["mode"], r["target_epsilon"], r["seed"]) for r in done}
+    cells = bench.cells()
+    todo = [c for c in cells if key(*c) not in have]
+    bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="clinical-nlp runs", disable=not progress)
+    with open(journal, "a") as fh:
+        for row in parallel_results(run_cell, [(*c, str(notes_path), bench) for c in todo], bench.workers):
+            row["settings"] = bench.fingerprint()
+            append_run(fh, row)
+            done.append(row)
+            bar.update()
+            bar.set_postfix_str(f"{row['task']} {row['mode']} eps={row['target_epsilon']}", refresh=False)
+    bar.close()
+    order = {key(*c): i for i, c in enumerate(cells)}
+    runs = pd.DataFrame(sorted((r for r in done if key(r["task"], r["mode"], r["target_epsilon"], r["seed"]) in order),
+                               key=lambda r: order[key(r["task"], r["mode"], r["target_epsilon"], r["seed"])]))
+    table = summarize(runs)
+    write_text(out / "runs.csv", runs.drop(columns=["guarantee", "settings", "roc"]).to_csv(index=False))
+    write_text(out / "table.csv", table.to_csv(index=False))
+    write_json(out / "settings.json", asdict(bench))
+    write_json(out / "guarantees.json", {f"{r['task']}|{r['mode']}@{r['target_epsilon']}": r["guarantee"]
+                                         for r in done if r["guarantee"] and r["seed"] == 0})
+    write_json(out / "roc.json", {f"{r['task']}|{r['mode']}@{r['target_epsilon']}": r["roc"]
+                                  for r in done if r["seed"] == 0})
+    write_text(out / "table.md", markdown(table, bench))
+    plot(table, out / "sweep.png")
+    return table
+
+
+UTILITY = ("ner_f1", "ner_precision", "ner_recall", "rougeL_f1", "perplexity")
+PRIVACY = ("mia_loss_auc", "mia_reference_auc", "mia_loss_tpr_at_1pct_fpr", "mia_reference_tpr_at_1pct_fpr")
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean and sd over seeds per (task, mode, target epsilon); non-private rows have epsilon inf."""
+    runs = runs.assign(target_epsilon=runs["target_epsilon"].astype(float).fillna(math.inf))
+    metrics = [m for m in (*UTILITY, *PRIVACY) if f"test_{m}" in runs or m in runs]
+    agg: dict[str, tuple[str, str]] = {}
+    for m in metrics:
+        col = f"test_{m}" if f"test_{m}" in runs else m
+        agg[m], agg[f"{m}_sd"] = (col, "mean"), (col, "std")
+    agg.update(epsilon=("epsilon", "max"), seeds=("seed", "count"), steps=("steps", "max"),
+               trainable_parameters=("trainable_parameters", "max"), fit_s=("fit_s", "mean"))
+    return runs.groupby(["task", "mode", "target_epsilon"], sort=False).agg(**agg).reset_index()
+
+
+def _cell(table: pd.DataFrame, metric: str, task: str, mode: str, eps: float) -> str:
+    row = table[(table["task"] == task) & (table["mode"] == mode) & (table["target_epsilon"] == eps)]
+    if row.empty or metric not in row or pd.isna(row[metric].iloc[0]):
+        return "-"
+    sd = row[f"{metric}_sd"].iloc[0]
+    return f"{row[metric].iloc[0]:.3f}" + ("" if pd.isna(sd) else f" ± {sd:.3f}")
+
+
+def markdown(table: pd.DataFrame, bench: ClinicalNLPBenchmark) -> str:
+    eps3 = bench.main_epsilon
+    lines = [f"# Clinical NLP under DP: {bench.model}"
+             + (f" cut to {bench.layers} block(s)" if bench.layers else "") + f", epsilon {eps3:g}, delta {DELTA:g}",
+             "", f"Table 1 (held-out notes; mean ± sd over {bench.seeds} seed(s); the last iterate, nothing tuned):",
+             "", ("| method | target eps | NER F1 | NER precision | NER recall | ROUGE-L F1 | perplexity (NER rows) "
+             "| trainable parameters |"), "|---|---|---|---|---|---|---|---|"]
+    for mode in bench.modes:
+        e = math.inf if mode == "non-private" else eps3
+        params = table[(table["mode"] == mode) & (table["target_epsilon"] == e)]["trainable_parameters"]
+        cells = [_cell(table, m, t, mode, e) for m, t in (("ner_f1", "ner"), ("ner_precision", "ner"),
+                                                         ("ner_recall", "ner"), ("rougeL_f1", "summarisation"),
+                                                         ("perplexity", "ner"))]
+        cells.append(f"{int(params.max()):,}" if len(params) else "-")
+        lines.append(f"| {mode} | {'-' if math.isinf(e) else f'{e:g}'} | " + " | ".join(cells) + " |")
+    task = "ner" if "ner" in bench.tasks else bench.tasks[0]
+    lines += ["", (f"Table 2: membership-inference AUC against the {task} models (patients; members = training "
+              "patients, non-members = held-out patients; LOSS / reference-calibrated by the base model):"), "",
+              "| method | " + " | ".join(f"eps={e:g}" for e in bench.epsilons) + " | non-private |",
+              "|---" * (len(bench.epsilons) + 2) + "|"]
+    for mode in [m for m in bench.modes if m != "non-private"]:
+        cells = [" / ".join(_cell(table, f"mia_{a}_auc", task, mode, e) for a in ATTACKS) for e in bench.epsilons]
+        lines.append(f"| {mode} | " + " | ".join(cells) + " | |")
+    if "non-private" in bench.modes:
+        np_cell = " / ".join(_cell(table, f"mia_{a}_auc", task, "non-private", math.inf) for a in ATTACKS)
+        lines.append("| non-private | " + " | ".join("" for _ in bench.epsilons) + f" | {np_cell} |")
+    lines += ["", ("Nothing is left uncounted in epsilon: no step reads the held-out patients and no hyperparameter "
+              "was chosen on them."), ""]
+    return "\n".join(lines)
+
+
+def plot(table: pd.DataFrame, path: Path) -> None:
+    """NER F1 and the reference attack's AUC against epsilon (non-private dashed)."""
+    ner = table[table["task"] == "ner"]
+    panels = [m for m in ("ner_f1", "mia_reference_auc", "mia_loss_auc") if m in ner]
+    if ner.empty or not panels:
+        return
+    fig, axes = new_figure((4.2 * len(panels), 3.6), ncols=len(panels))
+    axes = np.atleast_1d(axes)
+    for ax, metric in zip(axes, panels):
+        for i, mode in enumerate(ner["mode"].unique()):
+            sub = ner[ner["mode"] == mode].sort_values("target_epsilon")
+            finite = sub[np.isfinite(sub["target_epsilon"])]
+            color = f"C{i % 10}"
+            if len(finite):
+                ax.errorbar(finite["target_epsilon"], finite[metric], yerr=finite[f"{metric}_sd"].fillna(0),
+                            marker="o", capsize=3, label=mode, color=color)
+            else:
+                ax.axhline(float(sub[metric].iloc[0]), linestyle="--", linewidth=1, label=mode, color=color)
+        if metric.endswith("auc"):
+            ax.axhline(0.5, color="k", linewidth=0.6, linestyle=":")
+        ax.set_xscale("log")
+        ax.set_xlabel("target epsilon")
+        ax.set_ylabel({"ner_f1": "NER span F1 (held-out notes)", "mia_reference_auc": "MIA AUC (reference attack)",
+                       "mia_loss_auc": "MIA AUC (LOSS attack)"}[metric])
+    axes[0].legend(fontsize=7)
+    save_figure(fig, path)

@@ -1,0 +1,147 @@
+"""`dpcare benchmark clinical-nlp` on a tiny GPT-2 saved as a local model folder: the grid, resuming, the
+tables, the patient split, and what the held-out side sees (bit-identical when the training notes change)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from dpcare.exceptions import DataError, SpecError
+from dpcare.text import generate_corpus
+from dpcare.text.spans import Note
+from dpcare.workflows import clinical_nlp_benchmark as cnb
+from lm_fixtures import tiny_gpt2
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    model, tok = tiny_gpt2()
+    folder = tmp_path_factory.mktemp("tiny-gpt2")
+    model.config.architectures = ["GPT2LMHeadModel"]
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return generate_corpus(12, sources=("support2",), seed=3)
+
+
+def small(folder: str, **kw) -> cnb.ClinicalNLPBenchmark:
+    base = dict(n_notes=12, held_out=0.34, model=folder, layers=None, epochs=1.0, batch_size=4, epsilons=(3.0,),
+                eval_notes=2, summary_tokens=8, ner_tokens=16, window=64, workers=1)
+    return cnb.ClinicalNLPBenchmark(**{**base, **kw})
+
+
+def test_the_grid_has_table_1_and_the_epsilon_sweep_of_table_2():
+    bench = cnb.ClinicalNLPBenchmark(sweep_modes=("dp-lora",))
+    cells = bench.cells()
+    ner = [(m, e) for t, m, e, _ in cells if t == "ner"]
+    assert ("non-private", None) in ner and ("dp-full", 3.0) in ner and ("dp-prefix", 3.0) in ner
+    assert [e for m, e in ner if m == "dp-lora"] == [1.0, 3.0, 8.0]
+    summ = [(m, e) for t, m, e, _ in cells if t == "summarisation"]
+    assert sorted(summ, key=str) == sorted([("non-private", None), ("dp-full", 3.0), ("dp-lora", 3.0),
+                                            ("dp-prefix", 3.0)], key=str)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(modes=("dp-foo",)), "unknown modes"), (dict(sweep_modes=("non-private",)), "private modes"),
+    (dict(epsilons=(0.0,)), "epsilons"), (dict(epsilons=(1.0,), main_epsilon=3.0), "main_epsilon"),
+    (dict(held_out=1.0), "held_out"), (dict(model="/no/such/folder"), "unknown model path"),
+    (dict(tasks=("translation",)), "unknown tasks"), (dict(epochs=0), "epochs")])
+def test_bad_settings_are_named(change, message):
+    with pytest.raises(SpecError, match=message):
+        replace(cnb.ClinicalNLPBenchmark(), **change).validate()
+
+
+def test_split_holds_out_whole_patients(corpus):
+    notes = corpus + [Note("extra", corpus[0].patient_id, corpus[0].text)]  # a second note of one patient
+    split = cnb.split_patients(notes, 0.34, seed=0)
+    assert not set(split.train_patients) & set(split.held_out_patients)
+    assert len(split.train) + len(split.held_out) == len(notes)
+    assert split.held_out_patients == cnb.split_patients(notes, 0.34, seed=0).held_out_patients
+    with pytest.raises(DataError, match="empty"):
+        cnb.split_patients([], 0.3)
+    with pytest.raises(DataError, match="at least 4"):
+        cnb.split_patients(corpus[:3], 0.3)
+
+
+def _digest(model: torch.nn.Module) -> str:
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode() + p.detach().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def test_the_held_out_side_never_sees_the_training_notes(tiny_folder, corpus, tmp_path, monkeypatch):
+    """The attack's reference model, the non-members and the test notes are bit-identical when every
+    training note's text changes; the fine-tuned model is not (the change reached training)."""
+    import dpcare.text.attacks as attacks
+    import dpcare.text.finetune as finetune
+
+    bench = small(tiny_folder)
+    split = cnb.split_patients(corpus, bench.held_out, 0)
+    seen: dict[str, list] = {}
+    real_attack, real_finetune, real_utility = attacks.loss_attack_lm, finetune.finetune, cnb._utility
+
+    def spy_attack(target, base, tok, members, nonmembers, **kw):
+        seen.setdefault("base", []).append(_digest(base))
+        seen.setdefault("nonmembers", []).append([(n.patient_id, n.text) for n in nonmembers])
+        seen.setdefault("target", []).append(_digest(target))
+        return real_attack(target, base, tok, members, nonmembers, **kw)
+
+    def spy_finetune(notes, *a, **kw):
+        notes = list(notes)
+        seen.setdefault("trained_patients", []).append({n.patient_id for n in notes})
+        return real_finetune(notes, *a, **kw)
+
+    def spy_utility(model, tok, task, test, b):
+        seen.setdefault("test", []).append([(n.patient_id, n.text) for n in test])
+        return real_utility(model, tok, task, test, b)
+
+    monkeypatch.setattr(attacks, "loss_attack_lm", spy_attack)
+    monkeypatch.setattr(finetune, "finetune", spy_finetune)
+    monkeypatch.setattr(cnb, "_utility", spy_utility)
+    for k, notes in enumerate((split.train, [replace(n, text=n.text.replace("a", "o")) for n in split.train])):
+        path = tmp_path / f"notes{k}.pkl"
+        path.write_bytes(__import__("pickle").dumps({"settings": {}, "split": cnb.NoteSplit(notes, split.held_out)}))
+        cnb.run_cell("ner", "dp-lora", 3.0, 0, str(path), bench)
+    held = set(split.held_out_patients)
+    assert all(not (p & held) for p in seen["trained_patients"])
+    for part in ("base", "nonmembers", "test"):
+        assert seen[part][0] == seen[part][1], part
+    assert {p for p, _ in seen["nonmembers"][0]} == held
+    assert seen["target"][0] != seen["target"][1]
+
+
+def test_a_grid_runs_resumes_and_refuses_other_settings(tiny_folder, corpus, tmp_path):
+    bench = small(tiny_folder, modes=("non-private", "dp-lora"), sweep_modes=("dp-lora",), epsilons=(1.0, 3.0))
+    out = tmp_path / "run"
+    table = cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
+    runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert len(runs) == len(bench.cells()) == 5  # ner: non-private, lora@1, lora@3; summarisation: two
+    lora1 = next(r for r in runs if r["task"] == "ner" and r["target_epsilon"] == 1.0)
+    assert lora1["epsilon"] <= 1.0 + 1e-6 and lora1["guarantee"]["unit"] == "patient"
+    assert lora1["mia_members"] == lora1["mia_nonmembers"] == len(json.loads((out / "data/split.json").read_text())
+                                                                  ["held_out_patients"])
+    assert 0 <= lora1["mia_reference_auc"] <= 1 and lora1["test_perplexity"] > 1
+    summ = next(r for r in runs if r["task"] == "summarisation" and r["mode"] == "non-private")
+    assert summ["guarantee"] is None and 0 <= summ["test_rougeL_f1"] <= 1
+    assert set(table["target_epsilon"]) == {1.0, 3.0, math.inf}
+    md = (out / "table.md").read_text()
+    assert "Table 1" in md and "Table 2" in md and "| dp-lora |" in md
+    assert (out / "sweep.png").stat().st_size > 0
+    # resuming runs nothing new; other settings are refused
+    before = (out / "runs.jsonl").read_text()
+    cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
+    assert (out / "runs.jsonl").read_text() == before
+    with pytest.raises(SpecError, match="other settings"):
+        cnb.run_clinical_nlp(replace(bench, epochs=2.0), out, notes=corpus, progress=False)
+    with pytest.raises(SpecError, match="other settings"):
+        cnb.run_clinical_nlp(replace(bench, held_out=0.5), out, progress=False)
