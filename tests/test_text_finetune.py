@@ -211,3 +211,28 @@ def test_finetune_errors_a_user_can_fix(gpt2_folder, tmp_path):
         finetune(NOTES, "ner", "dp-adapter", epsilon=1.0, model=gpt2_folder)
     with pytest.raises(FileNotFoundError, match="unknown model path"):
         finetune(NOTES, "ner", "dp-lora", epsilon=1.0, model=str(tmp_path / "nowhere"))
+
+
+def test_finetune_with_the_private_80th_percentile_warm_up_charges_its_counts(gpt2_folder):
+    """The paper's "80th percentile of the first iterations", made private: warm-up counts at the target
+    quantile, C frozen after them, and every count in the ledger (calibration included)."""
+    from dpcare.engine.adaptive_clip import AdaptiveClip
+
+    clip = AdaptiveClip(target_quantile=0.8, lr=0.5, warmup_steps=3, freeze_after_warmup=True, count_noise=0.5)
+    model, _, info = finetune(NOTES, "ner", "dp-lora", epsilon=3.0, model=gpt2_folder, epochs=2, batch_size=1,
+                              window=24, stride=12, clip_norm=1e-4, accountant="rdp", adaptive_clip=clip)
+    names = [e["name"] for e in info["ledger"]["entries"]]
+    assert any("warm-up counts" in n for n in names), names
+    assert info["guarantee"]["epsilon"] <= 3.0 + 1e-6
+    # every per-patient norm of a fresh model is far above 1e-4: the counts say "all clipped", C grows
+    assert info["clip_norm"] > 1e-4 * 1.5
+    assert info["adaptive_clip"]["target_quantile"] == 0.8
+
+
+def test_adaptive_clipping_is_refused_without_privacy(gpt2_folder):
+    from dpcare.engine.adaptive_clip import AdaptiveClip
+
+    with pytest.raises(PrivacyParameterError, match="private modes only"):
+        finetune(NOTES, "ner", "non-private", model=gpt2_folder, adaptive_clip=AdaptiveClip())
+    with pytest.raises(PrivacyParameterError, match="target_quantile"):
+        finetune(NOTES, "ner", "dp-lora", epsilon=1.0, model=gpt2_folder, adaptive_clip=AdaptiveClip(1.5))

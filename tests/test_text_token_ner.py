@@ -7,6 +7,7 @@ import importlib.util
 import pytest
 import torch
 from grad_reference import assert_same_clipped_sums, reference
+from lm_fixtures import minilm_tokenizer, tiny_bert
 from test_engine_grouped import loop_over_patients
 
 from dpcare.engine.fast_clipping import clipped_sum_fast
@@ -28,7 +29,6 @@ from dpcare.text.token_ner import (
     evaluate_token_ner,
     load_minilm,
     merge_windows,
-    minilm_folder,
     note_pieces,
     predict_spans,
     token_windows,
@@ -41,31 +41,12 @@ TAGS = bio_tags()
 
 @pytest.fixture(scope="module")
 def tok():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(minilm_folder())
+    return minilm_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def corpus():
     return generate_corpus(20, seed=0)
-
-
-def tiny_bert(tok, seed=0):
-    from transformers import BertConfig, BertForTokenClassification
-
-    torch.manual_seed(seed)
-    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=48, max_position_embeddings=512, num_labels=len(TAGS))
-    return BertForTokenClassification(config)
-
-
-@pytest.fixture(scope="module")
-def bert_folder(tok, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    tiny_bert(tok).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return str(folder)
 
 
 # ---------------------------------------------------------------- windows, tags, round trip

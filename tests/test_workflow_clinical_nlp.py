@@ -40,21 +40,30 @@ def small(folder: str, **kw) -> cnb.ClinicalNLPBenchmark:
 
 
 def test_the_grid_has_table_1_and_the_epsilon_sweep_of_table_2():
-    bench = cnb.ClinicalNLPBenchmark(sweep_modes=("dp-lora",))
+    bench = cnb.ClinicalNLPBenchmark(sweep_modes=("dp-lora",), tasks=cnb.TASKS, clip_ablation=True)
     cells = bench.cells()
-    ner = [(m, e) for t, m, e, _ in cells if t == "ner"]
+    ner = [(m, e) for t, m, e, _, v in cells if t == "ner" and v == "fixed"]
     assert ("non-private", None) in ner and ("dp-full", 3.0) in ner and ("dp-prefix", 3.0) in ner
     assert [e for m, e in ner if m == "dp-lora"] == [1.0, 3.0, 8.0]
-    summ = [(m, e) for t, m, e, _ in cells if t == "summarisation"]
-    assert sorted(summ, key=str) == sorted([("non-private", None), ("dp-full", 3.0), ("dp-lora", 3.0),
-                                            ("dp-prefix", 3.0)], key=str)
+    summ = [(m, e) for t, m, e, _, _ in cells if t == "summarisation"]
+    assert sorted(summ, key=str) == sorted([("base", None), ("non-private", None), ("dp-full", 3.0),
+                                            ("dp-lora", 3.0), ("dp-prefix", 3.0)], key=str)
+    assert ("base", None) in ner  # the pre-trained model, never fine-tuned: the floor
+    token = [(m, e) for t, m, e, _, _ in cells if t == "token-ner"]
+    assert token == [("non-private", None), ("dp-full", 3.0), ("dp-lora", 3.0)]  # no prefix tuning for MiniLM
+    assert [(m, e, v) for t, m, e, _, v in cells if v != "fixed"] == [
+        ("dp-lora", 3.0, "adaptive-median"), ("dp-lora", 3.0, "warmup-p80")]
+    attacked = [(m, e) for t, m, e, _, v in cells if bench.attacked(t, m, v)]
+    assert attacked == [("non-private", None), ("dp-lora", 1.0), ("dp-lora", 3.0), ("dp-lora", 8.0)]
 
 
 @pytest.mark.parametrize("change, message", [
     (dict(modes=("dp-foo",)), "unknown modes"), (dict(sweep_modes=("non-private",)), "private modes"),
+    (dict(sweep_modes=("base",)), "private modes"),
     (dict(epsilons=(0.0,)), "epsilons"), (dict(epsilons=(1.0,), main_epsilon=3.0), "main_epsilon"),
     (dict(held_out=1.0), "held_out"), (dict(model="/no/such/folder"), "unknown model path"),
-    (dict(tasks=("translation",)), "unknown tasks"), (dict(epochs=0), "epochs")])
+    (dict(tasks=("translation",)), "unknown tasks"), (dict(epochs=0), "epochs"), (dict(shadows=3), "even"),
+    (dict(canaries=-1), "canaries")])
 def test_bad_settings_are_named(change, message):
     with pytest.raises(SpecError, match=message):
         replace(cnb.ClinicalNLPBenchmark(), **change).validate()
@@ -85,7 +94,7 @@ def test_the_held_out_side_never_sees_the_training_notes(tiny_folder, corpus, tm
     import dpcare.text.attacks as attacks
     import dpcare.text.finetune as finetune
 
-    bench = small(tiny_folder)
+    bench = small(tiny_folder, canaries=4)
     split = cnb.split_patients(corpus, bench.held_out, 0)
     seen: dict[str, list] = {}
     real_attack, real_finetune, real_utility = attacks.loss_attack_lm, finetune.finetune, cnb._utility
@@ -111,7 +120,7 @@ def test_the_held_out_side_never_sees_the_training_notes(tiny_folder, corpus, tm
     for k, notes in enumerate((split.train, [replace(n, text=n.text.replace("a", "o")) for n in split.train])):
         path = tmp_path / f"notes{k}.pkl"
         path.write_bytes(__import__("pickle").dumps({"settings": {}, "split": cnb.NoteSplit(notes, split.held_out)}))
-        cnb.run_cell("ner", "dp-lora", 3.0, 0, str(path), bench)
+        cnb.run_cell("ner", "dp-lora", 3.0, 0, "fixed", str(path), bench)
     held = set(split.held_out_patients)
     assert all(not (p & held) for p in seen["trained_patients"])
     for part in ("base", "nonmembers", "test"):
@@ -120,22 +129,38 @@ def test_the_held_out_side_never_sees_the_training_notes(tiny_folder, corpus, tm
     assert seen["target"][0] != seen["target"][1]
 
 
-def test_a_grid_runs_resumes_and_refuses_other_settings(tiny_folder, corpus, tmp_path):
-    bench = small(tiny_folder, modes=("non-private", "dp-lora"), sweep_modes=("dp-lora",), epsilons=(1.0, 3.0))
+@pytest.mark.slow  # end to end: 9 fine-tuning runs, LiRA shadows, canaries, a token tagger (~2 min)
+def test_a_grid_runs_resumes_and_refuses_other_settings(tiny_folder, bert_folder, corpus, tmp_path):
+    bench = small(tiny_folder, modes=("base", "non-private", "dp-lora"), sweep_modes=("dp-lora",), epsilons=(1.0, 3.0),
+                  tasks=cnb.TASKS, canaries=4, shadows=2, clip_ablation=True, encoder=bert_folder)
     out = tmp_path / "run"
     table = cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
     runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
-    assert len(runs) == len(bench.cells()) == 5  # ner: non-private, lora@1, lora@3; summarisation: two
+    # ner: base, non-private, lora@1, lora@3 and two clip variants; summarisation: three; token-ner: two
+    assert len(runs) == len(bench.cells()) == 11
+    base = next(r for r in runs if r["task"] == "ner" and r["mode"] == "base")
+    assert base["guarantee"] is None and base["steps"] == 0 and base["mia_reference_auc"] == 0.5
     lora1 = next(r for r in runs if r["task"] == "ner" and r["target_epsilon"] == 1.0)
     assert lora1["epsilon"] <= 1.0 + 1e-6 and lora1["guarantee"]["unit"] == "patient"
     assert lora1["mia_members"] == lora1["mia_nonmembers"] == len(json.loads((out / "data/split.json").read_text())
                                                                   ["held_out_patients"])
     assert 0 <= lora1["mia_reference_auc"] <= 1 and lora1["test_perplexity"] > 1
+    assert lora1["lira_shadows"] == 2 and 0 <= lora1["mia_lira_auc"] <= 1 and "lira" in lora1["roc"]
+    assert lora1["canaries"] == 4 and lora1["canary_epsilon_lower_bound"] >= 0
+    assert lora1["patients"] == len(json.loads((out / "data/split.json").read_text())["train_patients"]) \
+        + lora1["canaries_included"]  # the included canaries are training patients
     summ = next(r for r in runs if r["task"] == "summarisation" and r["mode"] == "non-private")
-    assert summ["guarantee"] is None and 0 <= summ["test_rougeL_f1"] <= 1
+    assert summ["guarantee"] is None and 0 <= summ["test_rougeL_f1"] <= 1 and "canaries" not in summ
+    token = next(r for r in runs if r["task"] == "token-ner" and r["mode"] == "dp-lora")
+    assert token["epsilon"] <= 3.0 + 1e-6 and 0 <= token["test_ner_f1"] <= 1 and token["backend"] == "fast"
+    warm = next(r for r in runs if r["variant"] == "warmup-p80")
+    assert any("warm-up" in release for release in warm["guarantee"]["releases"]), warm["guarantee"]["releases"]
+    assert warm["epsilon"] <= 3.0 + 1e-6 and warm["clip_norm"] != bench.clip_norm
     assert set(table["target_epsilon"]) == {1.0, 3.0, math.inf}
     md = (out / "table.md").read_text()
-    assert "Table 1" in md and "Table 2" in md and "| dp-lora |" in md
+    for part in ("Table 1", "Table 2", "| dp-lora |", "Token-classification", "One-run audit",
+                 "LiRA", "Clip-norm ablation", "| warmup-p80 |"):
+        assert part in md, part
     assert (out / "sweep.png").stat().st_size > 0
     # resuming runs nothing new; other settings are refused
     before = (out / "runs.jsonl").read_text()

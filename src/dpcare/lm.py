@@ -58,11 +58,39 @@ def smollm2_folder() -> Path:
     return target
 
 
-def load_causal_lm(name_or_path: str | os.PathLike = SMOLLM2):
+def load_causal_lm(name_or_path: str | os.PathLike = SMOLLM2, layers: int | None = None):
     """(model, tokenizer) of a local causal LM folder, or of the bundled SmolLM2 (``"smollm2"``), loaded without
-    third-party chatter (see :func:`dpcare.progress.quiet_loading`)."""
+    third-party chatter (see :func:`dpcare.progress.quiet_loading`); ``layers=k`` keeps the first k transformer
+    blocks (:func:`keep_first_blocks`)."""
     with quiet_loading():
-        return _load(smollm2_folder() if str(name_or_path) == SMOLLM2 else Path(name_or_path))
+        model, tokenizer = _load(smollm2_folder() if str(name_or_path) == SMOLLM2 else Path(name_or_path))
+    if layers is not None:
+        keep_first_blocks(model.base_model, layers)
+    return model, tokenizer
+
+
+def _blocks(body) -> tuple[str, Any]:
+    from torch import nn
+
+    for name in ("layers", "h", "blocks"):
+        mod = getattr(body, name, None)
+        if isinstance(mod, nn.ModuleList):
+            return name, mod
+    raise ValueError(f"cannot find the transformer blocks of {type(body).__name__} to truncate")
+
+
+def keep_first_blocks(body, k: int) -> None:
+    """Cut a transformer body (``model.base_model``) to its first ``k`` blocks, in place, config included: a
+    cheaper model for CPU runs."""
+    name, blocks = _blocks(body)
+    if not 1 <= k <= len(blocks):
+        raise ValueError(f"layers={k}: the model has {len(blocks)} blocks (keep 1 to {len(blocks)})")
+    setattr(body, name, blocks[:k])
+    for attr in ("num_hidden_layers", "n_layer"):
+        if hasattr(body.config, attr):
+            setattr(body.config, attr, k)
+    if getattr(body.config, "layer_types", None):
+        body.config.layer_types = body.config.layer_types[:k]
 
 
 def _load(folder: Path):

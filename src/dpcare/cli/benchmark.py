@@ -98,21 +98,28 @@ def benchmark_fusiondp_text(
 def benchmark_clinical_nlp(
     notes: Annotated[Path | None, typer.Option(
         help="your notes as JSONL (note_id, patient_id, text, entities, summary pair) instead of generated ones")] = None,
-    n_notes: Annotated[int, typer.Option(help="generated notes (grounded in MIMIC-IV demo, SUPPORT2, RHC)")] = 80,
+    n_notes: Annotated[int, typer.Option(help="generated notes (grounded in MIMIC-IV demo, SUPPORT2, RHC)")] = 64,
     model: Annotated[str, typer.Option(help="'smollm2' or a local causal-LM folder")] = "smollm2",
-    layers: Annotated[int | None, typer.Option(help="transformer blocks kept (0: all; default 2 for the CPU)")] = 2,
-    epochs: Annotated[float, typer.Option(help="epochs per model")] = 3.0,
+    layers: Annotated[int, typer.Option(help="transformer blocks kept (0: all; a cut SmolLM2 is no language "
+                                             "model: perplexity ~1e9, for smoke tests)")] = 0,
+    epochs: Annotated[float, typer.Option(help="epochs per model")] = 2.0,
     batch_size: Annotated[int, typer.Option(help="expected patients per step")] = 8,
     modes: Annotated[str, typer.Option(help="comma-separated: non-private, dp-full, dp-lora, dp-prefix")
                      ] = "non-private,dp-full,dp-lora,dp-prefix",
     sweep_modes: Annotated[str, typer.Option(help="modes whose NER models are trained at every epsilon")] = "dp-lora",
     epsilons: Annotated[str, typer.Option(help="comma-separated target epsilons (Table 2, the sweep)")] = "1,3,8",
     main_epsilon: Annotated[float, typer.Option(help="the epsilon of Table 1 (the paper's: 3)")] = 3.0,
-    tasks: Annotated[str, typer.Option(help="comma-separated: ner, summarisation")] = "ner,summarisation",
-    eval_notes: Annotated[int, typer.Option(help="held-out notes decoded for NER F1 and ROUGE-L")] = 20,
+    tasks: Annotated[str, typer.Option(help="comma-separated: ner, summarisation (causal LM), token-ner (MiniLM "
+                                            "BIO tagger)")] = "ner,summarisation,token-ner",
+    canaries: Annotated[int, typer.Option(help="canary patients per NER run (one-run epsilon lower bound)")] = 16,
+    shadows: Annotated[int, typer.Option(help="LiRA shadow models per Table 2 run (even; 0: no LiRA)")] = 0,
+    clip_ablation: Annotated[bool, typer.Option(help="DP-LoRA NER with adaptive clip norms (median; private "
+                                                     "80th-percentile warm-up)")] = True,
+    eval_notes: Annotated[int, typer.Option(help="held-out notes decoded for NER F1 and ROUGE-L")] = 8,
     seeds: Annotated[int, typer.Option(help="training seeds")] = 1,
     workers: Annotated[int, typer.Option(help="parallel training processes")] = 2,
-    quick: Annotated[bool, typer.Option(help="smoke-size run (12 notes, 1 block, 1 epoch, epsilon 3)")] = False,
+    quick: Annotated[bool, typer.Option(help="smoke-size run (12 notes, 1 block, 1 epoch, epsilon 3, 4 canaries; "
+                                             "other options but modes, tasks and workers ignored)")] = False,
     out: Annotated[Path, typer.Option(help="results folder (rerun to resume)")] = Path("results/clinical-nlp"),
 ) -> None:
     """Fine-tuning a causal LM on clinical notes: NER F1 and ROUGE-L of non-private, DP-Full, DP-LoRA and
@@ -124,7 +131,7 @@ def benchmark_clinical_nlp(
     bench = ClinicalNLPBenchmark.quick() if quick else ClinicalNLPBenchmark(
         n_notes=n_notes, model=model, layers=layers or None, epochs=epochs, batch_size=batch_size,
         epsilons=tuple(float(e) for e in split(epsilons)), main_epsilon=main_epsilon, eval_notes=eval_notes,
-        seeds=seeds)
+        seeds=seeds, canaries=canaries, shadows=shadows, clip_ablation=clip_ablation)
     bench = replace(bench, modes=split(modes), sweep_modes=split(sweep_modes), tasks=split(tasks), workers=workers)
     corpus = None
     if notes is not None:

@@ -245,11 +245,23 @@ class Trainer:
         return total
 
     def mean_gradient(self, loss_fn, batch: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], float]:
-        """Ordinary gradient of the mean loss (public branch, non-private training)."""
+        """Ordinary gradient of the mean loss (public branch, non-private training); a batch larger than
+        ``max_physical_batch`` is summed over chunks of that many rows, so memory stays bounded (not with
+        batch normalisation, whose per-row losses depend on the whole batch)."""
         size = next(iter(batch.values())).shape[0]
-        loss = check_losses(loss_fn(self.model, batch), size).mean()
-        grads = torch.autograd.grad(loss, list(self.trainable.values()), allow_unused=True, materialize_grads=True)
-        return dict(zip(self.trainable, grads)), float(loss.detach())
+        params = list(self.trainable.values())
+        if size <= self.config.max_physical_batch or _has_batch_norm(self.model):
+            loss = check_losses(loss_fn(self.model, batch), size).mean()
+            grads = torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)
+            return dict(zip(self.trainable, grads)), float(loss.detach())
+        total, summed = 0.0, None
+        for rows in chunks(torch.arange(size), self.config.max_physical_batch):
+            part = take(batch, rows)
+            loss = check_losses(loss_fn(self.model, part), len(rows)).sum()
+            grads = torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)
+            summed = list(grads) if summed is None else [a.add_(b) for a, b in zip(summed, grads)]
+            total += float(loss.detach())
+        return {n: g / size for n, g in zip(self.trainable, summed)}, total / size
 
     def _apply(self, grad: dict[str, Tensor]) -> None:
         for n, p in self.trainable.items():
@@ -459,6 +471,10 @@ class Trainer:
             self.clip_estimator.load_state_dict(state["clip_estimator"])
         self.step_count = state["step"]
         log.info("resumed from %s at step %d", path, self.step_count)
+
+
+def _has_batch_norm(model: nn.Module) -> bool:
+    return any(isinstance(mod, nn.modules.batchnorm._BatchNorm) for mod in model.modules())
 
 
 def _refuse_batch_norm(model: nn.Module) -> None:

@@ -92,32 +92,10 @@ class SynthLM(nn.Module):
         return (logits, out.past_key_values) if use_cache else logits
 
 
-def _blocks(body: nn.Module) -> tuple[str, nn.ModuleList]:
-    for name in ("layers", "h", "blocks"):
-        mod = getattr(body, name, None)
-        if isinstance(mod, nn.ModuleList):
-            return name, mod
-    raise ValueError(f"cannot find the transformer blocks of {type(body).__name__} to truncate")
-
-
-def _truncate(body: nn.Module, k: int) -> None:
-    name, blocks = _blocks(body)
-    if k > len(blocks):
-        raise ValueError(f"layers={k} but the model has only {len(blocks)} blocks")
-    setattr(body, name, blocks[:k])
-    for attr in ("num_hidden_layers", "n_layer"):
-        if hasattr(body.config, attr):
-            setattr(body.config, attr, k)
-    if hasattr(body.config, "layer_types") and body.config.layer_types:
-        body.config.layer_types = body.config.layer_types[:k]
-
-
 def build_lm(settings: LMSettings, vocab_texts: list[str]) -> tuple[SynthLM, object]:
     """(model, tokenizer): ``vocab_texts`` are the public strings whose tokens the output layer must cover."""
-    causal, tok = load_causal_lm(settings.model)
+    causal, tok = load_causal_lm(settings.model, settings.layers)
     body = causal.base_model
-    if settings.layers is not None:
-        _truncate(body, settings.layers)
     if settings.vocab == "full":
         token_ids = list(range(len(tok)))
     else:

@@ -31,18 +31,18 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import Enum
 
 import torch
 from torch import Tensor, nn
 
+from dpcare.engine.adaptive_clip import AdaptiveClip
 from dpcare.engine.objective import Objective
 from dpcare.engine.trainer import TrainConfig, Trainer
 from dpcare.exceptions import DataError, PrivacyParameterError, SpecError, UnknownNameError
 from dpcare.lm import load_causal_lm, trim_right_padding
 from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
-from dpcare.synth.lm_model import _truncate
 from dpcare.text.generative_ner import ner_prompt, ner_target, note_windows, spans_in
 from dpcare.text.spans import ENTITY_LABELS, Note
 from dpcare.token_loss import token_nll
@@ -234,22 +234,32 @@ def check_mode_privacy(mode: FinetuneMode, epsilon: float | None, delta: float |
         raise PrivacyParameterError("non-private training takes no epsilon or delta")
 
 
+def check_adaptive_clip(mode: FinetuneMode, adaptive_clip: AdaptiveClip | None) -> None:
+    """Adaptive clipping is a private mechanism: refused in non-private mode; its settings are checked."""
+    if adaptive_clip is None:
+        return
+    if not mode.private:
+        raise PrivacyParameterError("adaptive clipping applies to the private modes only (non-private training "
+                                    "does not clip)")
+    adaptive_clip.validate()
+
+
 def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode = "dp-lora",
              epsilon: float | None = None, delta: float | None = None, model: str = "smollm2",
              layers: int | None = None, epochs: float = 3.0, batch_size: int = 16, lr: float | None = None,
              clip_norm: float = 1.0, seed: int = 0, checkpoint_dir: str | None = None, progress: bool = False,
              labels: Sequence[str] = ENTITY_LABELS, window: int | None = 256, stride: int | None = 128,
              lora_rank: int = 8, lora_alpha: float = 16.0, prefix_tokens: int = 10, reduction: str = "mean",
-             max_physical_batch: int = 8, accountant: str = "pld"):
+             max_physical_batch: int = 8, accountant: str = "pld", adaptive_clip: AdaptiveClip | None = None):
     """Fine-tune ``model`` ("smollm2" or a local Hugging Face folder; ``layers``: keep the first k blocks) on
     ``task`` in ``mode``. Returns (model, tokenizer, info); ``info["guarantee"]`` names the PATIENT as the
     protected unit (None in non-private mode, which has no ledger). ``lr=None``: DEFAULT_LR of the mode;
-    ``accountant``: "pld" or "rdp" (the ledger's)."""
+    ``accountant``: "pld" or "rdp" (the ledger's); ``adaptive_clip``: private adaptive clipping of the
+    per-patient norms (``clip_norm`` is then the initial C; private modes only, see docs/adaptive-clipping.md)."""
     mode = FinetuneMode.parse(mode)
     check_mode_privacy(mode, epsilon, delta)
-    causal, tokenizer = load_causal_lm(model)
-    if layers is not None:
-        _truncate(causal.base_model, layers)
+    check_adaptive_clip(mode, adaptive_clip)
+    causal, tokenizer = load_causal_lm(model, layers)
     prefix = mode is FinetuneMode.DP_PREFIX
     examples = make_examples(list(notes), task, tokenizer, labels, window, stride)
     data = encode(examples, tokenizer, _max_positions(causal, prefix_tokens if prefix else 0))
@@ -258,7 +268,7 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
     objective = TargetLoss(mode.private, positions=not prefix, reduction=reduction)
     config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=DEFAULT_LR[mode.value] if lr is None else lr,
                          clip_norm=clip_norm, seed=seed, checkpoint_dir=checkpoint_dir, progress=progress,
-                         max_physical_batch=max_physical_batch, target_epsilon=epsilon)
+                         max_physical_batch=max_physical_batch, target_epsilon=epsilon, adaptive_clip=adaptive_clip)
     config.validate(objective)
     net = apply_mode(causal, mode, lora_rank, lora_alpha, prefix_tokens)
     if mode.private:
@@ -274,6 +284,8 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
         "notes": len({e.note_id for e in examples}), "rows": rows,
         "trainable_parameters": sum(p.numel() for p in net.parameters() if p.requires_grad),
         "steps": result.steps, "sampling_rate": result.sampling_rate, "noise_multiplier": result.noise_multiplier,
+        "gradient_noise_multiplier": result.gradient_noise_multiplier, "clip_norm": result.clip_norm,
+        "adaptive_clip": asdict(adaptive_clip) if adaptive_clip else None,
         "backend": result.backend, "history": result.history, "guarantee": g.to_dict() if g else None,
         "guarantee_text": g.describe() if g else "no privacy guarantee (non-private fine-tuning)",
         "ledger": result.ledger.state_dict() if result.ledger else None,

@@ -47,6 +47,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from dpcare.engine.adaptive_clip import AdaptiveClip
 from dpcare.engine.objective import Objective
 from dpcare.engine.trainer import TrainConfig, Trainer, TrainResult
 from dpcare.exceptions import DataError, SpecError, UnknownNameError
@@ -58,6 +59,7 @@ from dpcare.text.finetune import (
     FinetuneMode,
     _max_positions,
     apply_mode,
+    check_adaptive_clip,
     check_mode_privacy,
     patient_groups,
     qv_targets,
@@ -308,13 +310,15 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
                     labels: Sequence[str] = ENTITY_LABELS, window: int | None = 128, stride: int | None = 64,
                     lora_rank: int = 8, lora_alpha: float = 16.0, reduction: str = "mean",
                     max_physical_batch: int = 16, accountant: str = "pld", checkpoint_dir: str | None = None,
-                    progress: bool = False) -> TokenNERRun:
+                    progress: bool = False, adaptive_clip: AdaptiveClip | None = None) -> TokenNERRun:
     """Train a BIO tagger from ``model`` ("minilm" or a local encoder folder) in ``mode``; the private modes
     protect the PATIENT (``batch_size``: expected patients per step; ``epsilon``: target). Non-private mode
     samples windows, as many per step (expected) and as many steps as the private modes. ``lr=None``:
-    DEFAULT_LR of the mode. Returns (model in eval mode, tokenizer, TrainResult)."""
+    DEFAULT_LR of the mode; ``adaptive_clip``: private adaptive clipping (private modes; ``clip_norm`` is the
+    initial C). Returns (model in eval mode, tokenizer, TrainResult)."""
     mode = parse_mode(mode)
     check_mode_privacy(mode, epsilon, delta)
+    check_adaptive_clip(mode, adaptive_clip)
     tags = bio_tags(labels)
     net, tokenizer = load_minilm(len(tags), model, tags)
     windows = bio_examples(notes, tokenizer, labels, window, stride, _max_positions(net))
@@ -322,7 +326,7 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     objective = TokenNERLoss(mode.private, reduction)
     config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=DEFAULT_LR[mode.value] if lr is None else lr,
                          clip_norm=clip_norm, seed=seed, checkpoint_dir=checkpoint_dir, progress=progress,
-                         max_physical_batch=max_physical_batch, target_epsilon=epsilon)
+                         max_physical_batch=max_physical_batch, target_epsilon=epsilon, adaptive_clip=adaptive_clip)
     config.validate(objective)
     net = apply_token_mode(net, mode, lora_rank, lora_alpha)
     patients, rows = int(groups.max()) + 1, len(windows)

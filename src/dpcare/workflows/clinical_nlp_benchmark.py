@@ -4,6 +4,14 @@
   summaries) of a causal LM fine-tuned non-privately, with DP-Full, DP-LoRA and DP-Prefix at epsilon 3.
 * Table 2: membership-inference AUC against the NER models at epsilon 1, 3, 8 and non-private; the paper
   attacks DP-LoRA, here every mode in ``sweep_modes`` is trained at every epsilon (also the sweep plot).
+  Attacks: LOSS, LOSS calibrated by the base model, and with ``shadows`` > 0 the paper's shadow-model LiRA;
+  with ``canaries`` > 0 every generative-NER run also trains on fake canary patients, each included with
+  probability 1/2, and reports a one-run epsilon lower bound (Steinke et al. 2023).
+* ``token-ner``: the MiniLM encoder as a BIO tagger (non-private, DP-Full, DP-LoRA at epsilon 3; prefix
+  tuning is not offered for it), the same held-out notes.
+* ``clip_ablation``: DP-LoRA NER at epsilon 3 with private adaptive clipping (Andrew et al. 2021) at the
+  median, and the paper's "80th percentile of the first iterations" made private (charged warm-up counts,
+  C frozen after them), beside the fixed clip norm (the paper's Section 4.4).
 
 Every cell fine-tunes one model (:func:`dpcare.text.finetune.finetune`, the PATIENT as the privacy unit,
 delta 1e-5 as the paper), then scores the held-out patients' notes and attacks the model. The patients are
@@ -39,20 +47,25 @@ from dpcare.text.finetune import FinetuneMode
 from dpcare.text.spans import ENTITY_LABELS, Note
 from dpcare.workflows.journal import append_run, check_settings, parallel_results, read_journal
 
-MODES = tuple(m.value for m in FinetuneMode)
-TASKS = ("ner", "summarisation")
+BASE = "base"  # the pre-trained model, never fine-tuned: reads no private note (the floor of every method)
+MODES = (BASE, *(m.value for m in FinetuneMode))
+TASKS = ("ner", "summarisation", "token-ner")
+TOKEN_MODES = ("non-private", "dp-full", "dp-lora")  # the MiniLM tagger has no prefix-tuning mode here
+#: clip-norm variants: the fixed setting, adaptive clipping at the median throughout training, and a private
+#: warm-up to the 80th percentile with C frozen afterwards (the paper's recipe made private)
+CLIP_VARIANTS = ("fixed", "adaptive-median", "warmup-p80")
 ATTACKS = ("loss", "reference")  # dpcare.text.attacks.loss_attack_lm
 DELTA = 1e-5  # the paper's (Section 5.1)
 
 
 @dataclass
 class ClinicalNLPBenchmark:
-    n_notes: int = 80
+    n_notes: int = 64
     corpus_seed: int = 0
     held_out: float = 0.25  # fraction of patients held out (test notes and attack non-members)
     model: str = "smollm2"
-    layers: int | None = 2  # keep the first k transformer blocks (None: all 30; slow on CPU)
-    epochs: float = 3.0
+    layers: int | None = None  # keep the first k blocks (a cut SmolLM2 is no language model: smoke tests only)
+    epochs: float = 2.0
     batch_size: int = 8  # expected patients per step
     clip_norm: float = 1.0
     window: int = 128  # note tokens per NER window (stride = window: no overlap)
@@ -60,8 +73,12 @@ class ClinicalNLPBenchmark:
     main_epsilon: float = 3.0
     modes: tuple[str, ...] = MODES
     sweep_modes: tuple[str, ...] = ("dp-lora",)  # NER models trained at every epsilon (Table 2, the plot)
-    tasks: tuple[str, ...] = TASKS
-    eval_notes: int = 20  # held-out notes decoded for NER F1 and ROUGE-L (all held-out patients are attacked)
+    tasks: tuple[str, ...] = ("ner", "summarisation")
+    canaries: int = 0  # fake canary patients per generative-NER run (each included with probability 1/2)
+    shadows: int = 0  # LiRA shadow models per Table 2 run (0: LOSS and reference attacks only)
+    clip_ablation: bool = False  # DP-LoRA NER at main_epsilon with the adaptive clip-norm variants
+    encoder: str = "minilm"  # the token-ner model: "minilm" or a local encoder folder
+    eval_notes: int = 8  # held-out notes decoded for NER F1 and ROUGE-L (all held-out patients are attacked)
     summary_tokens: int = 96
     ner_tokens: int = 384  # most tokens of one window's entity list
     seeds: int = 1
@@ -71,7 +88,7 @@ class ClinicalNLPBenchmark:
     def quick(cls) -> ClinicalNLPBenchmark:
         """A smoke-size run for CI: 12 notes, SmolLM2 cut to one block, one epoch, epsilon 3, 2 test notes."""
         return cls(n_notes=12, held_out=0.34, layers=1, epochs=1.0, batch_size=4, epsilons=(3.0,), eval_notes=2,
-                   summary_tokens=24, ner_tokens=64)
+                   summary_tokens=24, ner_tokens=64, canaries=4)
 
     def validate(self) -> None:
         for name, values, known in (("modes", self.modes, MODES), ("sweep_modes", self.sweep_modes, MODES),
@@ -81,8 +98,8 @@ class ClinicalNLPBenchmark:
                 raise SpecError(f"unknown {name} {unknown}; choose from {list(known)}")
         if not self.modes or not self.tasks:
             raise SpecError("no modes or no tasks to run")
-        if "non-private" in self.sweep_modes:
-            raise SpecError("sweep_modes are private modes (the non-private model has no epsilon)")
+        if {"non-private", BASE} & set(self.sweep_modes):
+            raise SpecError("sweep_modes are private modes (the non-private and base models have no epsilon)")
         if not self.epsilons or any(not (e > 0 and math.isfinite(e)) for e in self.epsilons):
             raise SpecError(f"epsilons must be finite and > 0, got {self.epsilons}")
         self.epsilons = tuple(float(e) for e in self.epsilons)
@@ -94,6 +111,11 @@ class ClinicalNLPBenchmark:
         for name in ("n_notes", "seeds", "batch_size", "eval_notes", "summary_tokens", "ner_tokens", "window"):
             if getattr(self, name) < 1:
                 raise SpecError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.canaries < 0:
+            raise SpecError(f"canaries must be >= 0, got {self.canaries}")
+        if self.shadows < 0 or self.shadows % 2:
+            raise SpecError(f"shadows must be an even number >= 0 (LiRA trains them in complementary pairs), "
+                            f"got {self.shadows}")
         if self.epochs <= 0:
             raise SpecError(f"epochs must be > 0, got {self.epochs}")
         if self.model != "smollm2" and not (Path(self.model) / "config.json").is_file():
@@ -103,22 +125,61 @@ class ClinicalNLPBenchmark:
     def fingerprint(self) -> str:
         """The settings a finished run depends on (a resumed journal must match them)."""
         keep = {k: v for k, v in asdict(self).items()
-                if k not in ("modes", "sweep_modes", "tasks", "epsilons", "main_epsilon", "seeds", "workers")}
+                if k not in ("modes", "sweep_modes", "tasks", "epsilons", "main_epsilon", "seeds", "workers",
+                             "clip_ablation")}
         return json.dumps(keep, sort_keys=True, default=str)
 
-    def cells(self) -> list[tuple[str, str, float | None, int]]:
-        """(task, mode, target epsilon or None, seed) of every run."""
+    def cells(self) -> list[tuple[str, str, float | None, int, str]]:
+        """(task, mode, target epsilon or None, seed, clip variant) of every run."""
         out = []
         for task in self.tasks:
             for mode in self.modes:
-                if mode == "non-private":
+                if task == "token-ner" and mode not in TOKEN_MODES:
+                    continue
+                if mode in ("non-private", BASE):
                     eps: list = [None]
                 elif task == "ner" and mode in self.sweep_modes:
                     eps = list(self.epsilons)
                 else:
                     eps = [self.main_epsilon]
-                out += [(task, mode, e, s) for e in eps for s in range(self.seeds)]
+                out += [(task, mode, e, s, "fixed") for e in eps for s in range(self.seeds)]
+        if self.clip_ablation and "ner" in self.tasks:
+            out += [("ner", "dp-lora", self.main_epsilon, s, v) for v in CLIP_VARIANTS[1:] for s in range(self.seeds)]
         return out
+
+    def attacked(self, task: str, mode: str, variant: str) -> bool:
+        """Runs of Table 2 (membership inference; LiRA shadows when ``shadows`` > 0)."""
+        return task == "ner" and variant == "fixed" and (mode == "non-private" or mode in self.sweep_modes)
+
+
+def _untrained(bench: ClinicalNLPBenchmark, task: str):
+    """(the pre-trained model, tokenizer, info) of the ``base`` rows: nothing fine-tuned, nothing read."""
+    from dpcare.lm import load_causal_lm
+
+    model, tokenizer = load_causal_lm(bench.model, bench.layers)
+    info = {"task": task, "mode": BASE, "steps": 0, "noise_multiplier": None, "gradient_noise_multiplier": None,
+            "clip_norm": None, "patients": 0, "rows": 0, "trainable_parameters": 0, "backend": "none",
+            "guarantee": None, "guarantee_text": "the pre-trained model, never fine-tuned: it reads no private note"}
+    return model, tokenizer, info
+
+
+#: std of the noise on the clip count: the paper's default (expected batch / 20) is for batches of hundreds; with
+#: a few patients per step it would leave the split accounting (2 sigma_b > sigma) nothing for the gradient
+COUNT_NOISE = 2.0
+
+
+def adaptive_clip(variant: str):
+    """The :class:`~dpcare.engine.adaptive_clip.AdaptiveClip` of a clip variant (None: the fixed clip norm)."""
+    from dpcare.engine.adaptive_clip import AdaptiveClip
+
+    if variant == "fixed":
+        return None
+    if variant == "adaptive-median":
+        return AdaptiveClip(target_quantile=0.5, lr=0.2, count_noise=COUNT_NOISE)
+    if variant == "warmup-p80":
+        return AdaptiveClip(target_quantile=0.8, lr=0.3, count_noise=COUNT_NOISE, warmup_steps=10,
+                            freeze_after_warmup=True)
+    raise SpecError(f"unknown clip variant {variant!r}; choose from {list(CLIP_VARIANTS)}")
 
 
 # ---------------------------------------------------------------- data
@@ -180,55 +241,116 @@ def _load_split(path: str) -> NoteSplit:
 
 
 # ---------------------------------------------------------------- one run
-def run_cell(task: str, mode: str, epsilon: float | None, seed: int, notes_path: str,
+def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: str, notes_path: str,
              bench: ClinicalNLPBenchmark) -> dict[str, Any]:
     """Fine-tune one model, score the held-out notes, attack it; one journal row."""
     import torch
 
-    from dpcare.lm import load_causal_lm
-    from dpcare.synth.lm_model import _truncate
-    from dpcare.text.attacks import lm_perplexity, loss_attack_lm
-    from dpcare.text.finetune import finetune
-
     torch.set_num_threads(1)
     split = _load_split(notes_path)
+    row = {"task": task, "mode": mode, "target_epsilon": epsilon, "seed": seed, "variant": variant}
+    if task == "token-ner":
+        return {**row, **_token_ner_cell(split, mode, epsilon, seed, bench)}
+    from dpcare.lm import load_causal_lm
+    from dpcare.text.attacks import insert_canaries, lm_perplexity, loss_attack_lm, make_note_canaries
+    from dpcare.text.finetune import finetune
+
     rows = {"task": task, "labels": ENTITY_LABELS, "window": bench.window, "stride": bench.window}
+    private = mode not in ("non-private", BASE)
+    canaries = make_note_canaries(bench.canaries, seed) if task == "ner" and bench.canaries and mode != BASE else []
+    train = split.train
+    if canaries:
+        train, included = insert_canaries(split.train, canaries, seed)
+
+    def fit(notes: list[Note]):
+        return finetune(notes, task, mode, epsilon=epsilon, delta=DELTA if private else None, model=bench.model,
+                        layers=bench.layers, epochs=bench.epochs, batch_size=bench.batch_size,
+                        clip_norm=bench.clip_norm, seed=seed, window=bench.window, stride=bench.window,
+                        adaptive_clip=adaptive_clip(variant))
+
     t0 = time.perf_counter()
-    private = mode != "non-private"
-    model, tokenizer, info = finetune(split.train, task, mode, epsilon=epsilon, delta=DELTA if private else None,
-                                      model=bench.model, layers=bench.layers, epochs=bench.epochs,
-                                      batch_size=bench.batch_size, clip_norm=bench.clip_norm, seed=seed,
-                                      window=bench.window, stride=bench.window)
-    fit_s = time.perf_counter() - t0
+    model, tokenizer, info = _untrained(bench, task) if mode == BASE else fit(train)
+    row["fit_s"] = time.perf_counter() - t0
     model.eval()
     t0 = time.perf_counter()
     test = split.held_out[: bench.eval_notes]
     utility = _utility(model, tokenizer, task, test, bench)
     utility["perplexity"] = lm_perplexity(model, tokenizer, split.held_out, **rows)
-    eval_s = time.perf_counter() - t0
-    base, _ = load_causal_lm(bench.model)
-    if bench.layers is not None:
-        _truncate(base.base_model, bench.layers)
+    row["eval_s"] = time.perf_counter() - t0
+    base, _ = load_causal_lm(bench.model, bench.layers)
     held = set(split.held_out_patients)
     members = _sample_members(split, len(held), seed)
     nonmembers = [n for n in split.held_out if n.patient_id in held]
     t0 = time.perf_counter()
     attack = loss_attack_lm(model, base, tokenizer, members, nonmembers, seed=seed, **rows)
-    attack_s = time.perf_counter() - t0
+    roc = {a: {"members": attack.scores[a][0].tolist(), "nonmembers": attack.scores[a][1].tolist()}
+           for a in ATTACKS}
+    if bench.shadows and bench.attacked(task, mode, variant):
+        lira = _lira(fit, model, tokenizer, split, members, nonmembers, bench, seed, rows)
+        row.update({f"mia_lira_{m}": lira.online[m]["value"] for m in ("auc", "tpr_at_1pct_fpr")})
+        row.update(mia_lira_auc_ci=[lira.online["auc"]["low"], lira.online["auc"]["high"]],
+                   mia_lira_offline_auc=lira.offline["auc"]["value"], lira_shadows=lira.shadows)
+        roc["lira"] = {"members": lira.scores["LiRA online"][0].tolist(),
+                       "nonmembers": lira.scores["LiRA online"][1].tolist()}
+    row["attack_s"] = time.perf_counter() - t0
+    if canaries:
+        from dpcare.text.attacks import canary_audit
+
+        audit = canary_audit(model, tokenizer, canaries, included, DELTA, base_model=base, **rows)
+        row.update(canary_epsilon_lower_bound=audit.epsilon_lower_bound, canary_correct=audit.correct,
+                   canary_guesses=audit.guesses, canaries=audit.canaries, canaries_included=int(included.sum()))
     g = info["guarantee"]
     return {
-        "task": task, "mode": mode, "target_epsilon": epsilon, "seed": seed,
-        "epsilon": g["epsilon"] if g else None, "delta": g["delta"] if g else None,
-        "steps": info["steps"], "noise_multiplier": info["noise_multiplier"], "patients": info["patients"],
-        "rows": info["rows"], "trainable_parameters": info["trainable_parameters"], "backend": info["backend"],
-        "test_notes": len(test), **{f"test_{k}": v for k, v in utility.items()},
+        **row, "epsilon": g["epsilon"] if g else None, "delta": g["delta"] if g else None,
+        "steps": info["steps"], "noise_multiplier": info["noise_multiplier"],
+        "gradient_noise_multiplier": info["gradient_noise_multiplier"], "clip_norm": info["clip_norm"],
+        "patients": info["patients"], "rows": info["rows"], "trainable_parameters": info["trainable_parameters"],
+        "backend": info["backend"], "test_notes": len(test), **{f"test_{k}": v for k, v in utility.items()},
         **{f"mia_{a}_{m}": getattr(attack, a)[m]["value"] for a in ATTACKS for m in ("auc", "tpr_at_1pct_fpr")},
         **{f"mia_{a}_auc_ci": [getattr(attack, a)["auc"]["low"], getattr(attack, a)["auc"]["high"]] for a in ATTACKS},
-        "mia_members": attack.members, "mia_nonmembers": attack.nonmembers,
-        "roc": {a: {"members": attack.scores[a][0].tolist(), "nonmembers": attack.scores[a][1].tolist()}
-                for a in ATTACKS},
-        "fit_s": fit_s, "eval_s": eval_s, "attack_s": attack_s, "guarantee": g,
+        "mia_members": attack.members, "mia_nonmembers": attack.nonmembers, "roc": roc, "guarantee": g,
         "guarantee_text": info["guarantee_text"],
+    }
+
+
+def _lira(fit, model, tokenizer, split: NoteSplit, members: list[Note], nonmembers: list[Note],
+          bench: ClinicalNLPBenchmark, seed: int, rows: dict):
+    """The paper's shadow-model attack: each shadow trains with the target's recipe on the training patients
+    that are not attacked plus half of the attacked patients (complementary halves in pairs), so its data set
+    has the target's size and each attacked patient is in exactly half of the shadows."""
+    from dpcare.text.attacks import lira_lm
+
+    attacked = {n.patient_id for n in members}
+    rest = [n for n in split.train if n.patient_id not in attacked]
+    return lira_lm(lambda notes: fit(rest + list(notes))[0].eval(), model, tokenizer, members, nonmembers,
+                   shadows=bench.shadows, seed=seed, **rows)
+
+
+def _token_ner_cell(split: NoteSplit, mode: str, epsilon: float | None, seed: int,
+                    bench: ClinicalNLPBenchmark) -> dict[str, Any]:
+    """MiniLM BIO tagger (:func:`dpcare.text.token_ner.train_token_ner`), scored on the same held-out notes."""
+    from dpcare.text.evaluation import MICRO
+    from dpcare.text.token_ner import evaluate_token_ner, train_token_ner
+
+    t0 = time.perf_counter()
+    run = train_token_ner(split.train, mode, epsilon=epsilon, delta=DELTA if mode != "non-private" else None,
+                          model=bench.encoder, epochs=bench.epochs, batch_size=bench.batch_size,
+                          clip_norm=bench.clip_norm, seed=seed)
+    fit_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    test = split.held_out[: bench.eval_notes]
+    micro = evaluate_token_ner(run.model, run.tokenizer, test).loc[MICRO]
+    result, g = run.result, run.result.guarantee
+    return {
+        "fit_s": fit_s, "eval_s": time.perf_counter() - t0, "epsilon": g.epsilon if g else None,
+        "delta": g.delta if g else None, "steps": result.steps, "noise_multiplier": result.noise_multiplier,
+        "gradient_noise_multiplier": result.gradient_noise_multiplier, "clip_norm": result.clip_norm,
+        "patients": len(split.train_patients), "rows": None, "backend": result.backend,
+        "trainable_parameters": sum(p.numel() for p in run.model.parameters() if p.requires_grad),
+        "test_notes": len(test), "test_ner_f1": _nan0(micro["f1"]), "test_ner_precision": _nan0(micro["precision"]),
+        "test_ner_recall": float(micro["recall"]), "test_ner_predicted": int(micro["predicted"]),
+        "test_ner_gold": int(micro["gold"]), "roc": {}, "guarantee": g.to_dict() if g else None,
+        "guarantee_text": g.describe() if g else "no privacy guarantee (non-private fine-tuning)",
     }
 
 
@@ -272,10 +394,9 @@ def run_clinical_nlp(bench: ClinicalNLPBenchmark, out_dir: str | os.PathLike, no
     journal = out / "runs.jsonl"
     done = read_journal(journal)
     check_settings(journal, done, bench.fingerprint())
-    key = lambda t, m, e, s: f"{t}|{m}|{e}|{s}"
-    have = {key(r["task"], r["mode"], r["target_epsilon"], r["seed"]) for r in done}
+    have = {_key(r) for r in done}
     cells = bench.cells()
-    todo = [c for c in cells if key(*c) not in have]
+    todo = [c for c in cells if "|".join(map(str, c)) not in have]
     bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="clinical-nlp runs", disable=not progress)
     with open(journal, "a") as fh:
         for row in parallel_results(run_cell, [(*c, str(notes_path), bench) for c in todo], bench.workers):
@@ -283,47 +404,66 @@ def run_clinical_nlp(bench: ClinicalNLPBenchmark, out_dir: str | os.PathLike, no
             append_run(fh, row)
             done.append(row)
             bar.update()
-            bar.set_postfix_str(f"{row['task']} {row['mode']} eps={row['target_epsilon']}", refresh=False)
+            bar.set_postfix(last=f"{row['task']} {row['mode']} eps={row['target_epsilon']}", refresh=False)
     bar.close()
-    order = {key(*c): i for i, c in enumerate(cells)}
-    runs = pd.DataFrame(sorted((r for r in done if key(r["task"], r["mode"], r["target_epsilon"], r["seed"]) in order),
-                               key=lambda r: order[key(r["task"], r["mode"], r["target_epsilon"], r["seed"])]))
+    order = {"|".join(map(str, c)): i for i, c in enumerate(cells)}
+    runs = pd.DataFrame(sorted((r for r in done if _key(r) in order), key=lambda r: order[_key(r)]))
     table = summarize(runs)
+    first = [r for r in done if _key(r) in order and r["seed"] == 0]
     write_text(out / "runs.csv", runs.drop(columns=["guarantee", "settings", "roc"]).to_csv(index=False))
     write_text(out / "table.csv", table.to_csv(index=False))
     write_json(out / "settings.json", asdict(bench))
-    write_json(out / "guarantees.json", {f"{r['task']}|{r['mode']}@{r['target_epsilon']}": r["guarantee"]
-                                         for r in done if r["guarantee"] and r["seed"] == 0})
-    write_json(out / "roc.json", {f"{r['task']}|{r['mode']}@{r['target_epsilon']}": r["roc"]
-                                  for r in done if r["seed"] == 0})
+    write_json(out / "guarantees.json", {_label(r): r["guarantee"] for r in first if r["guarantee"]})
+    write_json(out / "roc.json", {_label(r): r["roc"] for r in first if r["roc"]})
     write_text(out / "table.md", markdown(table, bench))
     plot(table, out / "sweep.png")
     return table
 
 
+def _key(r: dict) -> str:
+    """A run's cell, as in :meth:`ClinicalNLPBenchmark.cells` (journals of before the clip variants: fixed)."""
+    return "|".join(map(str, (r["task"], r["mode"], r["target_epsilon"], r["seed"], r.get("variant", "fixed"))))
+
+
+def _label(r: dict) -> str:
+    variant = r.get("variant", "fixed")
+    return f"{r['task']}|{r['mode']}@{r['target_epsilon']}" + ("" if variant == "fixed" else f"|{variant}")
+
+
 UTILITY = ("ner_f1", "ner_precision", "ner_recall", "rougeL_f1", "perplexity")
-PRIVACY = ("mia_loss_auc", "mia_reference_auc", "mia_loss_tpr_at_1pct_fpr", "mia_reference_tpr_at_1pct_fpr")
+PRIVACY = ("mia_loss_auc", "mia_reference_auc", "mia_lira_auc", "mia_loss_tpr_at_1pct_fpr",
+           "mia_reference_tpr_at_1pct_fpr", "mia_lira_tpr_at_1pct_fpr", "canary_epsilon_lower_bound")
+GROUP = ["task", "mode", "target_epsilon", "variant"]
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean and sd over seeds per (task, mode, target epsilon); non-private rows have epsilon inf."""
-    runs = runs.assign(target_epsilon=runs["target_epsilon"].astype(float).fillna(math.inf))
+    """Mean and sd over seeds per (task, mode, target epsilon, clip variant); non-private rows have epsilon
+    inf."""
+    runs = runs.assign(target_epsilon=runs["target_epsilon"].astype(float).fillna(math.inf),
+                       variant=runs["variant"].fillna("fixed") if "variant" in runs else "fixed")
     metrics = [m for m in (*UTILITY, *PRIVACY) if f"test_{m}" in runs or m in runs]
     agg: dict[str, tuple[str, str]] = {}
     for m in metrics:
         col = f"test_{m}" if f"test_{m}" in runs else m
         agg[m], agg[f"{m}_sd"] = (col, "mean"), (col, "std")
     agg.update(epsilon=("epsilon", "max"), seeds=("seed", "count"), steps=("steps", "max"),
-               trainable_parameters=("trainable_parameters", "max"), fit_s=("fit_s", "mean"))
-    return runs.groupby(["task", "mode", "target_epsilon"], sort=False).agg(**agg).reset_index()
+               clip_norm=("clip_norm", "mean"), trainable_parameters=("trainable_parameters", "max"),
+               fit_s=("fit_s", "mean"))
+    return runs.groupby(GROUP, sort=False).agg(**agg).reset_index()
 
 
-def _cell(table: pd.DataFrame, metric: str, task: str, mode: str, eps: float) -> str:
-    row = table[(table["task"] == task) & (table["mode"] == mode) & (table["target_epsilon"] == eps)]
+def _cell(table: pd.DataFrame, metric: str, task: str, mode: str, eps: float, variant: str = "fixed",
+          digits: int = 3) -> str:
+    row = table[(table["task"] == task) & (table["mode"] == mode) & (table["target_epsilon"] == eps)
+                & (table["variant"] == variant)]
     if row.empty or metric not in row or pd.isna(row[metric].iloc[0]):
         return "-"
-    sd = row[f"{metric}_sd"].iloc[0]
-    return f"{row[metric].iloc[0]:.3f}" + ("" if pd.isna(sd) else f" ± {sd:.3f}")
+    sd = row[f"{metric}_sd"].iloc[0] if f"{metric}_sd" in row else math.nan
+    return f"{row[metric].iloc[0]:.{digits}f}" + ("" if pd.isna(sd) else f" ± {sd:.{digits}f}")
+
+
+def _eps(mode: str, bench: ClinicalNLPBenchmark) -> float:
+    return math.inf if mode in ("non-private", BASE) else bench.main_epsilon
 
 
 def markdown(table: pd.DataFrame, bench: ClinicalNLPBenchmark) -> str:
@@ -334,33 +474,70 @@ def markdown(table: pd.DataFrame, bench: ClinicalNLPBenchmark) -> str:
              "", ("| method | target eps | NER F1 | NER precision | NER recall | ROUGE-L F1 | perplexity (NER rows) "
              "| trainable parameters |"), "|---|---|---|---|---|---|---|---|"]
     for mode in bench.modes:
-        e = math.inf if mode == "non-private" else eps3
-        params = table[(table["mode"] == mode) & (table["target_epsilon"] == e)]["trainable_parameters"]
+        e = _eps(mode, bench)
+        params = table[(table["mode"] == mode) & (table["target_epsilon"] == e)
+                       & (table["task"] != "token-ner")]["trainable_parameters"]
         cells = [_cell(table, m, t, mode, e) for m, t in (("ner_f1", "ner"), ("ner_precision", "ner"),
                                                          ("ner_recall", "ner"), ("rougeL_f1", "summarisation"),
                                                          ("perplexity", "ner"))]
         cells.append(f"{int(params.max()):,}" if len(params) else "-")
-        lines.append(f"| {mode} | {'-' if math.isinf(e) else f'{e:g}'} | " + " | ".join(cells) + " |")
-    task = "ner" if "ner" in bench.tasks else bench.tasks[0]
-    lines += ["", (f"Table 2: membership-inference AUC against the {task} models (patients; members = training "
-              "patients, non-members = held-out patients; LOSS / reference-calibrated by the base model):"), "",
-              "| method | " + " | ".join(f"eps={e:g}" for e in bench.epsilons) + " | non-private |",
-              "|---" * (len(bench.epsilons) + 2) + "|"]
-    for mode in [m for m in bench.modes if m != "non-private"]:
-        cells = [" / ".join(_cell(table, f"mia_{a}_auc", task, mode, e) for a in ATTACKS) for e in bench.epsilons]
-        lines.append(f"| {mode} | " + " | ".join(cells) + " | |")
-    if "non-private" in bench.modes:
-        np_cell = " / ".join(_cell(table, f"mia_{a}_auc", task, "non-private", math.inf) for a in ATTACKS)
-        lines.append("| non-private | " + " | ".join("" for _ in bench.epsilons) + f" | {np_cell} |")
+        shown = "0 (never trained)" if mode == BASE else "-" if math.isinf(e) else f"{e:g}"
+        lines.append(f"| {mode} | {shown} | " + " | ".join(cells) + " |")
+    if "token-ner" in bench.tasks:
+        lines += ["", f"Token-classification NER with the {bench.encoder} encoder (BIO tags, same held-out notes):",
+                  "", "| method | target eps | NER F1 | NER precision | NER recall | trainable parameters |",
+                  "|---|---|---|---|---|---|"]
+        for mode in [m for m in bench.modes if m in TOKEN_MODES]:
+            e = _eps(mode, bench)
+            params = table[(table["task"] == "token-ner") & (table["mode"] == mode)]["trainable_parameters"]
+            cells = [_cell(table, m, "token-ner", mode, e) for m in ("ner_f1", "ner_precision", "ner_recall")]
+            cells.append(f"{int(params.max()):,}" if len(params) else "-")
+            lines.append(f"| {mode} | {'-' if math.isinf(e) else f'{e:g}'} | " + " | ".join(cells) + " |")
+    if "ner" in bench.tasks:
+        lines += _attack_table(table, bench)
+    if bench.clip_ablation and "ner" in bench.tasks:
+        lines += ["", f"Clip-norm ablation (DP-LoRA NER at epsilon {eps3:g}; the paper's Section 4.4):", "",
+                  "| clip norm | NER F1 | perplexity | final C | epsilon |", "|---|---|---|---|---|"]
+        for v in CLIP_VARIANTS:
+            lines.append(f"| {v} | " + " | ".join(_cell(table, m, "ner", "dp-lora", eps3, v, d) for m, d in
+                                                  (("ner_f1", 3), ("perplexity", 3), ("clip_norm", 3),
+                                                   ("epsilon", 3))) + " |")
     lines += ["", ("Nothing is left uncounted in epsilon: no step reads the held-out patients and no hyperparameter "
               "was chosen on them."), ""]
     return "\n".join(lines)
 
 
+def _attack_table(table: pd.DataFrame, bench: ClinicalNLPBenchmark) -> list[str]:
+    attacks = [a for a in (*ATTACKS, "lira") if f"mia_{a}_auc" in table]
+    names = {"loss": "LOSS", "reference": "reference", "lira": "LiRA"}
+    lines = ["", ("Table 2: membership-inference AUC against the generative NER models (patients; members = "
+             "training patients, non-members = held-out patients; " + " / ".join(names[a] for a in attacks)
+             + "):"), "", "| method | " + " | ".join(f"eps={e:g}" for e in bench.epsilons) + " | non-private |",
+             "|---" * (len(bench.epsilons) + 2) + "|"]
+    auc = lambda mode, e: " / ".join(_cell(table, f"mia_{a}_auc", "ner", mode, e) for a in attacks)
+    for mode in [m for m in bench.modes if m not in ("non-private", BASE)]:
+        lines.append(f"| {mode} | " + " | ".join(auc(mode, e) for e in bench.epsilons) + " | |")
+    for mode in [m for m in (BASE, "non-private") if m in bench.modes]:
+        name = "base (never trained; the attacks' floor)" if mode == BASE else mode
+        lines.append(f"| {name} | " + " | ".join("" for _ in bench.epsilons) + f" | {auc(mode, math.inf)} |")
+    if bench.canaries:
+        lines += ["", (f"One-run audit: epsilon lower bound from {bench.canaries} canary patients, each included "
+                  "with probability 1/2 (95% confidence; the bound can only be as large as the canaries allow):"),
+                  "", "| method | " + " | ".join(f"eps={e:g}" for e in bench.epsilons) + " | non-private |",
+                  "|---" * (len(bench.epsilons) + 2) + "|"]
+        low = lambda mode, e: _cell(table, "canary_epsilon_lower_bound", "ner", mode, e, digits=2)
+        for mode in [m for m in bench.modes if m not in ("non-private", BASE)]:
+            lines.append(f"| {mode} | " + " | ".join(low(mode, e) for e in bench.epsilons) + " | |")
+        if "non-private" in bench.modes:
+            lines.append("| non-private | " + " | ".join("" for _ in bench.epsilons)
+                         + f" | {low('non-private', math.inf)} |")
+    return lines
+
+
 def plot(table: pd.DataFrame, path: Path) -> None:
-    """NER F1 and the reference attack's AUC against epsilon (non-private dashed)."""
-    ner = table[table["task"] == "ner"]
-    panels = [m for m in ("ner_f1", "mia_reference_auc", "mia_loss_auc") if m in ner]
+    """NER F1 and the attacks' AUC against epsilon (non-private dashed); fixed clip norm only."""
+    ner = table[(table["task"] == "ner") & (table["variant"] == "fixed")]
+    panels = [m for m in ("ner_f1", "mia_reference_auc", "mia_lira_auc", "mia_loss_auc") if m in ner]
     if ner.empty or not panels:
         return
     fig, axes = new_figure((4.2 * len(panels), 3.6), ncols=len(panels))
@@ -373,13 +550,13 @@ def plot(table: pd.DataFrame, path: Path) -> None:
             if len(finite):
                 ax.errorbar(finite["target_epsilon"], finite[metric], yerr=finite[f"{metric}_sd"].fillna(0),
                             marker="o", capsize=3, label=mode, color=color)
-            else:
+            elif not pd.isna(sub[metric].iloc[0]):
                 ax.axhline(float(sub[metric].iloc[0]), linestyle="--", linewidth=1, label=mode, color=color)
         if metric.endswith("auc"):
             ax.axhline(0.5, color="k", linewidth=0.6, linestyle=":")
         ax.set_xscale("log")
         ax.set_xlabel("target epsilon")
         ax.set_ylabel({"ner_f1": "NER span F1 (held-out notes)", "mia_reference_auc": "MIA AUC (reference attack)",
-                       "mia_loss_auc": "MIA AUC (LOSS attack)"}[metric])
+                       "mia_lira_auc": "MIA AUC (LiRA, shadows)", "mia_loss_auc": "MIA AUC (LOSS attack)"}[metric])
     axes[0].legend(fontsize=7)
     save_figure(fig, path)
