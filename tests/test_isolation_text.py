@@ -73,9 +73,11 @@ class _RecordingImputer:
 
 def test_text_fusion_imputer_and_public_views_do_not_depend_on_the_private_spans(tmp_path):
     """Two corpora with the same masked notes but other private span contents (other words, other
-    lengths): the imputer's input and the x_pub / x_hyb token ids are bit-identical, x is not. Fails if
-    the hybrid or public view is built from the note text, or the imputer is given ``.private``
-    (checked with the hybrid view built from ``MaskedNote.restore()``)."""
+    lengths): the imputer's input (note ids, masked texts, slots) and the x_pub / x_hyb token ids are
+    bit-identical, x is not. Fails if the hybrid or public view is built from the note text (checked with
+    the hybrid view built from ``MaskedNote.restore()``). That the language-model imputer never reads a
+    masked note's ``.private`` is tested in tests/test_text_imputation.py (canary spans, every token the
+    model sees recorded)."""
     from dataclasses import replace
 
     from dpcare.text import SpanMasker, generate_corpus

@@ -97,6 +97,53 @@ def test_nine_methods_run_with_guarantees_and_resume(views_path, tmp_path, monke
         ftb.run_text_benchmark(views_path, replace(bench, lr=0.5), tmp_path, progress=False)
 
 
+class _Captured(Exception):
+    pass
+
+
+def test_each_method_reads_only_its_views(views_path, tmp_path, monkeypatch):
+    """What every method's training receives, captured at Trainer.fit: the non-private SGD-Hybrid and
+    SGD-Pub see only x_hyb / x_pub; the hybrid methods' public branch sees no original note x; and all of
+    it is bit-identical when the original view x of the training notes is replaced by other token ids
+    (red if sgd-hybrid or sgd-pub were mapped to "x", or a public branch were given "x")."""
+    from dpcare.engine.trainer import Trainer
+
+    views = TextViews.load(views_path)
+    other = TextViews(**{**views.__dict__, "tensors": {k: dict(v) for k, v in views.tensors.items()}})
+    x = other.tensors["train"]["x"]
+    other.tensors["train"]["x"] = torch.randint_like(x, 2, int(x.max()) + 1)  # other private words
+    assert not torch.equal(other.tensors["train"]["x"], x)
+    paths = {"a": views_path, "b": tmp_path / "other.pt"}
+    other.save(paths["b"])
+    seen: dict[str, dict] = {}
+
+    def capture(self, data, public=None, **kw):
+        seen[tag] = {"data": data, "public": public}
+        raise _Captured
+
+    monkeypatch.setattr(Trainer, "fit", capture)
+    out = {}
+    for method in ftb.METHODS:
+        for run, path in paths.items():
+            tag = f"{method}|{run}"
+            with pytest.raises(_Captured):
+                ftb.train_text_one(method, None if method in ftb.NONPRIVATE else 5.0, 0, str(path), tiny())
+        out[method] = (seen[f"{method}|a"], seen[f"{method}|b"])
+    for method in ("sgd-hybrid", "sgd-pub"):
+        a, b = out[method]
+        assert torch.equal(a["data"]["x"], views.tensors["train"][ftb.NONPRIVATE[method]])
+        assert torch.equal(a["data"]["x"], b["data"]["x"]), method
+    assert not torch.equal(out["sgd-org"][0]["data"]["x"], out["sgd-org"][1]["data"]["x"])  # x does reach it
+    hybrid = [m for m in ftb.METHODS if m not in ftb.NONPRIVATE and m != "dp-sgd"]
+    assert len(hybrid) == 5
+    for method in hybrid:
+        a, b = out[method]
+        assert a["public"], method
+        assert "x" not in a["public"] and set(a["public"]) <= {"x_pub", "x_hyb", "y"}, (method, set(a["public"]))
+        for key in a["public"]:
+            assert torch.equal(a["public"][key], b["public"][key]), (method, key)
+
+
 def test_journal_cuts_a_half_written_last_line(tmp_path):
     path = tmp_path / "runs.jsonl"
     first = json.dumps({"method": "sgd-org"}) + "\n"

@@ -98,14 +98,14 @@ def benchmark_fusiondp_text(
 def benchmark_clinical_nlp(
     notes: Annotated[Path | None, typer.Option(
         help="your notes as JSONL (note_id, patient_id, text, entities, summary pair) instead of generated ones")] = None,
-    n_notes: Annotated[int, typer.Option(help="generated notes (grounded in MIMIC-IV demo, SUPPORT2, RHC)")] = 64,
+    n_notes: Annotated[int, typer.Option(help="generated notes (grounded in MIMIC-IV demo, SUPPORT2, RHC)")] = 48,
     model: Annotated[str, typer.Option(help="'smollm2' or a local causal-LM folder")] = "smollm2",
     layers: Annotated[int, typer.Option(help="transformer blocks kept (0: all; a cut SmolLM2 is no language "
                                              "model: perplexity ~1e9, for smoke tests)")] = 0,
     epochs: Annotated[float, typer.Option(help="epochs per model")] = 2.0,
-    batch_size: Annotated[int, typer.Option(help="expected patients per step")] = 8,
-    modes: Annotated[str, typer.Option(help="comma-separated: non-private, dp-full, dp-lora, dp-prefix")
-                     ] = "non-private,dp-full,dp-lora,dp-prefix",
+    batch_size: Annotated[int, typer.Option(help="expected patients per step")] = 4,
+    modes: Annotated[str, typer.Option(help="comma-separated: base (never fine-tuned), non-private, dp-full, "
+                                            "dp-lora, dp-prefix")] = "base,non-private,dp-full,dp-lora,dp-prefix",
     sweep_modes: Annotated[str, typer.Option(help="modes whose NER models are trained at every epsilon")] = "dp-lora",
     epsilons: Annotated[str, typer.Option(help="comma-separated target epsilons (Table 2, the sweep)")] = "1,3,8",
     main_epsilon: Annotated[float, typer.Option(help="the epsilon of Table 1 (the paper's: 3)")] = 3.0,
@@ -115,7 +115,7 @@ def benchmark_clinical_nlp(
     shadows: Annotated[int, typer.Option(help="LiRA shadow models per Table 2 run (even; 0: no LiRA)")] = 0,
     clip_ablation: Annotated[bool, typer.Option(help="DP-LoRA NER with adaptive clip norms (median; private "
                                                      "80th-percentile warm-up)")] = True,
-    eval_notes: Annotated[int, typer.Option(help="held-out notes decoded for NER F1 and ROUGE-L")] = 8,
+    eval_notes: Annotated[int, typer.Option(help="held-out notes decoded for NER F1 and ROUGE-L")] = 6,
     seeds: Annotated[int, typer.Option(help="training seeds")] = 1,
     workers: Annotated[int, typer.Option(help="parallel training processes")] = 2,
     quick: Annotated[bool, typer.Option(help="smoke-size run (12 notes, 1 block, 1 epoch, epsilon 3, 4 canaries; "

@@ -47,7 +47,6 @@ from dpcare.audit.lira import LiraResult
 from dpcare.audit.metrics import attack_metrics
 from dpcare.audit.one_run import OneRunAudit, one_run_audit
 from dpcare.exceptions import DataError
-from dpcare.text.evaluation import perplexity
 from dpcare.text.finetune import (
     Example,
     TargetLoss,
@@ -90,16 +89,14 @@ def _examples(items: Items, task: str, tokenizer, labels, window, stride) -> lis
 
 def _patient_losses(model: nn.Module, tokenizer, examples: Sequence[Example], batch_size: int) -> dict[str, float]:
     """{patient id: total target NLL / target tokens} over ``examples`` (sums, then one division)."""
+    return {p: total / count for p, (total, count) in _patient_nll(model, tokenizer, examples, batch_size).items()}
+
+
+def _patient_nll(model: nn.Module, tokenizer, examples: Sequence[Example], batch_size: int
+                 ) -> dict[str, tuple[float, int]]:
+    """{patient id: (total target NLL, target tokens)} over ``examples``."""
     ids, sums, counts = _patient_sums(model, tokenizer, examples, batch_size)
-    return dict(zip(ids, (sums / counts).tolist()))
-
-
-def lm_perplexity(model: nn.Module, tokenizer, items: Items, task: str = "ner", labels: Sequence[str] = ENTITY_LABELS,
-                  window: int | None = 256, stride: int | None = 128, batch_size: int = 8) -> float:
-    """Perplexity of ``model`` over all target tokens (and EOS) of the fine-tuning rows of ``items``."""
-    _, sums, counts = _patient_sums(model, tokenizer, _examples(items, task, tokenizer, labels, window, stride),
-                                    batch_size)
-    return perplexity(float(sums.sum()), int(counts.sum()))
+    return {p: (float(total), int(count)) for p, total, count in zip(ids, sums.tolist(), counts.tolist())}
 
 
 def _patient_sums(model: nn.Module, tokenizer, examples: Sequence[Example], batch_size: int):
@@ -172,6 +169,7 @@ class LMAttackResult:
     members: int
     nonmembers: int
     scores: dict = field(default_factory=dict, repr=False)
+    target_nll: dict = field(default_factory=dict, repr=False)  # patient id -> (target NLL sum, target tokens)
 
     def to_dict(self) -> dict:
         return {"attack": "lm-loss", "unit": "patient", "members": self.members, "nonmembers": self.nonmembers,
@@ -183,12 +181,13 @@ def loss_attack_lm(target_model: nn.Module, base_model: nn.Module, tokenizer, me
     """LOSS (-target loss) and reference-calibrated (base loss - target loss) attacks on patients.
     ``rows``: task, labels, window, stride of the fine-tuning rows (as :func:`note_losses`)."""
     examples, m_ids, n_ids = _attack_rows(tokenizer, members, nonmembers, rows)
-    target = _patient_losses(target_model, tokenizer, examples, batch_size)
+    nll = _patient_nll(target_model, tokenizer, examples, batch_size)
+    target = {p: total / count for p, (total, count) in nll.items()}
     base = _patient_losses(base_model, tokenizer, examples, batch_size)
     scores = {"loss": _split({p: -v for p, v in target.items()}, m_ids, n_ids),
               "reference": _split({p: base[p] - v for p, v in target.items()}, m_ids, n_ids)}
     metrics = {k: attack_metrics(*v, bootstrap=bootstrap, seed=seed) for k, v in scores.items()}
-    return LMAttackResult(metrics["loss"], metrics["reference"], len(m_ids), len(n_ids), scores)
+    return LMAttackResult(metrics["loss"], metrics["reference"], len(m_ids), len(n_ids), scores, nll)
 
 
 # --------------------------------------------------------------------------- LiRA

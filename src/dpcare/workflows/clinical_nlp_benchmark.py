@@ -60,13 +60,13 @@ DELTA = 1e-5  # the paper's (Section 5.1)
 
 @dataclass
 class ClinicalNLPBenchmark:
-    n_notes: int = 64
+    n_notes: int = 48
     corpus_seed: int = 0
     held_out: float = 0.25  # fraction of patients held out (test notes and attack non-members)
     model: str = "smollm2"
     layers: int | None = None  # keep the first k blocks (a cut SmolLM2 is no language model: smoke tests only)
     epochs: float = 2.0
-    batch_size: int = 8  # expected patients per step
+    batch_size: int = 4  # expected patients per step
     clip_norm: float = 1.0
     window: int = 128  # note tokens per NER window (stride = window: no overlap)
     epsilons: tuple[float, ...] = (1.0, 3.0, 8.0)
@@ -78,11 +78,12 @@ class ClinicalNLPBenchmark:
     shadows: int = 0  # LiRA shadow models per Table 2 run (0: LOSS and reference attacks only)
     clip_ablation: bool = False  # DP-LoRA NER at main_epsilon with the adaptive clip-norm variants
     encoder: str = "minilm"  # the token-ner model: "minilm" or a local encoder folder
-    eval_notes: int = 8  # held-out notes decoded for NER F1 and ROUGE-L (all held-out patients are attacked)
+    eval_notes: int = 6  # held-out notes decoded for NER F1 and ROUGE-L (all held-out patients are attacked)
     summary_tokens: int = 96
     ner_tokens: int = 384  # most tokens of one window's entity list
     seeds: int = 1
     workers: int = 2
+    physical_batch: int = 4  # rows per forward/backward pass (memory only: the gradients are the same)
 
     @classmethod
     def quick(cls) -> ClinicalNLPBenchmark:
@@ -126,7 +127,7 @@ class ClinicalNLPBenchmark:
         """The settings a finished run depends on (a resumed journal must match them)."""
         keep = {k: v for k, v in asdict(self).items()
                 if k not in ("modes", "sweep_modes", "tasks", "epsilons", "main_epsilon", "seeds", "workers",
-                             "clip_ablation")}
+                             "clip_ablation", "physical_batch")}
         return json.dumps(keep, sort_keys=True, default=str)
 
     def cells(self) -> list[tuple[str, str, float | None, int, str]]:
@@ -252,7 +253,8 @@ def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: st
     if task == "token-ner":
         return {**row, **_token_ner_cell(split, mode, epsilon, seed, bench)}
     from dpcare.lm import load_causal_lm
-    from dpcare.text.attacks import insert_canaries, lm_perplexity, loss_attack_lm, make_note_canaries
+    from dpcare.text.attacks import insert_canaries, loss_attack_lm, make_note_canaries
+    from dpcare.text.evaluation import perplexity
     from dpcare.text.finetune import finetune
 
     rows = {"task": task, "labels": ENTITY_LABELS, "window": bench.window, "stride": bench.window}
@@ -266,7 +268,7 @@ def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: st
         return finetune(notes, task, mode, epsilon=epsilon, delta=DELTA if private else None, model=bench.model,
                         layers=bench.layers, epochs=bench.epochs, batch_size=bench.batch_size,
                         clip_norm=bench.clip_norm, seed=seed, window=bench.window, stride=bench.window,
-                        adaptive_clip=adaptive_clip(variant))
+                        adaptive_clip=adaptive_clip(variant), max_physical_batch=bench.physical_batch)
 
     t0 = time.perf_counter()
     model, tokenizer, info = _untrained(bench, task) if mode == BASE else fit(train)
@@ -275,14 +277,13 @@ def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: st
     t0 = time.perf_counter()
     test = split.held_out[: bench.eval_notes]
     utility = _utility(model, tokenizer, task, test, bench)
-    utility["perplexity"] = lm_perplexity(model, tokenizer, split.held_out, **rows)
     row["eval_s"] = time.perf_counter() - t0
     base, _ = load_causal_lm(bench.model, bench.layers)
-    held = set(split.held_out_patients)
-    members = _sample_members(split, len(held), seed)
-    nonmembers = [n for n in split.held_out if n.patient_id in held]
+    members = _sample_members(split, len(split.held_out_patients), seed)
     t0 = time.perf_counter()
-    attack = loss_attack_lm(model, base, tokenizer, members, nonmembers, seed=seed, **rows)
+    attack = loss_attack_lm(model, base, tokenizer, members, split.held_out, seed=seed, **rows)
+    held = [attack.target_nll[p] for p in split.held_out_patients]  # the non-members: every held-out patient
+    utility["perplexity"] = perplexity(sum(t for t, _ in held), sum(c for _, c in held))
     roc = {a: {"members": attack.scores[a][0].tolist(), "nonmembers": attack.scores[a][1].tolist()}
            for a in ATTACKS}
     if bench.shadows and bench.attacked(task, mode, variant):
