@@ -94,7 +94,7 @@ def bench_trainer(model, objective, batch: int, backend: str = "auto"):
     return Trainer(model, objective, cfg, ledger=PrivacyLedger(10**6))
 
 
-def time_trainer_steps(trainer, data: dict, idx, steps: int) -> dict:
+def time_trainer_steps(trainer, data: dict, idx, steps: int, warmup: int = 3) -> dict:
     """Time one engine step on a fixed batch: the clipped, noised private gradient of the units ``idx``
     (plus the public branch's mean gradient, if any) or the non-private mean gradient, then the update."""
     objective = trainer.objective
@@ -109,11 +109,11 @@ def time_trainer_steps(trainer, data: dict, idx, steps: int) -> dict:
                 grad = {k: g_pub[k] + grad[k] for k in grad}
         trainer._apply(grad)
 
-    return {**time_steps(step, steps), "backend": trainer.backend}
+    return {**time_steps(step, steps, warmup), "backend": trainer.backend}
 
 
-def time_steps(step, steps: int) -> dict:
-    for _ in range(3):
+def time_steps(step, steps: int, warmup: int = 3) -> dict:
+    for _ in range(warmup):
         step()
     times = []
     for _ in range(steps):

@@ -39,12 +39,10 @@ from __future__ import annotations
 
 import os
 import pickle
-import resource
 import tempfile
-import time
 from pathlib import Path
 
-from bench_dp_step import bench_trainer, child_result, parse_or_run_child
+from bench_dp_step import bench_trainer, child_result, parse_or_run_child, time_trainer_steps
 
 ROWS = 128  # tokens per row
 NOTES_ENV = "DPCARE_BENCH_NOTES"  # a pickle of the notes, written once by the parent
@@ -117,27 +115,10 @@ def run_one(mode: str, batch: int, steps: int) -> dict:
     model, objective, data = build(model_key, trainable, privacy == "dp", batch)
     model.train()
     trainer = bench_trainer(model, objective, batch, backend[0] if backend else "auto")
-    idx = torch.arange(batch)
-
-    def step():
-        if objective.private:
-            grad = trainer.private_gradient(data, idx, expected_batch=batch)
-        else:
-            grad, _ = trainer.mean_gradient(objective.private_loss, data)
-        trainer._apply(grad)
-
     warmup = 1 if model_key == f"smollm2:{FULL_DEPTH}" else 2
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return {"median_s": times[len(times) // 2], "backend": trainer.backend,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "trainable": sum(p.numel() for p in trainer.trainable.values()), "width": int(data["ids"].shape[1])}
+    result = time_trainer_steps(trainer, data, torch.arange(batch), steps, warmup)
+    return {**result, "trainable": sum(p.numel() for p in trainer.trainable.values()),
+            "width": int(data["ids"].shape[1])}
 
 
 def main() -> None:

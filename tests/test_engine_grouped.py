@@ -93,6 +93,27 @@ def test_grouped_transformer_rows_match_the_loop():
     assert_same_clipped_sums(got, norms, want, want_norms)
 
 
+@pytest.mark.parametrize("clip", [0.05, 1e3])
+def test_a_patient_larger_than_a_micro_batch_is_summed_in_chunks_then_clipped(clip):
+    """Patient 7 has 7 rows, more than max_physical_batch = 2: its gradient is accumulated over row chunks
+    and clipped as one; the total and the norms equal the loop over patients (the other patients take the
+    fast path)."""
+    torch.manual_seed(0)
+    model = TabularMLP(5, hidden=8, dropout=0.0).double()
+    g = torch.Generator().manual_seed(1)
+    batch = {"x": torch.randn(12, 5, generator=g).double(), "y": (torch.rand(12, generator=g) > 0.5).double()}
+    trainer = Trainer(model, DPSGD(), TrainConfig(batch_size=2, noise_multiplier=1.0, clip_norm=clip,
+                                                  max_physical_batch=2, progress=False), ledger=PrivacyLedger(4))
+    trainer.units = UnitIndex(GROUPS)
+    seen = []
+    real = trainer.objective.private_loss
+    trainer.objective.private_loss = lambda m, b: seen.append(len(b["x"])) or real(m, b)
+    got, norms = trainer._clipped_total(batch, torch.arange(4))
+    want, want_norms = loop_over_patients(model, DPSGD().private_loss, batch, GROUPS, clip)
+    assert max(seen) <= 2  # no pass held more rows than the micro-batch
+    assert_same_clipped_sums(got, norms, want, want_norms)
+
+
 def test_unit_index_rows_and_chunks_keep_patients_whole():
     units = UnitIndex(GROUPS)
     assert units.n == 4

@@ -49,6 +49,24 @@ def new_figure(figsize: tuple[float, float], ncols: int = 1, nrows: int = 1):
     return plt.subplots(nrows, ncols, figsize=figsize)
 
 
+def epsilon_curves(ax, table, by: str, metric: str) -> None:
+    """One line of ``metric`` (error bars from ``{metric}_sd``) against ``target_epsilon`` per value of
+    column ``by``; a group whose only epsilon is infinite (non-private) is a dashed horizontal line."""
+    import numpy as np
+    import pandas as pd
+
+    for i, name in enumerate(table[by].unique()):
+        sub = table[table[by] == name].sort_values("target_epsilon")
+        finite = sub[np.isfinite(sub["target_epsilon"])]
+        color = f"C{i % 10}"
+        if len(finite):
+            ax.errorbar(finite["target_epsilon"], finite[metric], yerr=finite[f"{metric}_sd"].fillna(0),
+                        marker="o", capsize=3, label=name, color=color)
+        elif not pd.isna(sub[metric].iloc[0]):
+            ax.axhline(float(sub[metric].iloc[0]), linestyle="--", linewidth=1, label=name, color=color)
+    ax.set_xscale("log")
+
+
 def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> Path:
     """Save a matplotlib figure atomically as PNG and close it."""
     import matplotlib.pyplot as plt

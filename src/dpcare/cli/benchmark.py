@@ -118,6 +118,8 @@ def benchmark_clinical_nlp(
     eval_notes: Annotated[int, typer.Option(help="held-out notes decoded for NER F1 and ROUGE-L")] = 6,
     seeds: Annotated[int, typer.Option(help="training seeds")] = 1,
     workers: Annotated[int, typer.Option(help="parallel training processes")] = 2,
+    physical_batch: Annotated[int, typer.Option(help="rows per forward/backward pass: memory only (DP-Full on all "
+                                                     "30 blocks peaks near 7 GB at 2)")] = 2,
     quick: Annotated[bool, typer.Option(help="smoke-size run (12 notes, 1 block, 1 epoch, epsilon 3, 4 canaries; "
                                              "other options but modes, tasks and workers ignored)")] = False,
     out: Annotated[Path, typer.Option(help="results folder (rerun to resume)")] = Path("results/clinical-nlp"),
@@ -132,7 +134,8 @@ def benchmark_clinical_nlp(
         n_notes=n_notes, model=model, layers=layers or None, epochs=epochs, batch_size=batch_size,
         epsilons=tuple(float(e) for e in split(epsilons)), main_epsilon=main_epsilon, eval_notes=eval_notes,
         seeds=seeds, canaries=canaries, shadows=shadows, clip_ablation=clip_ablation)
-    bench = replace(bench, modes=split(modes), sweep_modes=split(sweep_modes), tasks=split(tasks), workers=workers)
+    bench = replace(bench, modes=split(modes), sweep_modes=split(sweep_modes), tasks=split(tasks), workers=workers,
+                    physical_batch=physical_batch)
     corpus = None
     if notes is not None:
         from dpcare.text import read_jsonl

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 from dpcare.engine import checkpoint as ckpt
 from dpcare.engine.adaptive_clip import WARMUP, AdaptiveClip, QuantileEstimator
-from dpcare.engine.clip import check_losses
+from dpcare.engine.clip import check_losses, clip_factors
 from dpcare.engine.fast_clipping import clipped_sum_fast, unsupported_reason
 from dpcare.engine.functorch_backend import clipped_sum_functorch
 from dpcare.engine.objective import Objective
@@ -225,11 +225,28 @@ class Trainer:
         else:
             parts = [(rows, self.units.labels[rows]) for rows in self.units.chunks(idx, c.max_physical_batch)]
         for rows, labels in parts:
-            summed, part_norms = self.clipped_sum(take(data, rows), labels)
+            if len(rows) > c.max_physical_batch:  # one unit with more rows than fit in a pass
+                summed, part_norms = self._large_unit(data, rows)
+            else:
+                summed, part_norms = self.clipped_sum(take(data, rows), labels)
             norms.append(part_norms.detach().cpu())
             for n, g in summed.items():
                 total[n] += g
         return total, torch.cat(norms) if norms else torch.zeros(0)
+
+    def _large_unit(self, data: Mapping[str, Tensor], rows: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        """The clipped gradient of ONE unit whose rows do not fit in one pass (e.g. a patient with many long
+        windows): its gradient is summed over chunks of ``max_physical_batch`` rows by ordinary backward
+        passes (memory: one copy of the trainable parameters plus one chunk's activations), then clipped."""
+        params = list(self.trainable.values())
+        grads = None
+        for part in chunks(rows, self.config.max_physical_batch):
+            loss = check_losses(self.objective.private_loss(self.model, take(data, part)), len(part)).sum()
+            g = torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)
+            grads = list(g) if grads is None else [a.add_(b) for a, b in zip(grads, g)]
+        norm = torch.sqrt(sum(g.pow(2).sum() for g in grads)).reshape(1)
+        factor = clip_factors(norm, self.clip_norm)
+        return {n: g * factor for n, g in zip(self.trainable, grads)}, norm
 
     def private_gradient(self, data: Mapping[str, Tensor], idx: Tensor, expected_batch: float) -> dict[str, Tensor]:
         """Noisy clipped gradient of the private loss, divided by the expected batch size.

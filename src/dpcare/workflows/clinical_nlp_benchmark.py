@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from dpcare.exceptions import DataError, SpecError
-from dpcare.io import atomic_write, new_figure, save_figure, write_json, write_text
+from dpcare.io import atomic_write, epsilon_curves, new_figure, save_figure, write_json, write_text
 from dpcare.progress import progress as tqdm
 from dpcare.text.finetune import FinetuneMode
 from dpcare.text.spans import ENTITY_LABELS, Note
@@ -83,7 +83,7 @@ class ClinicalNLPBenchmark:
     ner_tokens: int = 384  # most tokens of one window's entity list
     seeds: int = 1
     workers: int = 2
-    physical_batch: int = 4  # rows per forward/backward pass (memory only: the gradients are the same)
+    physical_batch: int = 2  # rows per forward/backward pass (memory only: the gradients are the same)
 
     @classmethod
     def quick(cls) -> ClinicalNLPBenchmark:
@@ -544,18 +544,9 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     fig, axes = new_figure((4.2 * len(panels), 3.6), ncols=len(panels))
     axes = np.atleast_1d(axes)
     for ax, metric in zip(axes, panels):
-        for i, mode in enumerate(ner["mode"].unique()):
-            sub = ner[ner["mode"] == mode].sort_values("target_epsilon")
-            finite = sub[np.isfinite(sub["target_epsilon"])]
-            color = f"C{i % 10}"
-            if len(finite):
-                ax.errorbar(finite["target_epsilon"], finite[metric], yerr=finite[f"{metric}_sd"].fillna(0),
-                            marker="o", capsize=3, label=mode, color=color)
-            elif not pd.isna(sub[metric].iloc[0]):
-                ax.axhline(float(sub[metric].iloc[0]), linestyle="--", linewidth=1, label=mode, color=color)
+        epsilon_curves(ax, ner, "mode", metric)
         if metric.endswith("auc"):
             ax.axhline(0.5, color="k", linewidth=0.6, linestyle=":")
-        ax.set_xscale("log")
         ax.set_xlabel("target epsilon")
         ax.set_ylabel({"ner_f1": "NER span F1 (held-out notes)", "mia_reference_auc": "MIA AUC (reference attack)",
                        "mia_lira_auc": "MIA AUC (LiRA, shadows)", "mia_loss_auc": "MIA AUC (LOSS attack)"}[metric])

@@ -30,7 +30,7 @@ import torch
 
 from dpcare.engine import TrainConfig, Trainer
 from dpcare.exceptions import SpecError
-from dpcare.io import new_figure, save_figure, write_json, write_text
+from dpcare.io import epsilon_curves, new_figure, save_figure, write_json, write_text
 from dpcare.methods import DPSGD, NonPrivate
 from dpcare.methods.fusion import HYBRID_METHODS
 from dpcare.privacy import PrivacyLedger, ProtectedUnit
@@ -335,16 +335,7 @@ def _num(v: float) -> str:
 def plot(table: pd.DataFrame, path: Path) -> None:
     fig, axes = new_figure((10, 4), ncols=2)
     for ax, metric in zip(axes, ("f1_micro", "auc_macro")):
-        for i, method in enumerate(table["method"].unique()):
-            sub = table[table["method"] == method].sort_values("target_epsilon")
-            finite = sub[np.isfinite(sub["target_epsilon"])]
-            color = f"C{i % 10}"
-            if len(finite):
-                ax.errorbar(finite["target_epsilon"], finite[metric], yerr=finite[f"{metric}_sd"].fillna(0),
-                            marker="o", capsize=3, label=method, color=color)
-            else:
-                ax.axhline(float(sub[metric].iloc[0]), linestyle="--", linewidth=1, label=f"{method}", color=color)
-        ax.set_xscale("log")
+        epsilon_curves(ax, table, "method", metric)
         ax.set_xlabel("epsilon")
         ax.set_ylabel(f"test {metric.replace('_', ' ')}")
     axes[0].legend(fontsize=7, ncol=2)
