@@ -287,7 +287,7 @@ def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: st
     roc = {a: {"members": attack.scores[a][0].tolist(), "nonmembers": attack.scores[a][1].tolist()}
            for a in ATTACKS}
     if bench.shadows and bench.attacked(task, mode, variant):
-        lira = _lira(fit, model, tokenizer, split, members, nonmembers, bench, seed, rows)
+        lira = _lira(fit, model, tokenizer, split, members, split.held_out, bench, seed, rows)
         row.update({f"mia_lira_{m}": lira.online[m]["value"] for m in ("auc", "tpr_at_1pct_fpr")})
         row.update(mia_lira_auc_ci=[lira.online["auc"]["low"], lira.online["auc"]["high"]],
                    mia_lira_offline_auc=lira.offline["auc"]["value"], lira_shadows=lira.shadows)
