@@ -170,3 +170,18 @@ def test_a_grid_runs_resumes_and_refuses_other_settings(tiny_folder, bert_folder
         cnb.run_clinical_nlp(replace(bench, epochs=2.0), out, notes=corpus, progress=False)
     with pytest.raises(SpecError, match="other settings"):
         cnb.run_clinical_nlp(replace(bench, held_out=0.5), out, progress=False)
+
+
+def test_tables_only_tabulates_the_finished_runs_and_trains_nothing(tiny_folder, corpus, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(SpecError, match="no finished run"):
+        cnb.run_clinical_nlp(small(tiny_folder, modes=("base",), tasks=("ner",)), out, notes=corpus,
+                             progress=False, train=False)
+    cnb.run_clinical_nlp(small(tiny_folder, modes=("base",), tasks=("ner",)), out, notes=corpus, progress=False)
+    before = (out / "runs.jsonl").read_text()
+    table = cnb.run_clinical_nlp(small(tiny_folder, modes=("base", "dp-lora"), tasks=("ner",)), out, notes=corpus,
+                                 progress=False, train=False)
+    assert (out / "runs.jsonl").read_text() == before  # nothing trained
+    assert list(table["mode"]) == ["base"]
+    md = (out / "table.md").read_text()
+    assert "| base | 0 (never trained) |" in md and "| dp-lora | 3 | - | - |" in md

@@ -122,6 +122,8 @@ def benchmark_clinical_nlp(
                                                      "30 blocks peaks near 7 GB at 2)")] = 2,
     quick: Annotated[bool, typer.Option(help="smoke-size run (12 notes, 1 block, 1 epoch, epsilon 3, 4 canaries; "
                                              "other options but modes, tasks and workers ignored)")] = False,
+    tables_only: Annotated[bool, typer.Option(help="write the tables and plot from the runs already in OUT's "
+                                                   "journal; train nothing (missing cells show as '-')")] = False,
     out: Annotated[Path, typer.Option(help="results folder (rerun to resume)")] = Path("results/clinical-nlp"),
 ) -> None:
     """Fine-tuning a causal LM on clinical notes: NER F1 and ROUGE-L of non-private, DP-Full, DP-LoRA and
@@ -141,7 +143,7 @@ def benchmark_clinical_nlp(
         from dpcare.text import read_jsonl
 
         corpus = read_jsonl(notes)
-    run_clinical_nlp(bench, out, notes=corpus)
+    run_clinical_nlp(bench, out, notes=corpus, train=not tables_only)
     typer.echo((out / "table.md").read_text())
     typer.echo(f"written: {out}/table.md, table.csv, runs.csv, sweep.png, roc.json, guarantees.json, data/split.json")
 

@@ -386,8 +386,9 @@ def _nan0(v: float) -> float:
 
 # ---------------------------------------------------------------- the grid
 def run_clinical_nlp(bench: ClinicalNLPBenchmark, out_dir: str | os.PathLike, notes: list[Note] | None = None,
-                     progress: bool = True) -> pd.DataFrame:
-    """Every cell of ``bench``, resumable through ``out_dir/runs.jsonl``; writes the tables and the plot."""
+                     progress: bool = True, train: bool = True) -> pd.DataFrame:
+    """Every cell of ``bench``, resumable through ``out_dir/runs.jsonl``; writes the tables and the plot.
+    ``train=False`` only writes them from the journal's finished runs (missing cells show as "-")."""
     bench.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -398,6 +399,10 @@ def run_clinical_nlp(bench: ClinicalNLPBenchmark, out_dir: str | os.PathLike, no
     have = {_key(r) for r in done}
     cells = bench.cells()
     todo = [c for c in cells if "|".join(map(str, c)) not in have]
+    if not train:
+        if len(todo) == len(cells):
+            raise SpecError(f"no finished run of these settings in {journal}: nothing to tabulate")
+        todo = []
     bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="clinical-nlp runs", disable=not progress)
     with open(journal, "a") as fh:
         for row in parallel_results(run_cell, [(*c, str(notes_path), bench) for c in todo], bench.workers):
