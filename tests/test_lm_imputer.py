@@ -1,6 +1,7 @@
 """The language-model imputer and local LM loading."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -63,6 +64,29 @@ def test_saved_tiny_gpt2_folder_loads(tmp_path):
     tok.save_pretrained(tmp_path)
     loaded, loaded_tok = load_causal_lm(tmp_path)
     assert type(loaded).__name__ == "GPT2LMHeadModel" and loaded_tok.pad_token is not None
+
+
+def test_a_conversion_finished_first_by_another_process_is_used(tmp_path, monkeypatch):
+    """Parallel benchmark workers on a fresh machine each convert the GGUF; the one that finishes second must
+    use the first one's folder instead of failing on a non-empty target."""
+    import os
+
+    import dpcare.lm as lm
+
+    monkeypatch.setenv("DPCARE_CACHE", str(tmp_path))
+    real_replace = os.replace
+    target = tmp_path / "smollm2-135m-instruct"
+
+    def other_process_wins(src, dst):
+        if Path(dst) == target:  # the other worker's folder lands just before ours
+            target.mkdir()
+            (target / "config.json").write_text("{}")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(lm.os, "replace", other_process_wins)
+    assert lm.smollm2_folder() == target
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no temporary folder left
+    assert (target / "config.json").read_text() == "{}"  # theirs, kept
 
 
 def test_smollm2_from_the_wheel_imputes_a_few_rows():

@@ -52,7 +52,11 @@ def smollm2_folder() -> Path:
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process converted it first (parallel benchmark workers): use theirs
+            if not (target / "config.json").exists():
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -50,7 +51,8 @@ def append_run(fh, row: dict[str, Any]) -> None:
 
 def parallel_results(fn: Callable[..., dict], tasks: Iterable[tuple], workers: int) -> Iterator[dict]:
     """``fn(*task)`` for every task, in ``workers`` spawned single-threaded processes (in this process when
-    ``workers`` <= 1), yielded as they finish; every finished run is yielded before a failure is raised."""
+    ``workers`` <= 1), yielded as they finish; every finished run is yielded before a failure is raised, and
+    each failure is named on stderr as it happens (the other runs go on)."""
     tasks = list(tasks)
     if workers <= 1 or len(tasks) <= 1:
         for task in tasks:
@@ -59,11 +61,13 @@ def parallel_results(fn: Callable[..., dict], tasks: Iterable[tuple], workers: i
     failed = None
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=torch.set_num_threads, initargs=(1,)) as pool:
-        futures = [pool.submit(fn, *task) for task in tasks]
+        futures = {pool.submit(fn, *task): task for task in tasks}
         for f in as_completed(futures):
             if f.exception() is None:
                 yield f.result()
-            elif failed is None:
-                failed = f.exception()
+                continue
+            named = ", ".join(str(x) for x in futures[f] if isinstance(x, (str, int, float, type(None))))
+            print(f"run ({named}) failed: {f.exception()!r}; the others go on", file=sys.stderr, flush=True)
+            failed = failed or f.exception()
     if failed is not None:
         raise failed
