@@ -280,7 +280,9 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
         result = Trainer(net, objective, config).fit(data)
     g = result.guarantee
     info = {
-        "task": task, "mode": mode.value, "model": str(model), "layers": layers, "patients": patients,
+        "task": task, "mode": mode.value, "model": str(model), "layers": layers, "lora_rank": lora_rank,
+        "lora_alpha": lora_alpha, "prefix_tokens": prefix_tokens, "labels": list(labels), "window": window,
+        "stride": stride, "patients": patients,
         "notes": len({e.note_id for e in examples}), "rows": rows,
         "trainable_parameters": sum(p.numel() for p in net.parameters() if p.requires_grad),
         "steps": result.steps, "sampling_rate": result.sampling_rate, "noise_multiplier": result.noise_multiplier,

@@ -1,0 +1,93 @@
+"""Saving and loading a causal LM fine-tuned by :func:`dpcare.text.finetune.finetune`.
+
+A saved folder holds the TRAINED parameters only (``weights.safetensors``: the LoRA factors, the prefix, or
+every parameter with the untied output layer) and ``finetune.json``: the recipe that rebuilds the rest (the
+base model, the blocks kept, the mode and its adapter sizes, the task, labels and windows) with the run's
+guarantee, ledger and loss history. Loading rebuilds the base model, applies the mode and copies the saved
+parameters in; a weights file that does not match the recipe exactly is an error, never a partial load.
+Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from dpcare.exceptions import DataError
+from dpcare.io import atomic_write, write_json
+
+FORMAT = 1
+WEIGHTS = "weights.safetensors"
+META = "finetune.json"
+#: what rebuilds the model and its inputs (``info`` keys of :func:`~dpcare.text.finetune.finetune`)
+RECIPE = ("task", "mode", "model", "layers", "lora_rank", "lora_alpha", "prefix_tokens", "labels", "window",
+          "stride")
+
+
+def trained_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The parameters that training changed (``requires_grad``), detached, contiguous, on the CPU."""
+    return {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def save_finetuned(model: nn.Module, info: dict[str, Any], folder: str | os.PathLike) -> Path:
+    """Write ``model``'s trained parameters and ``info`` (recipe, guarantee, ledger, history) to ``folder``."""
+    from safetensors.torch import save
+
+    missing = [k for k in RECIPE if k not in info]
+    if missing:
+        raise DataError(f"info lacks the recipe keys {missing}: pass the info returned by finetune()")
+    folder = Path(folder)
+    model_name = info["model"]
+    if model_name != "smollm2":  # a local folder: keep an absolute path so the saved model loads from anywhere
+        model_name = str(Path(model_name).resolve())
+    payload = save(trained_state(model))
+    atomic_write(folder / WEIGHTS, lambda f: f.write(payload), mode="wb")
+    write_json(folder / META, {"format": FORMAT, "recipe": {**{k: info[k] for k in RECIPE}, "model": model_name},
+                               "info": {k: v for k, v in info.items() if k not in RECIPE}})
+    if info.get("guarantee"):
+        write_json(folder / "guarantee.json", info["guarantee"])
+    return folder
+
+
+def read_meta(folder: str | os.PathLike) -> dict[str, Any]:
+    """``finetune.json`` of a saved folder; errors name a folder that is not one."""
+    import json
+
+    folder = Path(folder)
+    if not (folder / META).is_file() or not (folder / WEIGHTS).is_file():
+        raise FileNotFoundError(f"{folder} is not a fine-tuned model folder (no {META} and {WEIGHTS}; "
+                                "`dpcare text finetune --out` writes one)")
+    meta = json.loads((folder / META).read_text())
+    if meta.get("format") != FORMAT:
+        raise DataError(f"{folder / META}: format {meta.get('format')!r}, this dpcare reads format {FORMAT}")
+    return meta
+
+
+def load_finetuned(folder: str | os.PathLike):
+    """(model in eval mode, tokenizer, meta) of a folder written by :func:`save_finetuned`."""
+    from safetensors.torch import load_file
+
+    from dpcare.lm import load_causal_lm
+    from dpcare.text.finetune import apply_mode
+
+    meta = read_meta(folder)
+    r = meta["recipe"]
+    causal, tokenizer = load_causal_lm(r["model"], r["layers"])
+    model = apply_mode(causal, r["mode"], r["lora_rank"], r["lora_alpha"], r["prefix_tokens"])
+    state = load_file(str(Path(folder) / WEIGHTS))
+    params = dict(model.named_parameters())
+    expected = {n for n, p in params.items() if p.requires_grad}
+    if set(state) != expected:
+        raise DataError(f"{folder}: the saved weights do not match the recipe ({r['mode']} on {r['model']}): "
+                        f"missing {sorted(expected - set(state))[:5]}, unexpected {sorted(set(state) - expected)[:5]}")
+    with torch.no_grad():
+        for name, value in state.items():
+            if params[name].shape != value.shape:
+                raise DataError(f"{folder}: {name} has shape {tuple(value.shape)}, the recipe builds "
+                                f"{tuple(params[name].shape)}")
+            params[name].copy_(value)
+    return model.eval(), tokenizer, meta

@@ -1,0 +1,145 @@
+"""`dpcare text`: saving and loading fine-tuned models (every mode), and the commands end to end on a tiny
+GPT-2 folder: generate, mask, finetune (with a budget), ner, summarise, and their errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from dpcare.cli import app
+from dpcare.exceptions import DataError
+from dpcare.lm import load_causal_lm
+from dpcare.text import generate_corpus, read_jsonl, write_jsonl
+from dpcare.text.finetune import finetune
+from dpcare.text.saved import WEIGHTS, load_finetuned, save_finetuned
+
+runner = CliRunner()
+MODES = ("non-private", "dp-full", "dp-lora", "dp-prefix")
+
+
+@pytest.fixture(scope="module")
+def notes_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("notes") / "notes.jsonl"
+    write_jsonl(generate_corpus(8, sources=("support2",), seed=5), path)
+    return path
+
+
+def logits(model, tok, text="Admitted with chest pain; troponin drawn."):
+    ids = tok(text, return_tensors="pt")
+    with torch.no_grad():
+        return model(**ids).logits
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_saved_model_loads_to_the_same_outputs(mode, gpt2_folder, notes_file, tmp_path):
+    notes = read_jsonl(notes_file)
+    eps = None if mode == "non-private" else 3.0
+    model, tok, info = finetune(notes, "ner", mode, epsilon=eps, model=gpt2_folder, epochs=1, batch_size=4,
+                                window=64, stride=64, lr=1e-2)
+    model.eval()
+    save_finetuned(model, info, tmp_path / "m")
+    loaded, tok2, meta = load_finetuned(tmp_path / "m")
+    assert meta["recipe"]["mode"] == mode and meta["info"]["steps"] == info["steps"]
+    assert torch.equal(logits(model, tok), logits(loaded, tok2))
+    base = load_causal_lm(gpt2_folder)[0].eval()  # the trained weights did change
+    assert not torch.allclose(logits(base, tok), logits(loaded, tok2))
+    if eps is not None:
+        assert json.loads((tmp_path / "m" / "guarantee.json").read_text())["unit"] == "patient"
+
+
+def test_weights_of_another_recipe_are_refused(gpt2_folder, notes_file, tmp_path):
+    notes = read_jsonl(notes_file)
+    lora, _, info = finetune(notes, "ner", "dp-lora", epsilon=3.0, model=gpt2_folder, epochs=0.5, batch_size=4,
+                             window=64, stride=64)
+    save_finetuned(lora, info, tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "finetune.json").read_text())
+    meta["recipe"]["mode"] = "dp-prefix"
+    (tmp_path / "m" / "finetune.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="do not match the recipe"):
+        load_finetuned(tmp_path / "m")
+    (tmp_path / "m" / WEIGHTS).unlink()
+    with pytest.raises(FileNotFoundError, match="not a fine-tuned model folder"):
+        load_finetuned(tmp_path / "m")
+
+
+def test_commands_end_to_end(gpt2_folder, tmp_path):
+    notes = tmp_path / "notes.jsonl"
+    r = runner.invoke(app, ["text", "generate", "--n-notes", "6", "--seed", "2", "--out", str(notes)])
+    assert r.exit_code == 0, r.output
+    assert len(read_jsonl(notes)) == 6
+
+    r = runner.invoke(app, ["text", "mask", str(notes), "--out", str(tmp_path / "masked.jsonl")])
+    assert r.exit_code == 0, r.output
+    masked = [json.loads(line) for line in (tmp_path / "masked.jsonl").read_text().splitlines()]
+    for m, n in zip(masked, read_jsonl(notes)):
+        assert m["note_id"] == n.note_id and m["slots"]
+        assert not any(s.text in m["text"] for s in n.phi if s.label in ("PATIENT", "MEDICALRECORD") and len(s.text) > 3)
+
+    common = ["--model", gpt2_folder, "--epochs", "1", "--batch-size", "4", "--window", "64", "--stride", "64"]
+    r = runner.invoke(app, ["text", "finetune", str(notes), "--task", "ner", "--mode", "dp-lora", "--epsilon", "3",
+                            *common, "--out", str(tmp_path / "ner")])
+    assert r.exit_code == 0, r.output
+    assert "differential privacy" in r.output and "patient" in r.output
+    r = runner.invoke(app, ["text", "ner", str(tmp_path / "ner"), str(notes), "--max-tokens", "16",
+                            "--out", str(tmp_path / "pred.jsonl")])
+    assert r.exit_code == 0, r.output
+    predicted = read_jsonl(tmp_path / "pred.jsonl")  # the reader checks that every span matches its note
+    assert [n.note_id for n in predicted] == [n.note_id for n in read_jsonl(notes)] and "micro" in r.output
+
+    r = runner.invoke(app, ["text", "finetune", str(notes), "--task", "summarisation", "--mode", "non-private",
+                            *common, "--out", str(tmp_path / "sum")])
+    assert r.exit_code == 0, r.output
+    assert "no privacy guarantee" in r.output and not (tmp_path / "sum" / "guarantee.json").exists()
+    r = runner.invoke(app, ["text", "summarise", str(tmp_path / "sum"), str(notes), "--max-tokens", "8",
+                            "--out", str(tmp_path / "sum.jsonl")])
+    assert r.exit_code == 0, r.output
+    assert "ROUGE-L" in r.output and len((tmp_path / "sum.jsonl").read_text().splitlines()) == 6
+    wrong = runner.invoke(app, ["text", "summarise", str(tmp_path / "ner"), str(notes), "--out", str(tmp_path / "x")])
+    assert wrong.exit_code == 2 and "not summarisation" in wrong.output
+
+
+def test_finetune_with_a_budget_is_refused_before_any_note_is_read(gpt2_folder, notes_file, tmp_path, monkeypatch):
+    budget = tmp_path / "budget.json"
+    patients = len({n.patient_id for n in read_jsonl(notes_file)})
+    r = runner.invoke(app, ["budget", "init", str(budget), "--epsilon", "4", "--delta", str(0.9 / patients),
+                            "--dataset", "notes", "--unit", "patient", "--data", str(notes_file)])
+    assert r.exit_code == 0, r.output
+    args = ["text", "finetune", str(notes_file), "--mode", "dp-lora", "--epsilon", "3", "--model", gpt2_folder,
+            "--epochs", "0.5", "--batch-size", "4", "--window", "64", "--stride", "64", "--budget", str(budget)]
+    assert runner.invoke(app, [*args, "--out", str(tmp_path / "a")]).exit_code == 0
+    release = json.loads(budget.read_text())["releases"][0]
+    assert release["status"] == "done" and release["unit"] == "patient"
+    assert release["epsilon"] == pytest.approx(3.0, abs=0.05)
+
+    def no_reading(*a, **k):
+        raise AssertionError("the notes were read before the budget check")
+
+    monkeypatch.setattr("dpcare.text.read_jsonl", no_reading)
+    refused = runner.invoke(app, [*args, "--out", str(tmp_path / "b")])
+    assert refused.exit_code == 2 and "budget" in refused.output.lower()
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--epsilon", "0"], "epsilon"),
+    (["--model", "/no/such/model"], "unknown model path"),
+    (["--mode", "dp-magic"], "dp-magic"),
+    (["--clip-variant", "p99"], "unknown clip variant"),
+])
+def test_finetune_errors_name_the_problem(extra, message, notes_file, tmp_path):
+    r = runner.invoke(app, ["text", "finetune", str(notes_file), *extra, "--out", str(tmp_path / "m")])
+    assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_missing_or_malformed_notes_are_named(tmp_path):
+    r = runner.invoke(app, ["text", "finetune", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "m")])
+    assert r.exit_code == 2 and "no such file" in r.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"note_id": "a", "patient_id": "p", "text": "x"}\nnot json\n')
+    r = runner.invoke(app, ["text", "finetune", str(bad), "--out", str(tmp_path / "m")])
+    assert r.exit_code == 2 and "bad.jsonl:2" in r.output
+    r = runner.invoke(app, ["text", "ner", str(tmp_path), str(bad), "--out", str(tmp_path / "p.jsonl")])
+    assert r.exit_code == 2 and "not a fine-tuned model folder" in r.output
