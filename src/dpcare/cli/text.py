@@ -82,7 +82,14 @@ def finetune(
 ) -> None:
     """Fine-tune a causal LM on notes, the PATIENT as the privacy unit (every window of every note of a
     patient clipped together); save the trained weights and print the guarantee."""
-    from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, default_delta, guard_run
+    from dpcare.privacy import (
+        NEIGHBOURING,
+        Guarantee,
+        PrivacyLedger,
+        ProtectedUnit,
+        default_delta,
+        guard_run,
+    )
     from dpcare.text import read_jsonl
     from dpcare.text.finetune import FinetuneMode, check_mode_privacy
     from dpcare.text.finetune import finetune as run_finetune
