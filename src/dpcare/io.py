@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,6 +31,11 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write(path, lambda f: f.write(text))
+
+
+def write_json_lines(path: str | os.PathLike, rows: Iterable[Any]) -> Path:
+    """One JSON object per line (UTF-8 kept as is), written atomically."""
+    return write_text(path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows))
 
 
 def torch_save(path: str | os.PathLike, obj: Any) -> Path:

@@ -44,13 +44,13 @@ def mask(
 ) -> None:
     """Mask the sensitive spans of each note (spaCy NER + rules, docs/text-masking.md). The output holds the
     public view only; a span the masker misses stays in it (check the recall on annotated notes)."""
-    from dpcare.io import write_text
+    from dpcare.io import write_json_lines
     from dpcare.text import read_jsonl
     from dpcare.text.masking import SpanMasker
 
     corpus = read_jsonl(notes)
     masked = SpanMasker(placeholder=placeholder).mask_many(corpus)
-    write_text(out, "".join(json.dumps(m.public_dict(), ensure_ascii=False) + "\n" for m in masked))
+    write_json_lines(out, (m.public_dict() for m in masked))
     typer.echo(f"{sum(len(m.slots) for m in masked)} spans masked in {len(masked)} notes; public views in {out}")
 
 
@@ -181,7 +181,7 @@ def summarise(
 ) -> None:
     """Summarise each note's hospital course (summary_source, or the whole text when it has none) with a
     fine-tuned summarisation model; scores ROUGE-L when the notes carry reference summaries."""
-    from dpcare.io import write_text
+    from dpcare.io import write_json_lines
     from dpcare.progress import progress
     from dpcare.text import read_jsonl
     from dpcare.text.evaluation import rouge_l
@@ -194,8 +194,7 @@ def summarise(
     corpus = read_jsonl(notes)
     written = [write_summary(net, tokenizer, n.summary_source or n.text, max_tokens)
                for n in progress(corpus, desc="summaries")]
-    write_text(out, "".join(json.dumps({"note_id": n.note_id, "summary": s}, ensure_ascii=False) + "\n"
-                            for n, s in zip(corpus, written)))
+    write_json_lines(out, ({"note_id": n.note_id, "summary": s} for n, s in zip(corpus, written)))
     scored = [(n.summary_target, s) for n, s in zip(corpus, written) if n.summary_target.strip()]
     if scored:
         scores = rouge_l(*map(list, zip(*scored)))

@@ -407,7 +407,6 @@ def read_jsonl(path: str | os.PathLike) -> list[Note]:
 
 
 def write_jsonl(notes: Iterable[Note], path: str | os.PathLike) -> Path:
-    from dpcare.io import write_text
+    from dpcare.io import write_json_lines
 
-    return write_text(path, "".join(json.dumps(note_to_dict(n), ensure_ascii=False, default=str)
-                                    + "\n" for n in notes))
+    return write_json_lines(path, map(note_to_dict, notes))
