@@ -260,49 +260,120 @@ class ConstrainedDecoder:
 
     def decode(self, text: str) -> tuple[list[Span], str]:
         """The entities of ``text`` (one window) as spans of it, and the generated string."""
-        grammar, out = EntityGrammar(text, self.labels), []
-        state = grammar.start()
-        ids = self.tokenizer(ner_prompt(text, self.labels), add_special_tokens=False)["input_ids"]
-        device = next(self.model.parameters()).device
+        return self.decode_many([text])[0]
+
+    def decode_many(self, texts: Sequence[str], batch_size: int = 8,
+                    progress: bool = False) -> list[tuple[list[Span], str]]:
+        """:meth:`decode` of every text, ``batch_size`` windows per forward pass (left-padded, each row with
+        its own positions and grammar; the same result as one at a time, up to floating-point ties)."""
+        from dpcare.progress import progress as bar
+
+        prompts = [self.tokenizer(ner_prompt(t, self.labels), add_special_tokens=False)["input_ids"] for t in texts]
+        order = sorted(range(len(texts)), key=lambda i: len(prompts[i]))  # similar lengths: little padding
+        out: list = [None] * len(texts)
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.no_grad():
-                logits, past = _next_logits(self.model, torch.tensor([ids], device=device), None)
-                for _ in range(self.max_new_tokens):
-                    allowed = torch.tensor(self.allowed_tokens(grammar, state), device=device)
-                    if not len(allowed):
-                        break
-                    best = int(allowed[logits[allowed].argmax()])
-                    if best == self.eos:
-                        break
-                    for ch in self.trie.pieces[best]:
-                        state = grammar.step(state, ch)
-                    out.append(self.trie.pieces[best])
-                    logits, past = _next_logits(self.model, torch.tensor([[best]], device=device), past)
+            with torch.no_grad(), bar(total=len(texts), desc="NER windows", disable=not progress) as shown:
+                for i in range(0, len(order), batch_size):
+                    rows = order[i:i + batch_size]
+                    for k, result in zip(rows, self._decode_batch([texts[k] for k in rows], [prompts[k] for k in rows])):
+                        out[k] = result
+                    shown.update(len(rows))
         finally:
             self.model.train(was_training)
-        return [Span(*span) for span in state.spans], "".join(out)
+        return out
+
+    def _decode_batch(self, texts: Sequence[str], prompts: Sequence[list[int]]) -> list[tuple[list[Span], str]]:
+        grammars = [EntityGrammar(t, self.labels) for t in texts]
+        states = [g.start() for g in grammars]
+        pieces: list[list[str]] = [[] for _ in texts]
+        batch = _Batch(self.model, prompts, self.tokenizer.pad_token_id or self.eos or 0)
+        logits, rows = batch.start(), list(range(len(texts)))  # rows[j]: the text of the batch's row j
+        for _ in range(self.max_new_tokens):
+            chosen, keep = [], []
+            for j, k in enumerate(rows):
+                allowed = self.allowed_tokens(grammars[k], states[k])
+                best = allowed[int(logits[j, allowed].argmax())] if allowed else self.eos
+                if best == self.eos:
+                    continue
+                for ch in self.trie.pieces[best]:
+                    states[k] = grammars[k].step(states[k], ch)
+                pieces[k].append(self.trie.pieces[best])
+                chosen.append(best)
+                keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(rows):  # finished rows leave the batch (and the cache)
+                batch.keep(keep)
+                rows = [rows[j] for j in keep]
+            logits = batch.step(chosen)
+        return [([Span(*span) for span in state.spans], "".join(p)) for state, p in zip(states, pieces)]
 
 
-def _next_logits(model, ids, past):
-    """Logits of the next token and the cache. Later steps call the underlying model with the cache, since
-    a peft prefix-tuning wrapper would inject its prefix again (the first call's cache already holds it)."""
-    if past is None:
-        out = model(input_ids=ids, use_cache=True)
-    else:
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        out = base(input_ids=ids, past_key_values=past, use_cache=True)
-    return out.logits[0, -1].float(), out.past_key_values
+class _Batch:
+    """Greedy decoding state of left-padded prompts: the cache, the attention mask and each row's next
+    position. Positions count a row's own tokens from 0 (after a peft prefix's virtual tokens, as in
+    training). The first call goes through ``model`` (a peft prefix model adds its prefix to the cache and
+    the mask there); later calls go to the underlying model with the cache, so the prefix is not added twice."""
+
+    def __init__(self, model, prompts: Sequence[list[int]], pad: int):
+        self.model = model
+        self.base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        config = getattr(model, "active_peft_config", None)
+        self.virtual = config.num_virtual_tokens if config is not None and config.is_prompt_learning else 0
+        device = next(model.parameters()).device
+        width = max(map(len, prompts))
+        self.ids = torch.full((len(prompts), width), pad, dtype=torch.long, device=device)
+        self.device = device
+        self.mask = torch.zeros_like(self.ids)
+        for k, p in enumerate(prompts):
+            self.ids[k, width - len(p):] = torch.tensor(p, device=device)
+            self.mask[k, width - len(p):] = 1
+        self.past = None
+
+    def start(self) -> torch.Tensor:
+        """Logits of each row's first new token."""
+        positions = (self.mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=self.ids, attention_mask=self.mask, position_ids=positions, use_cache=True)
+        self.next_position = positions[:, -1:] + 1 + self.virtual
+        self.mask = torch.cat([torch.ones_like(self.mask[:, :self.virtual]), self.mask], dim=1)
+        self.past = out.past_key_values
+        return out.logits[:, -1].float()
+
+    def keep(self, rows: Sequence[int]) -> None:
+        """Go on with these rows only (their cache, mask and positions)."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
+        self.mask, self.next_position = self.mask[index], self.next_position[index]
+        self.past.batch_select_indices(index)
+
+    def step(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Feed one token per row; logits of the next."""
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None]
+        self.mask = torch.cat([self.mask, torch.ones_like(ids)], dim=1)
+        out = self.base(input_ids=ids, attention_mask=self.mask, position_ids=self.next_position,
+                        past_key_values=self.past, use_cache=True)
+        self.next_position = self.next_position + 1
+        self.past = out.past_key_values
+        return out.logits[:, -1].float()
 
 
 def extract_entities(model, tokenizer, text: str, labels: Sequence[str] = ENTITY_LABELS, window: int | None = 256,
-                     stride: int | None = 128, max_new_tokens: int = 512) -> list[Span]:
+                     stride: int | None = 128, max_new_tokens: int = 512, batch_size: int = 8) -> list[Span]:
     """Spans of ``text`` found by constrained decoding over its windows (as in training); the spans of all
     windows, shifted to note offsets, without duplicates, sorted by position."""
+    return extract_entities_many(model, tokenizer, [text], labels, window, stride, max_new_tokens, batch_size)[0]
+
+
+def extract_entities_many(model, tokenizer, texts: Sequence[str], labels: Sequence[str] = ENTITY_LABELS,
+                          window: int | None = 256, stride: int | None = 128, max_new_tokens: int = 512,
+                          batch_size: int = 8, progress: bool = False) -> list[list[Span]]:
+    """:func:`extract_entities` of every text, the windows of all texts decoded ``batch_size`` at a time."""
     decoder = ConstrainedDecoder(model, tokenizer, labels, max_new_tokens)
-    found: set[Span] = set()
-    for start, end in note_windows(text, tokenizer, window, stride):
-        spans, _ = decoder.decode(text[start:end])
-        found.update(Span(s.start + start, s.end + start, s.label, s.text) for s in spans)
-    return sorted(found, key=lambda s: (s.start, s.end, s.label))
+    windows = [(i, start, end) for i, text in enumerate(texts)
+               for start, end in note_windows(text, tokenizer, window, stride)]
+    decoded = decoder.decode_many([texts[i][start:end] for i, start, end in windows], batch_size, progress)
+    found: list[set[Span]] = [set() for _ in texts]
+    for (i, start, _), (spans, _) in zip(windows, decoded):
+        found[i].update(Span(s.start + start, s.end + start, s.label, s.text) for s in spans)
+    return [sorted(f, key=lambda s: (s.start, s.end, s.label)) for f in found]

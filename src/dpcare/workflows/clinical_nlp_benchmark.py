@@ -369,11 +369,11 @@ def _utility(model, tokenizer, task: str, test: list[Note], bench: ClinicalNLPBe
         scores, _ = evaluate_summaries(model, tokenizer, test, bench.summary_tokens)
         return {f"rougeL_{k[0] if k != 'fmeasure' else 'f1'}": v for k, v in scores.items()}
     from dpcare.text.evaluation import MICRO, span_scores
-    from dpcare.text.generative_ner import extract_entities
+    from dpcare.text.generative_ner import extract_entities_many
 
     gold = [[s for s in (*n.entities, *n.phi) if s.label in ENTITY_LABELS] for n in test]
-    predicted = [extract_entities(model, tokenizer, n.text, ENTITY_LABELS, bench.window, bench.window,
-                                  bench.ner_tokens) for n in test]
+    predicted = extract_entities_many(model, tokenizer, [n.text for n in test], ENTITY_LABELS, bench.window,
+                                      bench.window, bench.ner_tokens)
     micro = span_scores(gold, predicted).loc[MICRO]
     return {"ner_precision": _nan0(micro["precision"]), "ner_recall": float(micro["recall"]),
             "ner_f1": _nan0(micro["f1"]), "ner_predicted": int(micro["predicted"]), "ner_gold": int(micro["gold"])}
