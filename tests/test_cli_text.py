@@ -88,6 +88,10 @@ def test_commands_end_to_end(gpt2_folder, tmp_path):
     assert r.exit_code == 0, r.output
     predicted = read_jsonl(tmp_path / "pred.jsonl")  # the reader checks that every span matches its note
     assert [n.note_id for n in predicted] == [n.note_id for n in read_jsonl(notes)] and "micro" in r.output
+    r = runner.invoke(app, ["report", str(tmp_path / "ner"), "--out", str(tmp_path / "report.html")])
+    assert r.exit_code == 0, r.output
+    html = (tmp_path / "report.html").read_text()
+    assert "dpcare text finetune" in html and "patient" in html and "dp-lora" in html
 
     r = runner.invoke(app, ["text", "finetune", str(notes), "--task", "summarisation", "--mode", "non-private",
                             *common, "--out", str(tmp_path / "sum")])

@@ -109,6 +109,20 @@ def read_train(folder: Path) -> Run:
                timing)
 
 
+def read_text_finetune(folder: Path) -> Run:
+    """``dpcare text finetune``: one fine-tuned language model (the recipe, its guarantee and ledger)."""
+    meta = read_json(folder / "finetune.json")
+    recipe, info = meta["recipe"], meta["info"]
+    model = f"{recipe['task']} {recipe['mode']}"
+    privacy = privacy_from_guarantee(model, info.get("guarantee"), info.get("ledger"),
+                                     none_note="NO differential privacy guarantee (non-private fine-tuning).")
+    config = {**recipe, **{k: info.get(k) for k in ("patients", "notes", "rows", "steps", "sampling_rate",
+                                                     "noise_multiplier", "clip_norm", "trainable_parameters")}}
+    return Run(folder, "dpcare text finetune", [privacy], config=config,
+               notes=["No utility or attack is measured at fine-tuning: `dpcare text ner` / `summarise` score "
+                      "notes with gold annotations; the benchmark attacks its models."])
+
+
 def _metric_name(key: str) -> str:
     """'test_auprc' -> 'test AUPRC', 'val_auroc' -> 'validation AUROC' (one name across writers)."""
     split, _, metric = key.partition("_")
@@ -411,6 +425,8 @@ WRITERS = (
            lambda f: _has(f, "settings.json", "guarantees.json", "paired.csv"), read_fusiondp_text),
     Writer("dpcare benchmark fusiondp", "settings.json + table.csv",
            lambda f: _has(f, "settings.json", "table.csv"), read_fusiondp),
+    Writer("dpcare text finetune", "finetune.json + weights.safetensors",
+           lambda f: _has(f, "finetune.json", "weights.safetensors"), read_text_finetune),
     Writer("dpcare train", "metrics.json + guarantee.json", lambda f: _has(f, "metrics.json", "guarantee.json"),
            read_train),
     Writer("dpcare demo", "runs/*/metrics.json + runs/*/guarantee.json", lambda f: bool(_train_dirs(f / "runs")),
