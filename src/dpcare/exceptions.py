@@ -1,8 +1,13 @@
-"""The errors dpcare raises on bad input, one family for every layer.
+"""The errors dpcare raises on input a user can fix, one family for every layer.
 
 All derive from :class:`DPCareError`, a :class:`ValueError`, so existing ``except ValueError``
 code keeps working while callers (the command line above all) can catch dpcare's own errors
-in one place and tell them from bugs.
+in one place and tell them from bugs: every check on what a user passes (data, a spec, a
+setting, a privacy parameter, a name, a path, an optional package) raises one of them. A broken
+internal invariant (a bug, not a user's doing) raises ``RuntimeError`` or ``TypeError`` instead.
+:class:`MissingFileError` is also a :class:`FileNotFoundError`, :class:`MissingDependencyError`
+an :class:`ImportError`, :class:`UnknownNameError` a :class:`KeyError` and
+:class:`NotFittedError` an :class:`AttributeError`, so handlers of those catch them too.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ class PrivacyParameterError(DPCareError):
     """A privacy parameter is out of range: epsilon <= 0, delta >= 1/n, a bad noise multiplier..."""
 
 
+class SettingsError(DPCareError):
+    """A setting or argument is out of range, or settings contradict each other (the message names them)."""
+
+
 class BudgetExceededError(DPCareError):
     """Spending more would exceed a privacy budget."""
 
@@ -38,5 +47,13 @@ class UnknownNameError(DPCareError, KeyError):
     __str__ = BaseException.__str__  # KeyError would quote the message
 
 
-__all__ = ["BudgetExceededError", "DPCareError", "DataError", "NotFittedError", "PrivacyParameterError",
-           "SpecError", "UnknownNameError"]
+class MissingFileError(DPCareError, FileNotFoundError):
+    """A file or folder the user named does not exist; also a FileNotFoundError."""
+
+
+class MissingDependencyError(DPCareError, ImportError):
+    """An optional package or model that is not installed; also an ImportError."""
+
+
+__all__ = ["BudgetExceededError", "DPCareError", "DataError", "MissingDependencyError", "MissingFileError",
+           "NotFittedError", "PrivacyParameterError", "SettingsError", "SpecError", "UnknownNameError"]

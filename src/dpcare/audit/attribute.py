@@ -20,12 +20,13 @@ import torch
 
 from dpcare.audit.loss_attack import per_example_losses
 from dpcare.data import TableEncoder
+from dpcare.exceptions import DataError, SettingsError, SpecError
 
 
 def theorem4_bound(ball: float, epsilon: float, delta: float) -> float:
     """Upper bound on attribute-inference success for an (epsilon, delta)-feature-DP mechanism."""
     if not 0 <= ball <= 1:
-        raise ValueError(f"Ball must be a probability, got {ball}")
+        raise SettingsError(f"Ball must be a probability, got {ball}")
     return float(min(1.0, delta + math.exp(epsilon) * ball, 1 - math.exp(-epsilon) * (1 - delta - ball)))
 
 
@@ -45,11 +46,11 @@ def attribute_inference(model: torch.nn.Module, encoder: TableEncoder, frame: pd
     """Reconstruct ``column`` of each row of ``frame`` from the model, the public columns and the label."""
     schema = encoder.schema
     if column not in schema.private_columns:
-        raise ValueError(f"'{column}' is not a private column of the model's spec ({schema.private_columns})")
+        raise SpecError(f"'{column}' is not a private column of the model's spec ({schema.private_columns})")
     spec = schema.column(column)
     frame = frame[frame[column].notna()].reset_index(drop=True)
     if len(frame) == 0:
-        raise ValueError(f"no row with a known value of '{column}'")
+        raise DataError(f"no row with a known value of '{column}'")
     numeric = spec.kind == "numeric"
     if numeric:
         lo, hi = spec.bounds if spec.bounds else (frame[column].min(), frame[column].max())

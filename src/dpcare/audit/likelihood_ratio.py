@@ -16,6 +16,8 @@ import math
 import numpy as np
 from scipy.stats import norm
 
+from dpcare.exceptions import DataError
+
 
 def lira_scores(phi: np.ndarray, shadow_phi: np.ndarray, shadow_in: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Online and offline LiRA scores of each example (higher: more likely a member).
@@ -25,7 +27,7 @@ def lira_scores(phi: np.ndarray, shadow_phi: np.ndarray, shadow_in: np.ndarray) 
     """
     phi, shadow_phi, shadow_in = np.asarray(phi, float), np.asarray(shadow_phi, float), np.asarray(shadow_in, bool)
     if shadow_phi.shape != shadow_in.shape or shadow_phi.shape[1:] != phi.shape:
-        raise ValueError(f"shapes differ: phi {phi.shape}, shadow_phi {shadow_phi.shape}, shadow_in {shadow_in.shape}")
+        raise DataError(f"shapes differ: phi {phi.shape}, shadow_phi {shadow_phi.shape}, shadow_in {shadow_in.shape}")
     online, offline = np.empty(len(phi)), np.empty(len(phi))
     # a global variance estimate is more stable than per-example ones with few shadows (Carlini et al., Sec. 5)
     s_in = _pooled_std(shadow_phi, shadow_in)

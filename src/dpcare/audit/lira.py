@@ -31,7 +31,7 @@ import torch
 
 from dpcare.audit.likelihood_ratio import lira_scores
 from dpcare.audit.metrics import attack_metrics
-from dpcare.exceptions import DataError
+from dpcare.exceptions import DataError, SettingsError
 
 #: train_and_score(members, seed) -> phi of every population example
 TrainAndScore = Callable[[np.ndarray, int], np.ndarray]
@@ -74,7 +74,7 @@ def run_lira(train_and_score: TrainAndScore, n: int, shadows: int = 16, workers:
     """Train a target on a random half of a population of ``n`` examples and ``shadows`` shadow models on
     other random halves (all through ``train_and_score``); attack the target's membership over the population."""
     if shadows < 2:
-        raise ValueError(f"LiRA needs at least 2 shadow models, got {shadows}")
+        raise SettingsError(f"LiRA needs at least 2 shadow models, got {shadows}")
     if n < 4:
         raise DataError(f"the population has {n} rows; LiRA needs more")
     rng = np.random.default_rng(seed)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from dpcare.audit.metrics import attack_metrics
+from dpcare.exceptions import DataError
 
 
 def per_example_losses(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
@@ -53,9 +54,9 @@ class LossAttackResult:
 def loss_attack(member_losses: np.ndarray, nonmember_losses: np.ndarray, bootstrap: int = 200) -> LossAttackResult:
     m, n = np.asarray(member_losses, float), np.asarray(nonmember_losses, float)
     if len(m) == 0 or len(n) == 0:
-        raise ValueError("the LOSS attack needs non-empty member and non-member sets")
+        raise DataError("the LOSS attack needs non-empty member and non-member sets")
     if not (np.isfinite(m).all() and np.isfinite(n).all()):
-        raise ValueError("losses contain NaN or infinite values")
+        raise DataError("losses contain NaN or infinite values")
     threshold = float(m.mean())
     tpr, fpr = float((m <= threshold).mean()), float((n <= threshold).mean())
     ratio = tpr / fpr if fpr > 0 else float("inf")

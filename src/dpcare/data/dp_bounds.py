@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from dp_accounting import dp_event
 
+from dpcare.exceptions import DataError
 from dpcare.privacy import calibrate_noise_multiplier
 
 _POS = 10.0 ** np.arange(-3, 9.0001, 0.05)
@@ -34,8 +35,8 @@ def dp_bounds(values: np.ndarray, noise_multiplier: float, rng: np.random.Genera
     noisy[noisy < THRESHOLD * noise_multiplier] = 0.0
     total = noisy.sum()
     if total <= 0:
-        raise ValueError("no bin of the noisy histogram passed the threshold: too few rows for this stats budget "
-                         "(declare the bounds in the spec, or raise --stats-epsilon)")
+        raise DataError("no bin of the noisy histogram passed the threshold: too few rows for this stats budget "
+                        "(declare the bounds in the spec, or raise --stats-epsilon)")
     cdf = np.cumsum(noisy) / total
     lo_bin = int(np.searchsorted(cdf, quantile))
     hi_bin = int(np.searchsorted(cdf, 1 - quantile))

@@ -16,7 +16,13 @@ import pandas as pd
 from dpcare.data.dp_bounds import dp_bounds, histogram_event, noise_for_columns
 from dpcare.data.schema import ColumnSpec, TableSchema
 from dpcare.data.tables import category_text
-from dpcare.exceptions import DataError, NotFittedError, PrivacyParameterError, SpecError
+from dpcare.exceptions import (
+    DataError,
+    NotFittedError,
+    PrivacyParameterError,
+    SettingsError,
+    SpecError,
+)
 
 PROTECT = ("private", "all", "label", "none")
 
@@ -58,7 +64,7 @@ class TableEncoder:
 
     def __init__(self, schema: TableSchema, protect: str = "private"):
         if protect not in PROTECT:
-            raise ValueError(f"protect must be one of {PROTECT}, got {protect!r}")
+            raise SettingsError(f"protect must be one of {PROTECT}, got {protect!r}")
         self.schema, self.protect = schema, protect
         self.stats: dict[str, dict[str, Any]] = {}
 
@@ -189,7 +195,7 @@ class TableEncoder:
         if present:
             raise DataError(f"transform_public got private columns {present}; pass public_view(df, schema)")
         if pad not in ("gaussian", "zeros"):
-            raise ValueError(f"pad must be 'gaussian' or 'zeros', got {pad!r}")
+            raise SettingsError(f"pad must be 'gaussian' or 'zeros', got {pad!r}")
         n = len(df_public)
         rng = np.random.default_rng(seed)
         blocks = []

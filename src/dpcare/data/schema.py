@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from dpcare.exceptions import SpecError, UnknownNameError
+from dpcare.exceptions import MissingFileError, SpecError, UnknownNameError
 
 KINDS = ("numeric", "categorical")
 ROLES = ("private", "public", "target")
@@ -168,16 +168,16 @@ def load_spec(path: str | Path) -> TableSchema:
     """Read a privacy spec from YAML (.yaml/.yml) or JSON (.json)."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"spec file not found: {path}")
+        raise MissingFileError(f"spec file not found: {path}")
     text = path.read_text()
     if not text.strip():
         raise SpecError(f"spec file {path} is empty")
-    if path.suffix.lower() in (".yaml", ".yml"):
-        d = yaml.safe_load(text)
-    elif path.suffix.lower() == ".json":
-        d = json.loads(text)
-    else:
+    if path.suffix.lower() not in (".yaml", ".yml", ".json"):
         raise SpecError(f"spec file {path}: use .yaml, .yml or .json")
+    try:
+        d = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise SpecError(f"spec file {path} cannot be parsed: {err}") from None
     return TableSchema.from_dict(d)
 
 

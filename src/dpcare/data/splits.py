@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dpcare.exceptions import DataError
+from dpcare.exceptions import DataError, SettingsError
 
 
 def split_table(df: pd.DataFrame, fractions: dict[str, float], seed: int = 0,
@@ -15,9 +15,9 @@ def split_table(df: pd.DataFrame, fractions: dict[str, float], seed: int = 0,
     Stratifying on the target is a data-dependent choice; it is meant for evaluation splits.
     """
     if not fractions or any(f <= 0 for f in fractions.values()):
-        raise ValueError(f"split fractions must be positive, got {fractions}")
+        raise SettingsError(f"split fractions must be positive, got {fractions}")
     if abs(sum(fractions.values()) - 1) > 1e-9:
-        raise ValueError(f"split fractions must sum to 1, got {sum(fractions.values()):.6g} from {fractions}")
+        raise SettingsError(f"split fractions must sum to 1, got {sum(fractions.values()):.6g} from {fractions}")
     if len(df) == 0:
         raise DataError("cannot split a table with no rows")
     if stratify is not None and stratify not in df.columns:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from dpcare.data.schema import TableSchema
-from dpcare.exceptions import DataError
+from dpcare.exceptions import DataError, MissingFileError
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +19,7 @@ def read_table(source: str | Path | pd.DataFrame) -> pd.DataFrame:
         return source.copy()
     path = Path(source)
     if not path.exists():
-        raise FileNotFoundError(f"data file not found: {path}")
+        raise MissingFileError(f"data file not found: {path}")
     if path.stat().st_size == 0:
         raise DataError(f"data file {path} is empty")
     suffix = path.suffix.lower()
@@ -28,6 +28,8 @@ def read_table(source: str | Path | pd.DataFrame) -> pd.DataFrame:
             return pd.read_csv(path)
         except pd.errors.EmptyDataError:
             raise DataError(f"data file {path} is empty") from None
+        except pd.errors.ParserError as err:
+            raise DataError(f"data file {path} cannot be parsed as CSV: {err}") from None
     if suffix in (".parquet", ".pq"):
         return pd.read_parquet(path)
     raise DataError(f"data file {path}: unknown format {suffix!r} (use .csv or .parquet)")
@@ -40,7 +42,7 @@ def count_rows(source: str | Path) -> int:
 
     path = Path(source)
     if not path.exists():
-        raise FileNotFoundError(f"data file not found: {path}")
+        raise MissingFileError(f"data file not found: {path}")
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".pq"):
         import pyarrow.parquet as pq

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from dpcare.exceptions import SettingsError
+
 
 def clip_factors(norms: Tensor, clip_norm: float) -> Tensor:
     """min(1, C / ||g_i||): every scaled per-example gradient has norm <= C."""
@@ -13,7 +15,7 @@ def clip_factors(norms: Tensor, clip_norm: float) -> Tensor:
 def check_losses(losses: Tensor, batch: int) -> Tensor:
     """Objectives must return one loss per example: shape [B] exactly."""
     if losses.shape != (batch,):
-        raise ValueError(
+        raise SettingsError(
             f"the objective returned losses of shape {tuple(losses.shape)}, expected ({batch},): one "
             "loss per example (a [B,1] logit broadcast against a [B] target is a classic bug)"
         )

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from dpcare.engine.sampling import UnitIndex
+from dpcare.exceptions import SettingsError
 
 
 def stack_calls(tensors: list[Tensor], batch: int, trailing: int) -> Tensor:
@@ -14,7 +15,7 @@ def stack_calls(tensors: list[Tensor], batch: int, trailing: int) -> Tensor:
     parts = []
     for t in tensors:
         if t.shape[0] != batch:
-            raise ValueError(
+            raise SettingsError(
                 f"a layer saw a leading dimension of {t.shape[0]}, not the batch size {batch}: "
                 "call the model once per view with the examples on dimension 0 (do not concatenate "
                 "views along the batch dimension)"
@@ -34,7 +35,7 @@ class Layout:
         if groups is None:
             return
         if groups.shape != (rows,):
-            raise ValueError(f"groups must hold one unit label per row, shape ({rows},), got {tuple(groups.shape)}")
+            raise RuntimeError(f"groups must hold one unit label per row, shape ({rows},), got {tuple(groups.shape)}")
         units = UnitIndex(groups)
         pos = torch.empty_like(units.labels)  # each row's place among its unit's rows
         pos[units.order] = torch.arange(rows) - units.starts[units.labels[units.order]]

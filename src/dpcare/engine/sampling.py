@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from dpcare.exceptions import DataError
+
 
 def poisson_indices(n: int, rate: float, generator: torch.Generator) -> Tensor:
     """Indices of the examples included, each independently with probability ``rate``."""
@@ -34,8 +36,8 @@ class UnitIndex:
 
     def __init__(self, groups: Tensor):
         if groups.dim() != 1 or groups.is_floating_point() or groups.is_complex():
-            raise ValueError(f"groups must be a 1-d integer tensor (one unit label per row), got dtype "
-                             f"{groups.dtype} and shape {tuple(groups.shape)}")
+            raise DataError(f"groups must be a 1-d integer tensor (one unit label per row), got dtype "
+                            f"{groups.dtype} and shape {tuple(groups.shape)}")
         _, self.labels, self.counts = torch.unique(groups, return_inverse=True, return_counts=True)
         self.order = torch.argsort(self.labels, stable=True)  # rows sorted by unit
         self.starts = torch.cumsum(self.counts, 0) - self.counts

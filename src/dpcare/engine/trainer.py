@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
 from dpcare.engine import checkpoint as ckpt
 from dpcare.engine.adaptive_clip import WARMUP, AdaptiveClip, QuantileEstimator
 from dpcare.engine.clip import check_losses, clip_factors
@@ -45,6 +46,7 @@ from dpcare.engine.fast_clipping import clipped_sum_fast, unsupported_reason
 from dpcare.engine.functorch_backend import clipped_sum_functorch
 from dpcare.engine.objective import Objective
 from dpcare.engine.sampling import UnitIndex, chunks, poisson_indices, take, uniform_indices
+from dpcare.exceptions import DataError, PrivacyParameterError, SettingsError
 from dpcare.privacy import Guarantee, PrivacyLedger, ProtectedUnit, check_noise_multiplier
 from dpcare.progress import progress as tqdm
 
@@ -85,27 +87,27 @@ class TrainConfig:
                     "max_physical_batch": self.max_physical_batch, "checkpoint_every": self.checkpoint_every}
         for name, value in positive.items():
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
+                raise SettingsError(f"{name} must be a positive number, got {value!r}")
         if self.steps is None and not (math.isfinite(self.epochs) and self.epochs > 0):
-            raise ValueError(f"epochs must be positive, got {self.epochs!r}")
+            raise SettingsError(f"epochs must be positive, got {self.epochs!r}")
         if self.steps is not None and self.steps < 0:
-            raise ValueError(f"steps must be >= 0, got {self.steps!r}")
+            raise SettingsError(f"steps must be >= 0, got {self.steps!r}")
         if self.ema_decay is not None and not (0 <= self.ema_decay < 1):
-            raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay!r}")
+            raise SettingsError(f"ema_decay must be in [0, 1), got {self.ema_decay!r}")
         if self.alpha < 0 or not math.isfinite(self.alpha):
-            raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
+            raise SettingsError(f"alpha must be >= 0, got {self.alpha!r}")
         if self.backend not in ("auto", "fast", "functorch"):
-            raise ValueError(f"backend must be auto, fast or functorch, got {self.backend!r}")
+            raise SettingsError(f"backend must be auto, fast or functorch, got {self.backend!r}")
         if self.optimizer not in ("adam", "adamw", "sgd"):
-            raise ValueError(f"optimizer must be adam, adamw or sgd, got {self.optimizer!r}")
+            raise SettingsError(f"optimizer must be adam, adamw or sgd, got {self.optimizer!r}")
         if objective.private:
             if (self.noise_multiplier is None) == (self.target_epsilon is None):
-                raise ValueError("set exactly one of noise_multiplier and target_epsilon for a private method")
+                raise PrivacyParameterError("set exactly one of noise_multiplier and target_epsilon for a private method")
             if self.noise_multiplier is not None:
                 check_noise_multiplier(self.noise_multiplier)
         if self.adaptive_clip is not None:
             if not objective.private:
-                raise ValueError("adaptive_clip needs a private objective")
+                raise SettingsError("adaptive_clip needs a private objective")
             self.adaptive_clip.validate()
 
 
@@ -150,7 +152,7 @@ class Trainer:
         self.units: UnitIndex | None = None  # set by fit(groups=...): rows grouped into privacy units
         self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
         if not self.trainable:
-            raise ValueError("the model has no trainable parameters (all have requires_grad=False)")
+            raise SettingsError("the model has no trainable parameters (all have requires_grad=False)")
         self.optimizer = (optimizer_factory or self._default_optimizer)(list(self.trainable.values()))
         self.backend = self._choose_backend()
         self.noise_multiplier: float | None = config.noise_multiplier
@@ -179,7 +181,7 @@ class Trainer:
         if reason is None:
             return "fast"
         if self.config.backend == "fast":
-            raise ValueError(f"the fast clipping backend cannot train this model: {reason}")
+            raise SettingsError(f"the fast clipping backend cannot train this model: {reason}")
         log.info("fast clipping unavailable (%s); using torch.func per-example gradients", reason)
         return "functorch"
 
@@ -189,7 +191,7 @@ class Trainer:
 
     def sampling_rate(self, n: int) -> float:
         if n <= 0:
-            raise ValueError("the private data set has no rows")
+            raise DataError("the private data set has no rows")
         return min(1.0, self.config.batch_size / n)
 
     @property
@@ -359,7 +361,7 @@ class Trainer:
         _check_data(private_data, obj.private_keys, "private_data")
         if obj.has_public_branch or c.public_pretrain_steps:
             if public_data is None:
-                raise ValueError(f"{obj.name} has a public branch: pass public_data")
+                raise SettingsError(f"{obj.name} has a public branch: pass public_data")
             _check_data(public_data, obj.public_keys, "public_data")
         n = _rows(private_data)
         if groups is not None:
@@ -427,14 +429,14 @@ class Trainer:
     def _group(self, groups: Tensor, rows: int) -> int:
         """Index the privacy units of grouped rows; returns the number of units."""
         if groups.shape != (rows,):
-            raise ValueError(f"groups must hold one label per private row: shape ({rows},), got {tuple(groups.shape)}")
+            raise DataError(f"groups must hold one label per private row: shape ({rows},), got {tuple(groups.shape)}")
         self.units = UnitIndex(groups)
         # whole-example objectives protect the patient; feature- or label-level ones protect the private
         # features (or labels) of all of a patient's rows together: the ledger then counts patients
         unit = ProtectedUnit.PATIENT if self.objective.unit is ProtectedUnit.EXAMPLE else self.objective.unit
         if self.ledger is not None and (self.ledger.unit is not unit or self.ledger.n != self.units.n):
-            raise ValueError(f"with grouped rows the ledger must count patients: unit {unit.value!r} and n = "
-                             f"{self.units.n} units, got unit {self.ledger.unit.value!r} and n = {self.ledger.n}")
+            raise SettingsError(f"with grouped rows the ledger must count patients: unit {unit.value!r} and n = "
+                                f"{self.units.n} units, got unit {self.ledger.unit.value!r} and n = {self.ledger.n}")
         return self.units.n
 
     # ---------------------------------------------------------------- checkpoints
@@ -470,7 +472,7 @@ class Trainer:
             return
         state = ckpt.load(path)
         if state["fingerprint"] != self._fingerprint(total):
-            raise ValueError(
+            raise DataError(
                 f"checkpoint {path} belongs to a different run (config, objective or data size differ); "
                 "use another checkpoint directory or delete it"
             )
@@ -497,7 +499,7 @@ def _has_batch_norm(model: nn.Module) -> bool:
 def _refuse_batch_norm(model: nn.Module) -> None:
     for name, mod in model.named_modules():
         if isinstance(mod, nn.modules.batchnorm._BatchNorm):
-            raise ValueError(
+            raise SettingsError(
                 f"layer '{name}' ({type(mod).__name__}) is batch normalisation: it mixes the examples of a batch, "
                 "so clipping each example's gradient no longer bounds its influence; use GroupNorm or LayerNorm "
                 "in private training"
@@ -511,10 +513,10 @@ def _rows(data: Mapping[str, Tensor]) -> int:
 def _check_data(data: Mapping[str, Tensor], keys: tuple[str, ...], what: str) -> None:
     missing = [k for k in keys if k not in data]
     if missing:
-        raise ValueError(f"{what} lacks the keys {missing} that the objective reads (has {sorted(data)})")
+        raise DataError(f"{what} lacks the keys {missing} that the objective reads (has {sorted(data)})")
     sizes = {k: v.shape[0] for k, v in data.items()}
     if len(set(sizes.values())) != 1:
-        raise ValueError(f"{what} tensors have different numbers of rows: {sizes}")
+        raise DataError(f"{what} tensors have different numbers of rows: {sizes}")
     for k, v in data.items():
         if v.is_floating_point() and not torch.isfinite(v).all():
-            raise ValueError(f"{what}['{k}'] contains NaN or infinite values")
+            raise DataError(f"{what}['{k}'] contains NaN or infinite values")

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from dpcare.engine import Objective, TrainConfig, Trainer, TrainResult
 from dpcare.engine.clip import check_losses
-from dpcare.exceptions import DataError, PrivacyParameterError
+from dpcare.exceptions import DataError, PrivacyParameterError, SettingsError
 from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
 
 KEYS = ("x", "y")
@@ -33,16 +33,16 @@ class LossObjective(Objective):
     def __init__(self, loss_fn: Callable[[Tensor, Tensor], Tensor]):
         reduction = getattr(loss_fn, "reduction", "none")
         if reduction != "none":
-            raise ValueError(f"loss_fn reduces over the batch (reduction={reduction!r}); DP training clips each "
-                             "example's gradient, so pass per-example losses, e.g. "
-                             "nn.CrossEntropyLoss(reduction='none')")
+            raise SettingsError(f"loss_fn reduces over the batch (reduction={reduction!r}); DP training clips each "
+                                "example's gradient, so pass per-example losses, e.g. "
+                                "nn.CrossEntropyLoss(reduction='none')")
         self.loss_fn = loss_fn
 
     def private_loss(self, model, batch) -> Tensor:
         losses = self.loss_fn(model(batch["x"]), batch["y"])
         if losses.dim() == 0:
-            raise ValueError("loss_fn returned a scalar (a mean or sum over the batch?); it must return one loss "
-                             "per example, shape [batch], e.g. nn.CrossEntropyLoss(reduction='none')")
+            raise SettingsError("loss_fn returned a scalar (a mean or sum over the batch?); it must return one loss "
+                                "per example, shape [batch], e.g. nn.CrossEntropyLoss(reduction='none')")
         if losses.dim() == 2 and losses.shape[1] == 1:  # e.g. BCEWithLogitsLoss on [B, 1] logits and targets
             losses = losses[:, 0]
         return losses

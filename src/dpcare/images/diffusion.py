@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from dpcare.engine import Objective
+from dpcare.exceptions import SettingsError, UnknownNameError
 from dpcare.privacy import ProtectedUnit
 
 
@@ -30,7 +31,7 @@ class NoiseSchedule:
 
     def __init__(self, steps: int = 1000, beta_start: float = 1e-4, beta_end: float = 0.02):
         if steps < 2:
-            raise ValueError(f"the diffusion needs at least 2 steps, got {steps}")
+            raise SettingsError(f"the diffusion needs at least 2 steps, got {steps}")
         self.steps = steps
         self.betas = torch.linspace(beta_start * 1000 / steps, beta_end * 1000 / steps, steps, dtype=torch.float64)
         self.alpha_bar = torch.cumprod(1 - self.betas, 0)
@@ -60,7 +61,7 @@ class DiffusionObjective(Objective):
 
     def __init__(self, kind: str, schedule: NoiseSchedule):
         if kind not in self.KINDS:
-            raise ValueError(f"unknown diffusion method {kind!r}; choose one of {self.KINDS}")
+            raise UnknownNameError(f"unknown diffusion method {kind!r}; choose one of {self.KINDS}")
         self.name, self.schedule = kind, schedule
         self.private = kind in ("dp", "fdp-dpsgd", "fdp-alg1")
         self.has_public_branch = kind == "fdp-alg1"

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from scipy import linalg
 from torch import nn
 
+from dpcare.exceptions import DataError
 from dpcare.images.data import ImageSet
 
 
@@ -44,8 +45,8 @@ class FeatureNet(nn.Module):
 
     def _check(self, x: torch.Tensor) -> None:
         if x.ndim != 4 or x.shape[1] != self.in_channels or tuple(x.shape[2:]) != self.size:
-            raise ValueError(f"FeatureNet expects [N, {self.in_channels}, {self.size[0]}, "
-                             f"{self.size[1]}] images, got shape {tuple(x.shape)}")
+            raise DataError(f"FeatureNet expects [N, {self.in_channels}, {self.size[0]}, "
+                            f"{self.size[1]}] images, got shape {tuple(x.shape)}")
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Embedding ``[N, feature_dim]`` of images ``[N, C, H, W]`` in [-1, 1]."""
@@ -104,7 +105,7 @@ def train_feature_net(public: ImageSet, epochs: int = 20, seed: int = 0, batch_s
     Deterministic given ``seed``; the global RNG is left untouched. Returns the net in eval mode.
     """
     if len(public) < 2:
-        raise ValueError("the public split needs at least 2 images to train the feature net")
+        raise DataError("the public split needs at least 2 images to train the feature net")
     c, h, w = public.image_shape
     shift = min(h, w) // 14 if shift is None else int(shift)
     with torch.random.fork_rng(devices=[]):
@@ -138,9 +139,9 @@ def gaussian_stats(features: np.ndarray | torch.Tensor) -> tuple[np.ndarray, np.
     f = np.asarray(features.detach().cpu() if isinstance(features, torch.Tensor) else features,
                    dtype=np.float64)
     if f.ndim != 2 or f.shape[0] < 2:
-        raise ValueError(f"features must be [N, F] with N >= 2, got shape {f.shape}")
+        raise DataError(f"features must be [N, F] with N >= 2, got shape {f.shape}")
     if not np.isfinite(f).all():
-        raise ValueError("features contain NaN or infinite values")
+        raise DataError("features contain NaN or infinite values")
     return f.mean(axis=0), np.atleast_2d(np.cov(f, rowvar=False))
 
 
@@ -149,7 +150,7 @@ def frechet_distance(mu1: np.ndarray, cov1: np.ndarray, mu2: np.ndarray, cov2: n
     """|mu1 - mu2|^2 + tr(cov1 + cov2 - 2 (cov1 cov2)^{1/2}), with ``eps`` added on both
     diagonals (and raised tenfold while the square root is not finite)."""
     if mu1.shape != mu2.shape or cov1.shape != cov2.shape:
-        raise ValueError(f"feature dimensions differ: {mu1.shape} vs {mu2.shape}")
+        raise DataError(f"feature dimensions differ: {mu1.shape} vs {mu2.shape}")
     eye = np.eye(cov1.shape[0])
     for _ in range(6):
         a, b = cov1 + eps * eye, cov2 + eps * eye
@@ -190,7 +191,7 @@ def fid_per_class(net: FeatureNet, generated: ImageSet, reference: ImageSet) -> 
     Keys are ``reference.classes``; NaN where either side has fewer than 2 images.
     """
     if tuple(generated.classes) != tuple(reference.classes):
-        raise ValueError(f"class names differ: {generated.classes} vs {reference.classes}")
+        raise DataError(f"class names differ: {generated.classes} vs {reference.classes}")
     feats_g = compute_features(net, generated)
     feats_r = compute_features(net, reference)
     lab_g, lab_r = generated.labels.cpu().numpy(), reference.labels.cpu().numpy()

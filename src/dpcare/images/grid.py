@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dpcare.exceptions import DataError, SettingsError
 from dpcare.io import atomic_write
 
 LABEL_HEIGHT = 12  # pixels of the caption strip above each tile when labels are given
@@ -34,13 +35,13 @@ def save_grid(images: torch.Tensor, path: str | Path, nrow: int = 10,
     from PIL import Image, ImageDraw, ImageFont
 
     if images.ndim != 4 or images.shape[1] not in (1, 3) or images.shape[0] == 0:
-        raise ValueError(f"images must be [N, 1 or 3, H, W] with N >= 1, got {tuple(images.shape)}")
+        raise DataError(f"images must be [N, 1 or 3, H, W] with N >= 1, got {tuple(images.shape)}")
     if nrow < 1 or padding < 0 or scale < 1:
-        raise ValueError(f"need nrow >= 1, padding >= 0, scale >= 1; "
-                         f"got {nrow}, {padding}, {scale}")
+        raise SettingsError(f"need nrow >= 1, padding >= 0, scale >= 1; "
+                            f"got {nrow}, {padding}, {scale}")
     n, c, h, w = images.shape
     if labels is not None and len(labels) != n:
-        raise ValueError(f"{len(labels)} labels for {n} images")
+        raise DataError(f"{len(labels)} labels for {n} images")
     x = images.detach().float().cpu().clamp(-1, 1).add(1).mul(127.5).round().to(torch.uint8)
     tiles = x.permute(0, 2, 3, 1).numpy()
     if scale > 1:

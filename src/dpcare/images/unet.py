@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dpcare.exceptions import SettingsError
+
 
 def timestep_embedding(t: Tensor, dim: int) -> Tensor:
     """Sinusoidal embedding of integer diffusion times t [B] -> [B, dim]."""
@@ -48,7 +50,7 @@ class UNet(nn.Module):
                  emb_dim: int = 128):
         super().__init__()
         if size % (2 ** (len(widths) - 1)):
-            raise ValueError(f"image size {size} must be divisible by {2 ** (len(widths) - 1)} for {len(widths)} levels")
+            raise SettingsError(f"image size {size} must be divisible by {2 ** (len(widths) - 1)} for {len(widths)} levels")
         self.channels, self.size, self.n_classes, self.emb_dim = channels, size, n_classes, emb_dim
         self.time_mlp = nn.Sequential(nn.Linear(emb_dim, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim))
         self.class_emb = nn.Embedding(n_classes + 1, emb_dim) if n_classes else None

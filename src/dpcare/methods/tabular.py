@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from dpcare.engine.objective import Batch, Model, Objective
+from dpcare.exceptions import SettingsError
 from dpcare.privacy import ProtectedUnit
 from dpcare.registry import Registry
 
@@ -79,9 +80,9 @@ class HybridObjective(Objective):
     def __init__(self, name: str, reference: str | None, public_view: str, beta: float = 0.0,
                  loss: LossFn = task_loss):
         if beta < 0:
-            raise ValueError(f"beta must be >= 0, got {beta}")
+            raise SettingsError(f"beta must be >= 0, got {beta}")
         if beta and reference is None:
-            raise ValueError("the consistency term needs a reference view")
+            raise SettingsError("the consistency term needs a reference view")
         self.name, self.reference, self.public_view, self.beta = name, reference, public_view, beta
         self.loss = loss
         self.private_keys = tuple(dict.fromkeys(["x", "y", *([reference] if reference else [])]))

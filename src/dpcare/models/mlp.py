@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from dpcare.exceptions import SettingsError
+
 
 class TabularMLP(nn.Module):
     """Four linear layers; the first three each followed by GELU, LayerNorm and
@@ -18,7 +20,7 @@ class TabularMLP(nn.Module):
                  depth: int = 4):
         super().__init__()
         if in_features < 1 or hidden < 1 or out_features < 1 or depth < 2:
-            raise ValueError(f"bad MLP shape: in={in_features}, hidden={hidden}, out={out_features}, depth={depth}")
+            raise SettingsError(f"bad MLP shape: in={in_features}, hidden={hidden}, out={out_features}, depth={depth}")
         layers: list[nn.Module] = []
         width = in_features
         for _ in range(depth - 1):

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dpcare.exceptions import SettingsError
+
 
 class _Block(nn.Module):
     def __init__(self, dim: int, heads: int, dropout: float):
@@ -37,7 +39,7 @@ class TinyTransformer(nn.Module):
                  classes: int = 2, dropout: float = 0.0):
         super().__init__()
         if dim % heads:
-            raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
+            raise SettingsError(f"dim ({dim}) must be divisible by heads ({heads})")
         self.tokens, self.positions = nn.Embedding(vocab, dim), nn.Embedding(max_len, dim)
         self.blocks = nn.ModuleList(_Block(dim, heads, dropout) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)

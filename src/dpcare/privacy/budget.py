@@ -50,6 +50,7 @@ from dpcare.exceptions import (
     BudgetExceededError,
     DataError,
     DPCareError,
+    MissingFileError,
     PrivacyParameterError,
     SpecError,
     UnknownNameError,
@@ -91,7 +92,7 @@ class Release:
     def from_dict(cls, d: dict[str, Any]) -> Release:
         r = cls(**{**d, "unit": ProtectedUnit(d["unit"]), "protected_columns": tuple(d["protected_columns"])})
         if r.status not in (*COUNTED, "cancelled") or not (r.epsilon >= 0 and 0 <= r.delta < 1):
-            raise ValueError(f"release {r.run_id!r}: bad status, epsilon or delta")
+            raise DataError(f"release {r.run_id!r}: bad status, epsilon or delta")
         r.event()  # a malformed ledger fails here, when the file is read
         return r
 
@@ -130,7 +131,7 @@ def data_fingerprint(path: str | os.PathLike) -> str:
     keep the budget file outside a fingerprinted folder)."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"no data at {path}")
+        raise MissingFileError(f"no data at {path}")
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     h = hashlib.sha256()
     for f in files:
@@ -231,7 +232,7 @@ class Budget:
     def load(cls, path: str | os.PathLike) -> Budget:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"no budget file at {path}: create one with `dpcare budget init`")
+            raise MissingFileError(f"no budget file at {path}: create one with `dpcare budget init`")
         try:
             d = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as err:

@@ -129,7 +129,8 @@ def calibrate_noise_multiplier(sampling_rate: float, steps: int, target_epsilon:
     """Smallest sigma (to relative ``tolerance``) with eps(other_events + training) <= target_epsilon.
 
     Training is ``steps`` Poisson-sampled Gaussian steps at rate ``sampling_rate``.
-    Raises ValueError if ``other_events`` alone use up the target or it cannot be met.
+    Raises BudgetExceededError if ``other_events`` alone use up the target, PrivacyParameterError if it
+    cannot be met.
     With ``steps == 0`` any sigma meets the target and 1.0 is returned. If even sigma =
     MIN_SIGMA (0.1) meets the target, MIN_SIGMA is returned. Targets that need sigma < ~0.4
     (epsilon in the tens) are slow with PLD: its grid over the privacy loss grows as sigma shrinks.

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from dpcare.exceptions import DataError, DPCareError
+from dpcare.exceptions import DataError, DPCareError, MissingFileError
 from dpcare.report.model import Attack, Privacy, Run, finite, privacy_from_guarantee
 
 ATTACK_METRICS = {"auc": "AUC", "tpr_at_1pct_fpr": "TPR @ 1% FPR", "tpr_at_0.1pct_fpr": "TPR @ 0.1% FPR",
@@ -442,7 +442,7 @@ def collect(folder: str | Path) -> Run:
     """The :class:`Run` of one folder written by a dpcare command; a clear error for anything else."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"run folder {folder} does not exist or is not a folder")
+        raise MissingFileError(f"run folder {folder} does not exist or is not a folder")
     for w in WRITERS:
         if w.matches(folder):
             try:

@@ -10,6 +10,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from dpcare.exceptions import SettingsError
 from dpcare.io import write_text
 from dpcare.report.collect import collect
 from dpcare.report.model import Privacy, Run
@@ -223,5 +224,5 @@ def render(runs: Sequence[Run], title: str | None = None) -> str:
 def write_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, title: str | None = None) -> Path:
     """Read every folder (a clear error for one that no dpcare command wrote) and write the page atomically."""
     if not run_dirs:
-        raise ValueError("give at least one run folder")
+        raise SettingsError("give at least one run folder")
     return write_text(out, render([collect(d) for d in run_dirs], title))

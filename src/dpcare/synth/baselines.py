@@ -104,20 +104,22 @@ print(json.dumps(out))"""
 
 # --------------------------------------------------------------------------- encoding (public layout)
 def _layout(schema, bins: int) -> list[dict]:
+    from dpcare.exceptions import SpecError
+
     cols = []
     for c in schema.columns:
         if c.kind == "numeric":
             if c.bounds is None:
-                raise ValueError(f"column '{c.name}': the SmartNoise baselines need public bounds for every numeric "
-                                 "column; declare them in the spec")
+                raise SpecError(f"column '{c.name}': the SmartNoise baselines need public bounds for every numeric "
+                                "column; declare them in the spec")
             lo, hi = (float(v) for v in c.bounds)
             log = c.transform == "log1p"
             cols.append({"name": c.name, "kind": "numeric", "bounds": (lo, hi), "log": log,
                          "range": (math.log1p(lo), math.log1p(hi)) if log else (lo, hi), "missing": c.nullable})
         else:
             if c.categories is None:
-                raise ValueError(f"column '{c.name}': the SmartNoise baselines need declared categories for every "
-                                 "categorical column")
+                raise SpecError(f"column '{c.name}': the SmartNoise baselines need declared categories for every "
+                                "categorical column")
             cols.append({"name": c.name, "kind": "categorical", "categories": list(c.categories),
                          "missing": c.nullable})
     return cols
@@ -195,25 +197,28 @@ def run_baseline(name: str, train_df: pd.DataFrame, schema, epsilon: float, delt
     ``max_model_size``, DP-CTGAN's ``generator_dim``). ``timeout`` in seconds.
     """
     from dpcare.data import load_table
+    from dpcare.exceptions import DataError, PrivacyParameterError, SettingsError, UnknownNameError
 
     if name not in BASELINES:
-        raise ValueError(f"unknown baseline {name!r}; choose one of {list(BASELINES)}")
+        raise UnknownNameError(f"unknown baseline {name!r}; choose one of {list(BASELINES)}")
     if not (isinstance(epsilon, numbers.Real) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a finite number > 0, got epsilon = {epsilon!r}")
+        raise PrivacyParameterError(f"epsilon must be a finite number > 0, got epsilon = {epsilon!r}")
     if not (isinstance(delta, numbers.Real) and 0 < delta < 1):
-        raise ValueError(f"delta must be in (0, 1) (MST/AIM go through zCDP), got delta = {delta!r}")
+        raise PrivacyParameterError(f"delta must be in (0, 1) (MST/AIM go through zCDP), got delta = {delta!r}")
     if int(n_samples) != n_samples or n_samples < 1:
-        raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}")
+        raise SettingsError(f"n_samples must be a positive integer, got {n_samples!r}")
     if int(bins) != bins or bins < 2:
-        raise ValueError(f"bins must be an integer >= 2, got {bins!r}")
+        raise SettingsError(f"bins must be an integer >= 2, got {bins!r}")
     if name == "dpctgan":
         if int(epochs) != epochs or epochs < 1 or int(batch_size) != batch_size or batch_size < 2:
-            raise ValueError(f"epochs must be >= 1 and batch_size >= 2, got {epochs!r}, {batch_size!r}")
+            raise SettingsError(f"epochs must be >= 1 and batch_size >= 2, got {epochs!r}, {batch_size!r}")
         clash = sorted(_DPCTGAN_FIXED & set(options or {}))
         if clash:
-            raise ValueError(f"options {clash} are set by run_baseline (noise is calibrated to epsilon)")
+            raise SettingsError(f"options {clash} are set by run_baseline (noise is calibrated to epsilon)")
     layout = _layout(schema, bins)
     df = load_table(train_df, schema)
+    if name == "dpctgan" and len(df) < 2:
+        raise DataError("DP-CTGAN needs at least 2 training rows")
     error = available_baselines()[name]
     if error is not None:
         raise RuntimeError(f"SmartNoise baseline {name!r} is not available: {error}")
@@ -232,6 +237,8 @@ def run_baseline(name: str, train_df: pd.DataFrame, schema, epsilon: float, delt
                                  env=_subprocess_env())
         except subprocess.TimeoutExpired:
             raise TimeoutError(f"SmartNoise {name} did not finish within {timeout} s") from None
+        if (work / REFUSED_FILE).exists():  # settings the worker found impossible (it cannot import dpcare)
+            raise PrivacyParameterError(json.loads((work / REFUSED_FILE).read_text())["error"])
         if res.returncode != 0 or not (work / "result.json").exists():
             tail = "\n".join(res.stderr.strip().splitlines()[-15:])
             raise RuntimeError(f"SmartNoise {name} failed (exit status {res.returncode}):\n{tail}")
@@ -245,6 +252,14 @@ def run_baseline(name: str, train_df: pd.DataFrame, schema, epsilon: float, delt
 
 
 # --------------------------------------------------------------------------- worker (SmartNoise venv)
+REFUSED_FILE = "refused.json"  # the worker's refusal of the job's privacy settings: {"error": message}
+
+
+class _Refused(Exception):
+    """The job's privacy settings cannot be met; the worker has no dpcare, so run_baseline raises the
+    message as a PrivacyParameterError."""
+
+
 def _transformer(specs: list[dict], style: str):
     """A TableTransformer fitted on a PUBLIC table (every code once, the bounds): no data, no epsilon."""
     from snsynth.transform import (
@@ -286,8 +301,8 @@ def _dpctgan(job: dict, train: pd.DataFrame, tt):
     opacus.PrivacyEngine = Engine
     n, eps, delta, epochs = len(train), job["epsilon"], job["delta"], job["epochs"]
     batch = min(job["batch_size"], n - n % 2)
-    if batch < 2:
-        raise ValueError("DP-CTGAN needs at least 2 training rows")
+    if batch < 2:  # run_baseline refuses fewer than 2 rows before it starts the worker
+        raise RuntimeError("DP-CTGAN needs at least 2 training rows")
     per_batch = 2 if job["options"].get("loss", "cross_entropy") == "cross_entropy" else 1  # (fake, real)
     steps = per_batch * max(n // batch, 1) * epochs  # discriminator optimizer steps
     orders = DPCTGAN_ORDERS  # exactly the orders SmartNoise hands its PrivacyEngine, so both agree on epsilon
@@ -298,8 +313,8 @@ def _dpctgan(job: dict, train: pd.DataFrame, tt):
 
     lo, hi = 1e-2, 1e4
     if spent(hi) > eps:
-        raise ValueError(f"DP-CTGAN cannot meet epsilon = {eps} at delta = {delta}: opacus' RDP accountant gives "
-                         f"{spent(hi):.3g} even at noise multiplier {hi:g}")
+        raise _Refused(f"DP-CTGAN cannot meet epsilon = {eps} at delta = {delta}: opacus' RDP accountant gives "
+                       f"{spent(hi):.3g} even at noise multiplier {hi:g}")
     for _ in range(60):  # smallest noise multiplier with spent <= eps (log-scale bisection)
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if spent(mid) <= eps else (mid, hi)
@@ -330,7 +345,11 @@ def _worker(work: Path) -> None:
         import torch
 
         torch.manual_seed(job["seed"])
-        synth, acc = _dpctgan(job, train, _transformer(job["columns"], "gan"))
+        try:
+            synth, acc = _dpctgan(job, train, _transformer(job["columns"], "gan"))
+        except _Refused as err:
+            (work / REFUSED_FILE).write_text(json.dumps({"error": str(err)}))
+            return
     else:
         from snsynth.aim import AIMSynthesizer
         from snsynth.mst import MSTSynthesizer

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from dpcare.exceptions import SpecError
+
 MISSING = "missing"
 _NUMBER = re.compile(r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?$")
 _PIECE = re.compile(r"^ ?[0-9.\-]*$")
@@ -44,7 +46,7 @@ class NumberRule:
 
     def __init__(self, lo: float, hi: float, digits: int, nullable: bool):
         if not lo <= hi:
-            raise ValueError(f"numeric bounds need lo <= hi, got {lo}, {hi}")
+            raise SpecError(f"numeric bounds need lo <= hi, got {lo}, {hi}")
         self.lo, self.hi, self.digits, self.nullable = lo, hi, digits, nullable
         self.max_int_digits = len(str(int(max(abs(lo), abs(hi)))))
 

@@ -26,6 +26,13 @@ from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from dpcare.data.schema import ColumnSpec, TableSchema
 from dpcare.data.tables import category_text
+from dpcare.exceptions import (
+    DataError,
+    MissingDependencyError,
+    SettingsError,
+    SpecError,
+    UnknownNameError,
+)
 
 BINS = (20, 50)  # numbers of equal-width bins for numeric columns in HIST and Pair (Section 5.1.2)
 MODELS = ("logistic_regression", "xgboost")
@@ -38,19 +45,19 @@ MISSING = "<missing>"  # stands for NaN in categorical model features
 def check_table(df: pd.DataFrame, schema: TableSchema, name: str = "synthetic") -> pd.DataFrame:
     """``df`` with exactly the schema's columns, in schema order: numeric as float, categorical as text.
 
-    Raises ``ValueError`` for an empty table, missing or extra columns and non-numbers in numeric
+    Raises ``DataError`` for an empty table, missing or extra columns and non-numbers in numeric
     columns. Values outside the declared categories are kept (they count as mismatches).
     """
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"the {name} table must be a pandas DataFrame, got {type(df).__name__}")
     if len(df) == 0:
-        raise ValueError(f"the {name} table is empty (no rows)")
+        raise DataError(f"the {name} table is empty (no rows)")
     names = [c.name for c in schema.columns]
     missing = [n for n in names if n not in df.columns]
     extra = [c for c in df.columns if c not in names]
     if missing or extra:
-        raise ValueError(f"the {name} table does not match the schema: missing columns {missing}, "
-                         f"extra columns {extra}")
+        raise DataError(f"the {name} table does not match the schema: missing columns {missing}, "
+                        f"extra columns {extra}")
     return pd.DataFrame({c.name: _column(df[c.name], c, name) for c in schema.columns}).reset_index(drop=True)
 
 
@@ -61,7 +68,7 @@ def _column(s: pd.Series, col: ColumnSpec, table: str) -> pd.Series:
     bad = s[num.isna() & s.notna()]
     if len(bad) or np.isinf(num).any():
         value = bad.iloc[0] if len(bad) else num[np.isinf(num)].iloc[0]
-        raise ValueError(f"column '{col.name}' of the {table} table is numeric but holds {value!r}")
+        raise DataError(f"column '{col.name}' of the {table} table is numeric but holds {value!r}")
     return num
 
 
@@ -78,15 +85,15 @@ def ml_efficacy(train: pd.DataFrame, test: pd.DataFrame, schema: TableSchema, se
     """
     categories = schema.column(schema.target).categories
     if len(categories) != 2:
-        raise ValueError(f"ML efficacy needs a binary target; '{schema.target}' has categories {list(categories)}")
+        raise SpecError(f"ML efficacy needs a binary target; '{schema.target}' has categories {list(categories)}")
     test = check_table(test, schema, "real test")
     train = check_table(train, schema, "training")
     positive = _positive_class(test[schema.target], categories)
     x_test, y_test = _xy(test, schema, positive, "real test")
     x_train, y_train = _xy(train, schema, positive, "training")
     if len(set(y_test)) < 2:
-        raise ValueError(f"the real test table holds only one target class ({positive!r} or not): "
-                         "F1 and AUC are undefined")
+        raise DataError(f"the real test table holds only one target class ({positive!r} or not): "
+                        "F1 and AUC are undefined")
     scores = {m: _fit_and_score(m, schema, seed, x_train, y_train, x_test, y_test) for m in models}
     mean = {k: float(np.mean([scores[m][k] for m in models])) for k in SCORES}
     return {"positive_class": positive, **scores, "mean": mean}
@@ -95,7 +102,7 @@ def ml_efficacy(train: pd.DataFrame, test: pd.DataFrame, schema: TableSchema, se
 def _positive_class(target: pd.Series, categories: tuple[str, ...]) -> str:
     counts = target.value_counts().reindex(list(categories), fill_value=0)
     if counts.sum() < len(target):
-        raise ValueError(f"the real test target holds values outside its categories {list(categories)}")
+        raise DataError(f"the real test target holds values outside its categories {list(categories)}")
     return categories[1] if counts.iloc[0] == counts.iloc[1] else str(counts.idxmin())
 
 
@@ -136,7 +143,7 @@ def _model(name: str, schema: TableSchema, seed: int) -> Pipeline:
     elif name == "xgboost":
         numeric, classifier = "passthrough", _xgboost(seed)
     else:
-        raise ValueError(f"unknown model {name!r}; choose from {MODELS}")
+        raise UnknownNameError(f"unknown model {name!r}; choose from {MODELS}")
     features = [schema.column(c) for c in schema.feature_columns]
     prep = ColumnTransformer([
         ("numeric", numeric, [c.name for c in features if c.kind == "numeric"]),
@@ -150,8 +157,8 @@ def _xgboost(seed: int):
     try:
         from xgboost import XGBClassifier
     except ImportError:
-        raise ImportError("the XGBoost efficacy model needs xgboost (pip install xgboost-cpu), or pass "
-                          "models=('logistic_regression',)") from None
+        raise MissingDependencyError("the XGBoost efficacy model needs xgboost (pip install xgboost-cpu), or pass "
+                                     "models=('logistic_regression',)") from None
     return XGBClassifier(n_jobs=1, random_state=seed, tree_method="hist")
 
 
@@ -176,7 +183,7 @@ def pair(synthetic: pd.DataFrame, real: pd.DataFrame, schema: TableSchema, bins:
 def _discretise(synthetic, real, schema, bins) -> list[tuple[np.ndarray, np.ndarray, int]]:
     """Per column: real codes, synthetic codes and the number of codes, shared between the two tables."""
     if bins < 1:
-        raise ValueError(f"bins must be a positive number, got {bins}")
+        raise SettingsError(f"bins must be a positive number, got {bins}")
     real, synthetic = check_table(real, schema, "real"), check_table(synthetic, schema, "synthetic")
     return [_bin_codes(real[c.name].to_numpy(float), synthetic[c.name].to_numpy(float), bins)
             if c.kind == "numeric" else _category_codes(real[c.name], synthetic[c.name]) for c in schema.columns]

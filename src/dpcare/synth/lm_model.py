@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import Tensor, nn
 
+from dpcare.exceptions import SettingsError, SpecError
 from dpcare.lm import load_causal_lm
 from dpcare.synth.constraints import is_number_piece
 
@@ -41,13 +42,13 @@ class LMSettings:
 
     def __post_init__(self):
         if self.finetune not in ("lora", "full"):
-            raise ValueError(f"finetune must be 'lora' or 'full', got {self.finetune!r}")
+            raise SettingsError(f"finetune must be 'lora' or 'full', got {self.finetune!r}")
         if self.vocab not in ("schema", "full"):
-            raise ValueError(f"vocab must be 'schema' or 'full', got {self.vocab!r}")
+            raise SettingsError(f"vocab must be 'schema' or 'full', got {self.vocab!r}")
         if self.layers is not None and self.layers < 1:
-            raise ValueError(f"layers must be >= 1, got {self.layers}")
+            raise SettingsError(f"layers must be >= 1, got {self.layers}")
         if self.lora_rank < 1:
-            raise ValueError(f"lora_rank must be >= 1, got {self.lora_rank}")
+            raise SettingsError(f"lora_rank must be >= 1, got {self.lora_rank}")
         self.lora_targets = tuple(self.lora_targets)
 
     def to_dict(self) -> dict:
@@ -78,7 +79,7 @@ class SynthLM(nn.Module):
         out = self.output_index[ids]
         if (out < 0).any():
             bad = sorted({int(i) for i in ids[out < 0]})[:10]
-            raise ValueError(f"tokens {bad} are outside the model's output vocabulary (is the schema complete?)")
+            raise SpecError(f"tokens {bad} are outside the model's output vocabulary (is the schema complete?)")
         return out
 
     def forward(self, ids: Tensor, attention_mask: Tensor | None = None, past_key_values=None,
@@ -129,7 +130,7 @@ def _set_trainable(model: SynthLM, s: LMSettings) -> None:
         # GPT-2 uses Conv1D projections; peft handles them under the same names
         targets = [t for t in s.lora_targets if any(n.endswith("." + t) for n, _ in model.body.named_modules())]
     if not targets:
-        raise ValueError(f"none of the LoRA targets {list(s.lora_targets)} exist in this model")
+        raise SettingsError(f"none of the LoRA targets {list(s.lora_targets)} exist in this model")
     conv1d = any(type(m).__name__ == "Conv1D" for m in model.body.modules())  # GPT-2 stores weights as [in, out]
     config = LoraConfig(r=s.lora_rank, lora_alpha=s.lora_alpha, lora_dropout=0.0, target_modules=targets,
                         fan_in_fan_out=conv1d)

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from dpcare.engine.objective import Objective
+from dpcare.exceptions import SettingsError
 from dpcare.lm import trim_right_padding
 from dpcare.synth.tokens import KEY, OTHER, VALUE, weighted_token_loss
 from dpcare.token_loss import token_nll
@@ -32,7 +33,7 @@ class TokenLoss(Objective):
 
     def __init__(self, lam: float | None = 0.65, private: bool = True):
         if lam is not None and not 0 <= lam <= 1:
-            raise ValueError(f"lambda must be in [0, 1], got {lam}")
+            raise SettingsError(f"lambda must be in [0, 1], got {lam}")
         self.lam, self.private = lam, private
         self.name = ("dp-" if private else "") + ("weighted-lm" if lam is not None else "lm")
 

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from dpcare.data import TableEncoder, TableSchema
+from dpcare.exceptions import SettingsError, SpecError
 
 
 def numeric_ranges(schema: TableSchema, private_table: pd.DataFrame | None = None, ledger=None,
@@ -17,8 +18,8 @@ def numeric_ranges(schema: TableSchema, private_table: pd.DataFrame | None = Non
     ranges = {c.name: c.bounds for c in schema.columns if c.kind == "numeric" and c.bounds is not None}
     if undeclared:
         if private_table is None:
-            raise ValueError(f"columns {undeclared} have no public bounds: declare them, or pass the table with a "
-                             "ledger and stats_epsilon for a DP estimate")
+            raise SpecError(f"columns {undeclared} have no public bounds: declare them, or pass the table with a "
+                            "ledger and stats_epsilon for a DP estimate")
         enc = TableEncoder(schema, protect="all").fit(private_table, ledger=ledger, stats_epsilon=stats_epsilon,
                                                       seed=seed)
         for c in undeclared:
@@ -33,7 +34,7 @@ def uniform_pseudo_table(schema: TableSchema, n: int, seed: int = 0, private_tab
     """``n`` rows; ``private_table`` is read only for undeclared numeric bounds, via a charged DP estimate
     (pass ``ranges`` from :func:`numeric_ranges` to reuse an estimate already paid for)."""
     if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+        raise SettingsError(f"n must be >= 1, got {n}")
     if ranges is None:
         ranges = numeric_ranges(schema, private_table, ledger, stats_epsilon, seed)
     rng = np.random.default_rng(seed)
@@ -41,7 +42,7 @@ def uniform_pseudo_table(schema: TableSchema, n: int, seed: int = 0, private_tab
     for c in schema.columns:
         if c.kind == "categorical":
             if c.categories is None:
-                raise ValueError(f"column '{c.name}' has no declared categories for pseudo data")
+                raise SpecError(f"column '{c.name}' has no declared categories for pseudo data")
             out[c.name] = rng.choice(list(c.categories), n)
         else:
             lo, hi = ranges[c.name]

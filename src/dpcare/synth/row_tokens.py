@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from dpcare.exceptions import DataError, SettingsError
 from dpcare.synth.serialize import IS, SEP, RowSerializer
 from dpcare.synth.tokens import KEY, OTHER, VALUE
 
@@ -35,14 +36,14 @@ class RowTokenizer:
         self.bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
         self.eos = tokenizer.eos_token_id
         if self.eos is None:
-            raise ValueError("the tokenizer has no end-of-sequence token")
+            raise SettingsError("the tokenizer has no end-of-sequence token")
         self._cache: dict[str, list[int]] = {}
 
     def ids(self, text: str) -> list[int]:
         if text not in self._cache:
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             if not ids:
-                raise ValueError(f"the tokenizer gives no tokens for {text!r} (is it loaded correctly?)")
+                raise SettingsError(f"the tokenizer gives no tokens for {text!r} (is it loaded correctly?)")
             self._cache[text] = ids
         return self._cache[text]
 
@@ -75,10 +76,10 @@ class RowTokenizer:
     def encode_table(self, df: pd.DataFrame, seed: int = 0) -> dict[str, torch.Tensor]:
         """``ids``, ``roles`` and ``mask`` tensors [rows, longest row], right-padded with eos."""
         if len(df) == 0:
-            raise ValueError("the table has no rows")
+            raise DataError("the table has no rows")
         missing = [c for c in self.serializer.columns if c not in df.columns]
         if missing:
-            raise ValueError(f"the table lacks the columns {missing}")
+            raise DataError(f"the table lacks the columns {missing}")
         rng = np.random.default_rng(seed)
         rows = [self.encode_row(r, rng) for _, r in df.iterrows()]
         width = max(len(i) for i, _ in rows)

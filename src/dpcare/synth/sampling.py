@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from dpcare.exceptions import DataError, SettingsError, UnknownNameError
 from dpcare.progress import progress as tqdm
 from dpcare.synth.constraints import MISSING, CategoryTrie, NumberRule, is_number_piece
 from dpcare.synth.row_tokens import RowTokenizer
@@ -59,7 +60,7 @@ class RowSampler:
     def __init__(self, model, rows: RowTokenizer, ranges: dict[str, tuple[float, float]], temperature: float = 1.0,
                  seed: int = 0, max_tokens: int | None = None):
         if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+            raise SettingsError(f"temperature must be > 0, got {temperature}")
         self.model, self.rows, self.temperature, self.max_tokens = model, rows, temperature, max_tokens
         self.schema = rows.serializer.schema
         self.gen = torch.Generator().manual_seed(seed)
@@ -189,9 +190,9 @@ class RowSampler:
                max_rounds: int = 15) -> tuple[list[dict[str, str]], SamplingStats]:
         """``n`` rows as {column: value text}; ``conditions`` fixes some columns (one row per sample)."""
         if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+            raise SettingsError(f"method must be one of {METHODS}, got {method!r}")
         if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
+            raise SettingsError(f"n must be >= 1, got {n}")
         cond_rows = self._condition_rows(n, conditions)
         stats, done = SamplingStats(method), {}
         pending = list(range(n))
@@ -214,17 +215,17 @@ class RowSampler:
         if conditions is None:
             return [{} for _ in range(n)]
         if len(conditions) != n:
-            raise ValueError(f"conditions has {len(conditions)} rows; give one per sampled row ({n})")
+            raise DataError(f"conditions has {len(conditions)} rows; give one per sampled row ({n})")
         unknown = [c for c in conditions.columns if c not in self.rows.serializer.columns]
         if unknown:
-            raise ValueError(f"conditions name unknown columns {unknown}")
+            raise UnknownNameError(f"conditions name unknown columns {unknown}")
         out = []
         for _, r in conditions.iterrows():
             row = {}
             for c, v in r.items():
                 text = self.rows.serializer.value_text(c, v)
                 if not self.valid_cell(c, text):
-                    raise ValueError(f"condition {c}={v!r} is not a valid value of column '{c}'")
+                    raise DataError(f"condition {c}={v!r} is not a valid value of column '{c}'")
                 row[c] = text
             out.append(row)
         return out

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from dpcare.engine.objective import Objective
 from dpcare.engine.trainer import TrainConfig, Trainer
+from dpcare.exceptions import SettingsError
 from dpcare.privacy import PrivacyLedger
 
 SCALES = ("auto", "cpu", "paper")
@@ -37,7 +38,7 @@ PAPER_HINT = ("paper scale (the whole model, 5 + 10 epochs): SynthSettings.for_d
 def resolve_scale(scale: str = "auto") -> str:
     """"cpu" or "paper": "auto" is "paper" only where the model would train on a GPU."""
     if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+        raise SettingsError(f"scale must be one of {SCALES}, got {scale!r}")
     if scale != "auto":
         return scale
     return "paper" if ENGINE_USES_GPU and torch.cuda.is_available() else "cpu"

@@ -16,6 +16,7 @@ import pandas as pd
 
 from dpcare.data import TableSchema
 from dpcare.data.tables import category_text
+from dpcare.exceptions import DataError, SettingsError, SpecError
 
 SEP, IS = ", ", " is "
 
@@ -31,13 +32,13 @@ class Span:
 class RowSerializer:
     def __init__(self, schema: TableSchema, order: str = "target-first", precision: int | dict[str, int] = 2):
         if order not in ("target-first", "shuffle"):
-            raise ValueError(f"order must be 'target-first' or 'shuffle', got {order!r}")
+            raise SettingsError(f"order must be 'target-first' or 'shuffle', got {order!r}")
         self.schema, self.order = schema, order
         self.columns = [schema.target] + schema.feature_columns
         self.precision = precision
         for c in self.columns:
             if SEP.strip() in c or IS.strip() == c:
-                raise ValueError(f"column name {c!r} cannot be serialised unambiguously")
+                raise SpecError(f"column name {c!r} cannot be serialised unambiguously")
 
     def digits(self, col: str) -> int:
         """Decimals written for numeric column ``col`` (the declared precision)."""
@@ -56,7 +57,7 @@ class RowSerializer:
         cols = list(self.columns)
         if self.order == "shuffle":
             if rng is None:
-                raise ValueError("shuffled order needs an rng")
+                raise SettingsError("shuffled order needs an rng")
             cols = [cols[i] for i in rng.permutation(len(cols))]
         parts, spans, pos = [], [], 0
         for i, col in enumerate(cols):
@@ -77,6 +78,6 @@ class RowSerializer:
         for cell in text.split(SEP):
             key, sep, value = cell.partition(IS)
             if not sep or key not in self.columns:
-                raise ValueError(f"cannot parse cell {cell!r}")
+                raise DataError(f"cannot parse cell {cell!r}")
             out[key] = value
         return out

@@ -32,7 +32,13 @@ import torch
 
 from dpcare.data import TableSchema, load_table
 from dpcare.engine.trainer import TrainConfig, Trainer
-from dpcare.exceptions import NotFittedError
+from dpcare.exceptions import (
+    DataError,
+    MissingFileError,
+    NotFittedError,
+    PrivacyParameterError,
+    SettingsError,
+)
 from dpcare.io import torch_save, write_json
 from dpcare.privacy import Guarantee, PrivacyLedger
 from dpcare.synth.lm_model import LMSettings, build_lm, trainable_state
@@ -80,9 +86,9 @@ class SynthSettings:
 
     def __post_init__(self):
         if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+            raise SettingsError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.mode != "non-private" and (self.epsilon is None or not self.epsilon > 0):
-            raise ValueError(f"epsilon must be > 0 for {self.mode}, got {self.epsilon!r}")
+            raise PrivacyParameterError(f"epsilon must be > 0 for {self.mode}, got {self.epsilon!r}")
         if isinstance(self.lm, dict):
             self.lm = LMSettings(**self.lm)
         for name in ("stage1", "stage2"):
@@ -129,9 +135,9 @@ class Synthesizer:
         self.schema = schema
         self.settings = settings or SynthSettings.for_device(**overrides)
         if settings is not None and overrides:
-            raise ValueError("pass either settings or keyword overrides, not both")
+            raise SettingsError("pass either settings or keyword overrides, not both")
         if self.settings.mode == "dp-2stage-o" and public_schema is None:
-            raise ValueError("dp-2stage-o needs a public table and its schema for stage 1 (e.g. Adult)")
+            raise SettingsError("dp-2stage-o needs a public table and its schema for stage 1 (e.g. Adult)")
         self.public_table, self.public_schema, self.progress = public_table, public_schema, progress
         self.serializer = RowSerializer(schema, self.settings.order, self.settings.precision)
         self.model = self.tokenizer = self.rows = None
@@ -171,9 +177,9 @@ class Synthesizer:
         s = self.settings
         df = load_table(df, self.schema)
         if len(df) == 0:
-            raise ValueError("the private table has no rows")
+            raise DataError("the private table has no rows")
         if s.mode == "dp-2stage-o" and (self.public_table is None or len(self.public_table) == 0):
-            raise ValueError("dp-2stage-o needs a non-empty public table for stage 1 (e.g. Adult)")
+            raise DataError("dp-2stage-o needs a non-empty public table for stage 1 (e.g. Adult)")
         private = s.mode != "non-private"
         if private:
             self.ledger = ledger or PrivacyLedger(len(df), s.delta)
@@ -322,8 +328,9 @@ class Synthesizer:
     @classmethod
     def load(cls, folder: str | Path, progress: bool = True) -> Synthesizer:
         folder = Path(folder)
-        if not (folder / STATE_FILE).exists():
-            raise FileNotFoundError(f"{folder} is not a saved synthesizer (no {STATE_FILE})")
+        for name in (STATE_FILE, WEIGHTS_FILE):
+            if not (folder / name).is_file():
+                raise MissingFileError(f"{folder} is not a saved synthesizer (no {name})")
         state = json.loads((folder / STATE_FILE).read_text())
         public = TableSchema.from_dict(state["public_schema"]) if state["public_schema"] else None
         settings = SynthSettings(**state["settings"])
@@ -335,7 +342,7 @@ class Synthesizer:
         weights = torch.load(folder / WEIGHTS_FILE, weights_only=True)
         missing = set(weights) - set(self.model.state_dict())
         if missing:
-            raise ValueError(f"{folder} holds weights this model does not have: {sorted(missing)[:5]}")
+            raise DataError(f"{folder} holds weights this model does not have: {sorted(missing)[:5]}")
         self.model.load_state_dict(weights, strict=False)
         return self
 

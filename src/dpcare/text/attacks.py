@@ -46,7 +46,7 @@ from dpcare.audit.likelihood_ratio import lira_scores
 from dpcare.audit.lira import LiraResult
 from dpcare.audit.metrics import attack_metrics
 from dpcare.audit.one_run import OneRunAudit, one_run_audit
-from dpcare.exceptions import DataError
+from dpcare.exceptions import DataError, SettingsError
 from dpcare.text.finetune import (
     Example,
     TargetLoss,
@@ -204,7 +204,7 @@ def lira_lm(train_fn: Callable[[list], nn.Module], target_model: nn.Module, toke
     given members' and non-members' items (notes, usually); the shadows train on complementary random
     halves of those patients (pairs: a half and its complement), so each is in exactly half of them."""
     if shadows < 2 or shadows % 2:
-        raise ValueError(f"LiRA needs an even number (>= 2) of shadow models, got {shadows}")
+        raise SettingsError(f"LiRA needs an even number (>= 2) of shadow models, got {shadows}")
     examples, m_ids, n_ids = _attack_rows(tokenizer, members, nonmembers, rows)
     patients = sorted(m_ids + n_ids)
     by_patient: dict[str, list] = {p: [] for p in patients}

@@ -10,6 +10,7 @@ import random
 import re
 from collections.abc import Callable
 
+from dpcare.exceptions import DataError
 from dpcare.text.spans import Note, Span
 
 ABBREVIATIONS: dict[str, str] = {
@@ -97,7 +98,7 @@ class NoteBuilder:
 
     def _span(self, piece: str, label: str, into: list[Span]) -> Span:
         if not piece:
-            raise ValueError(f"empty {label} span")
+            raise DataError(f"empty {label} span")
         span = Span(self._len, self._len + len(piece), label, piece)
         self._append(piece)
         into.append(span)

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dpcare.exceptions import SettingsError
+
 ACTIVATIONS = {"tanh": torch.tanh, "relu": F.relu}
 
 
@@ -38,7 +40,7 @@ class CAML(nn.Module):
                  activation: str = "tanh"):
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+            raise SettingsError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         self.padding_idx, self.act = padding_idx, ACTIVATIONS[activation]
         self.embed = nn.Embedding(vocab_size, emb_dim, padding_idx=padding_idx)
         self.drop = nn.Dropout(dropout)
@@ -50,8 +52,8 @@ class CAML(nn.Module):
         if embeddings is not None:
             weight = torch.as_tensor(getattr(embeddings, "weight", embeddings))
             if weight.shape != self.embed.weight.shape:
-                raise ValueError(f"embeddings of shape {tuple(weight.shape)}, expected "
-                                 f"{tuple(self.embed.weight.shape)} (vocab_size, emb_dim)")
+                raise SettingsError(f"embeddings of shape {tuple(weight.shape)}, expected "
+                                    f"{tuple(self.embed.weight.shape)} (vocab_size, emb_dim)")
             with torch.no_grad():
                 self.embed.weight.copy_(weight)
                 self.embed.weight[padding_idx] = 0

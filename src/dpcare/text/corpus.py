@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from dpcare.exceptions import MissingDependencyError, SettingsError, UnknownNameError
 from dpcare.text import phrases as P
 from dpcare.text.builder import NoteBuilder, Styler
 from dpcare.text.sources import SOURCES, Code, Record, Treatment, load_records
@@ -42,7 +43,7 @@ def _faker():
     try:
         from faker import Faker
     except ImportError:
-        raise ImportError("generated notes need Faker: pip install 'dpcare[text]'") from None
+        raise MissingDependencyError("generated notes need Faker: pip install 'dpcare[text]'") from None
     return Faker("en_US")
 
 
@@ -491,11 +492,11 @@ def generate_corpus(n_notes: int | None = None, sources: Iterable[str] = SOURCES
     sources = tuple(sources)
     unknown = [s for s in sources if s not in SOURCES]
     if unknown:
-        raise ValueError(f"unknown note source(s) {unknown}; choose from {SOURCES}")
+        raise UnknownNameError(f"unknown note source(s) {unknown}; choose from {SOURCES}")
     if n_notes is not None and n_notes < 1:
-        raise ValueError(f"n_notes must be positive, got {n_notes}")
+        raise SettingsError(f"n_notes must be positive, got {n_notes}")
     if not 0 <= typo_rate <= 1:
-        raise ValueError(f"typo_rate must lie in [0, 1], got {typo_rate}")
+        raise SettingsError(f"typo_rate must lie in [0, 1], got {typo_rate}")
     by_patient: dict[str, dict[str, list[Record]]] = {}
     for s in sources:
         groups: dict[str, list[Record]] = defaultdict(list)

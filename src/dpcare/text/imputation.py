@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dpcare.exceptions import DataError, SpecError
+from dpcare.exceptions import DataError, MissingDependencyError, SpecError
 from dpcare.progress import progress as show_progress
 from dpcare.text.masking import MaskedNote
 
@@ -162,6 +162,8 @@ class SpanImputer:
 
             try:
                 self._lm = load_causal_lm(self.model_name)
+            except MissingDependencyError:  # a package to install, not a wrong model setting
+                raise
             except (FileNotFoundError, ValueError) as e:
                 raise SpecError(f"SpanImputer: cannot load model {self.model_name!r}: {e}") from e
         return self._lm

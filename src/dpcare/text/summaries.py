@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from dpcare.exceptions import DataError
+from dpcare.exceptions import DataError, SettingsError
 from dpcare.progress import progress as tqdm
 from dpcare.text.evaluation import rouge_l
 from dpcare.text.finetune import summary_prompt
@@ -20,7 +20,7 @@ def write_summary(model: nn.Module, tokenizer, source: str, max_new_tokens: int 
     """Greedy continuation of the summarisation prompt of ``source`` (a hospital course), up to EOS or
     ``max_new_tokens`` tokens, stripped."""
     if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        raise SettingsError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     ids = tokenizer(summary_prompt(source), add_special_tokens=False, return_tensors="pt")["input_ids"]
     device = next(model.parameters()).device
     was_training = model.training

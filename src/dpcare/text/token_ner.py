@@ -50,7 +50,13 @@ from torch import Tensor, nn
 from dpcare.engine.adaptive_clip import AdaptiveClip
 from dpcare.engine.objective import Objective
 from dpcare.engine.trainer import TrainConfig, Trainer, TrainResult
-from dpcare.exceptions import DataError, SpecError, UnknownNameError
+from dpcare.exceptions import (
+    DataError,
+    MissingDependencyError,
+    MissingFileError,
+    SpecError,
+    UnknownNameError,
+)
 from dpcare.lm import trim_right_padding, under_torch_func
 from dpcare.privacy import PrivacyLedger, ProtectedUnit
 from dpcare.progress import quiet_loading
@@ -90,7 +96,7 @@ def minilm_folder() -> Path:
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     folder = Path(locations[0]) / "model" if locations else None
     if folder is None or not (folder / "config.json").exists():
-        raise FileNotFoundError(f"all-MiniLM-L6-v2 is not installed: {MINILM_PIP}")
+        raise MissingDependencyError(f"all-MiniLM-L6-v2 is not installed: {MINILM_PIP}")
     return folder
 
 
@@ -101,8 +107,8 @@ def load_minilm(num_labels: int, path: str | os.PathLike = MINILM, tags: Sequenc
 
     folder = minilm_folder() if str(path) == MINILM else Path(path)
     if not folder.is_dir():
-        raise FileNotFoundError(f"unknown model path: {folder} is not a folder (use 'minilm' after {MINILM_PIP}, "
-                                "or a local Hugging Face encoder folder; nothing can be downloaded here)")
+        raise MissingFileError(f"unknown model path: {folder} is not a folder (use 'minilm' after {MINILM_PIP}, "
+                               "or a local Hugging Face encoder folder; nothing can be downloaded here)")
     if not (folder / "config.json").exists():
         raise SpecError(f"{folder} has no config.json: not a Hugging Face model folder")
     if tags is not None and len(tags) != num_labels:

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dpcare.exceptions import DataError, MissingFileError, SettingsError
+
 log = logging.getLogger(__name__)
 
 PAD, UNK, MASK, NUM = "<pad>", "<unk>", "<mask>", "<num>"
@@ -60,7 +62,7 @@ class Vocab:
         self.tokens: tuple[str, ...] = SPECIALS + tuple(w for w in words if w not in SPECIALS)
         self.index = {t: i for i, t in enumerate(self.tokens)}
         if len(self.index) != len(self.tokens):
-            raise ValueError("duplicate words in the vocabulary")
+            raise DataError("duplicate words in the vocabulary")
         self.counts = dict(counts or {})
         self.pad_id, self.unk_id, self.mask_id, self.num_id = range(4)
 
@@ -70,9 +72,9 @@ class Vocab:
         words seen at least ``min_count`` times, the most frequent first, at most ``max_size``
         entries in all (the 4 special tokens included)."""
         if min_count < 1:
-            raise ValueError(f"min_count must be >= 1, got {min_count}")
+            raise SettingsError(f"min_count must be >= 1, got {min_count}")
         if max_size is not None and max_size < len(SPECIALS):
-            raise ValueError(f"max_size must be >= {len(SPECIALS)} (the special tokens), got {max_size}")
+            raise SettingsError(f"max_size must be >= {len(SPECIALS)} (the special tokens), got {max_size}")
         counts = Counter(t for text in public_texts for t in tokenize(text))
         words = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS),
                        key=lambda w: (-counts[w], w))
@@ -92,7 +94,7 @@ class Vocab:
     def encode(self, texts: Iterable[str], length: int) -> Tensor:
         """Token ids [N, length]: each text's first ``length`` tokens, padded with ``<pad>`` (id 0)."""
         if length < 1:
-            raise ValueError(f"length must be >= 1, got {length}")
+            raise SettingsError(f"length must be >= 1, got {length}")
         rows = [self.ids(t)[:length] for t in texts]
         out = torch.full((len(rows), length), self.pad_id, dtype=torch.long)
         for i, r in enumerate(rows):
@@ -181,7 +183,7 @@ def word_vectors(vocab: Vocab, dim: int = 300, path: str | Path | None = None, s
             log.warning(msg)
             warnings.warn(msg, stacklevel=2)
     elif not Path(path).is_file():
-        raise FileNotFoundError(f"word vectors file not found: {path}")
+        raise MissingFileError(f"word vectors file not found: {path}")
     gen = torch.Generator().manual_seed(seed)
     if path is None:
         weight = torch.randn(len(vocab), dim, generator=gen)
@@ -189,7 +191,7 @@ def word_vectors(vocab: Vocab, dim: int = 300, path: str | Path | None = None, s
         return WordVectors(weight, "random", frozenset(), 0.0, 0.0)
     words, rows = read_word2vec_binary(str(path))
     if dim > rows.shape[1]:
-        raise ValueError(f"dim {dim} exceeds the vectors' dimension {rows.shape[1]}")
+        raise SettingsError(f"dim {dim} exceeds the vectors' dimension {rows.shape[1]}")
     table = _projected(str(path), dim)
     found = {t: r for t in vocab.tokens[len(SPECIALS):] if (r := _lookup(words, t)) is not None}
     weight = torch.randn(len(vocab), dim, generator=gen) * float(table.std())

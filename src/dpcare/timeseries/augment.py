@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from dpcare.exceptions import SettingsError
 from dpcare.progress import progress as tqdm
 from dpcare.timeseries.model import Forecaster, masked_mse
 
@@ -131,7 +132,7 @@ def zoo_search(model: Forecaster | None, e: Tensor, y: Tensor, mask: Tensor, tau
     """
     if loss_of_embedding is None:
         if model is None:
-            raise ValueError("zoo_search needs a model or a loss_of_embedding function")
+            raise SettingsError("zoo_search needs a model or a loss_of_embedding function")
         loss_of_embedding = model_loss_fn(model)
     e = e.detach()
     for _ in range(steps):
@@ -147,7 +148,7 @@ def fit_pca_basis(e_real: Tensor, variance: float = 0.70) -> Tensor:
     (all d when none does). Rows are orthonormal.
     """
     if not 0.0 < variance <= 1.0:
-        raise ValueError(f"variance must be in (0, 1], got {variance}")
+        raise SettingsError(f"variance must be in (0, 1], got {variance}")
     rows = e_real.detach().reshape(-1, e_real.shape[-1]).double()
     rows = rows - rows.mean(0)
     cov = rows.T @ rows / max(len(rows) - 1, 1)
@@ -269,13 +270,13 @@ class AugmentConfig:
 
     def __post_init__(self):
         if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+            raise SettingsError(f"method must be one of {METHODS}, got {self.method!r}")
         if not 0.0 <= self.alpha <= 1.0:
-            raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
+            raise SettingsError(f"alpha must be in [0, 1], got {self.alpha}")
         if self.sign not in (-1, 1):
-            raise ValueError(f"sign must be -1 or +1, got {self.sign}")
+            raise SettingsError(f"sign must be -1 or +1, got {self.sign}")
         if self.batch_size < 2:
-            raise ValueError("batch_size must be at least 2 (half real, half synthetic)")
+            raise SettingsError("batch_size must be at least 2 (half real, half synthetic)")
 
 
 @dataclass

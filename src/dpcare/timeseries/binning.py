@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dpcare.exceptions import DataError, SettingsError, SpecError
 from dpcare.timeseries.events import EVENT_COLUMNS
 
 STEPS = ("hour", "visit")
@@ -45,10 +46,10 @@ def bin_events(events: pd.DataFrame, variables: Iterable[str] | None = None,
     sorted. Stays without any observation of the chosen variables are left out.
     """
     if step not in STEPS:
-        raise ValueError(f"step must be one of {STEPS}, got {step!r}")
+        raise SettingsError(f"step must be one of {STEPS}, got {step!r}")
     missing = [c for c in EVENT_COLUMNS if c not in events.columns]
     if missing:
-        raise ValueError(f"the event table lacks column(s) {missing}; run validate_events first")
+        raise DataError(f"the event table lacks column(s) {missing}; run validate_events first")
     present = set(events["variable"].unique())
     if variables is None:
         chosen = tuple(sorted(present))
@@ -56,16 +57,16 @@ def bin_events(events: pd.DataFrame, variables: Iterable[str] | None = None,
         chosen = tuple(str(v) for v in variables)
         absent = [v for v in chosen if v not in present]
         if absent:
-            raise ValueError(f"variable(s) {absent} have no observation; observed variables: "
-                             f"{sorted(present)[:30]}")
+            raise DataError(f"variable(s) {absent} have no observation; observed variables: "
+                            f"{sorted(present)[:30]}")
         if len(set(chosen)) != len(chosen):
-            raise ValueError(f"variables are repeated: {list(chosen)}")
+            raise SettingsError(f"variables are repeated: {list(chosen)}")
     if not chosen:
-        raise ValueError("the event table is empty")
+        raise DataError("the event table is empty")
     ev = events.loc[events["variable"].isin(chosen), list(EVENT_COLUMNS)]
     if step == "hour" and (ev["time"] < 0).any():
-        raise ValueError(f"negative time {ev['time'].min()} h: times must be hours since the "
-                         "stay's start (shift them so that every stay starts at 0)")
+        raise DataError(f"negative time {ev['time'].min()} h: times must be hours since the "
+                        "stay's start (shift them so that every stay starts at 0)")
     ev = ev.assign(_row=np.arange(len(ev))).sort_values(["stay_id", "time", "_row"])
     if step == "hour":
         bins = np.floor(ev["time"].to_numpy()).astype(np.int64)
@@ -102,8 +103,8 @@ class Standardizer:
         bad = [k for k, v in self.scale.items() if not (np.isfinite(v) and v > 0)]
         bad += [k for k, v in self.center.items() if not np.isfinite(v)]
         if bad or set(self.center) != set(self.scale):
-            raise ValueError(f"every variable needs a finite center and a positive scale; "
-                             f"check {sorted(set(bad) | (set(self.center) ^ set(self.scale)))}")
+            raise SpecError(f"every variable needs a finite center and a positive scale; "
+                            f"check {sorted(set(bad) | (set(self.center) ^ set(self.scale)))}")
         self.source = source  # "declared" (public) or "fitted" (from private data)
 
     def __repr__(self) -> str:
@@ -124,14 +125,14 @@ class Standardizer:
         wanted = {str(p) for p in patients}
         rows = [v for v, p in zip(binned.values, binned.patient_ids) if p in wanted]
         if not rows:
-            raise ValueError("none of the given patients has a stay in the binned data")
+            raise DataError("none of the given patients has a stay in the binned data")
         stacked = np.concatenate(rows, axis=0)
         center, scale = {}, {}
         for j, name in enumerate(binned.variables):
             col = stacked[:, j][~np.isnan(stacked[:, j])]
             if col.size == 0:
-                raise ValueError(f"variable '{name}' has no observation among the "
-                                 f"{len(wanted)} given patients")
+                raise DataError(f"variable '{name}' has no observation among the "
+                                f"{len(wanted)} given patients")
             sd = float(col.std())
             center[name], scale[name] = float(col.mean()), sd if np.isfinite(sd) and sd > 0 else 1.0
         return cls(center, scale, source="fitted")
@@ -139,7 +140,7 @@ class Standardizer:
     def transform(self, binned: BinnedStays) -> BinnedStays:
         missing = [v for v in binned.variables if v not in self.center]
         if missing:
-            raise ValueError(f"no center/scale for variable(s) {missing}")
+            raise SpecError(f"no center/scale for variable(s) {missing}")
         c = np.array([self.center[v] for v in binned.variables])
         s = np.array([self.scale[v] for v in binned.variables])
         return BinnedStays(variables=binned.variables, stay_ids=list(binned.stay_ids),

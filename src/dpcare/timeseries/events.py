@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpcare.exceptions import DataError
+from dpcare.exceptions import DataError, MissingFileError, SettingsError, UnknownNameError
 
 EVENT_COLUMNS = ("patient_id", "stay_id", "time", "variable", "value")
 TIME_UNITS = {"hours": 1.0, "days": 24.0, "minutes": 1.0 / 60.0}
@@ -102,7 +102,7 @@ def validate_events(df: pd.DataFrame, *, time_unit: str = "hours") -> pd.DataFra
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"the event table must be a pandas DataFrame, got {type(df).__name__}")
     if time_unit not in TIME_UNITS:
-        raise ValueError(f"time_unit must be one of {sorted(TIME_UNITS)}, got {time_unit!r}")
+        raise SettingsError(f"time_unit must be one of {sorted(TIME_UNITS)}, got {time_unit!r}")
     missing = [c for c in EVENT_COLUMNS if c not in df.columns]
     if missing:
         raise DataError(f"the event table lacks column(s) {missing}; "
@@ -140,7 +140,7 @@ def _in_file(path: Path | str, table: pd.DataFrame, *, time_unit: str = "hours")
 def _need_file(path: Path | str) -> Path:
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"no such file or folder: {path}")
+        raise MissingFileError(f"no such file or folder: {path}")
     return path
 
 
@@ -230,8 +230,8 @@ def read_clif(folder: Path | str, tables: Iterable[str] = ("vitals", "labs"),
     tables = list(tables)
     unknown = [t for t in tables if t not in CLIF_TABLES]
     if unknown or not tables:
-        raise ValueError(f"unknown CLIF table(s) {unknown or tables}; "
-                         f"choose from {list(CLIF_TABLES)}")
+        raise UnknownNameError(f"unknown CLIF table(s) {unknown or tables}; "
+                               f"choose from {list(CLIF_TABLES)}")
     chosen = None if variables is None else [str(v) for v in variables]
     events = pd.concat([_clif_table(folder, t, chosen) for t in tables], ignore_index=True)
     if chosen is not None:
@@ -316,7 +316,7 @@ def read_mimic_csv(*, chartevents: Path | str | None = None, labevents: Path | s
     hours since each stay's first kept event (see validate_events).
     """
     if chartevents is None and labevents is None:
-        raise ValueError("read_mimic_csv needs chartevents and/or labevents")
+        raise SettingsError("read_mimic_csv needs chartevents and/or labevents")
     keep = None if itemids is None else {int(i) for i in itemids}
     base = {"subject_id", "hadm_id", "charttime", "itemid", "valuenum"}
     columns = ["subject_id", "charttime", "itemid", "valuenum"]

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dpcare.exceptions import DataError, SettingsError
+
 
 def masked_mse(yhat: Tensor, y: Tensor, mask: Tensor) -> Tensor:
     """Per-example masked MSE (Eq. 1): sum m (yhat - y)^2 / max(sum m, 1), shape [B].
@@ -50,7 +52,7 @@ class Attention(nn.Module):
     def __init__(self, dim: int, heads: int, dropout: float = 0.0):
         super().__init__()
         if dim % heads:
-            raise ValueError(f"width {dim} is not divisible by {heads} heads")
+            raise SettingsError(f"width {dim} is not divisible by {heads} heads")
         self.heads, self.dropout = heads, dropout
         self.q, self.k, self.v, self.out = (nn.Linear(dim, dim) for _ in range(4))
 
@@ -140,10 +142,10 @@ class Forecaster(nn.Module):
     def embed(self, x: Tensor) -> Tensor:
         """Conv token embedding plus sinusoidal positions: E [B, T_in, d]."""
         if x.dim() != 3 or x.shape[2] != 2 * self.n_vars:
-            raise ValueError(f"expected x of shape [B, T, {2 * self.n_vars}], got {tuple(x.shape)}")
+            raise DataError(f"expected x of shape [B, T, {2 * self.n_vars}], got {tuple(x.shape)}")
         if x.shape[1] > self.input_len:
-            raise ValueError(f"input of {x.shape[1]} steps is longer than input_len "
-                             f"{self.input_len}")
+            raise DataError(f"input of {x.shape[1]} steps is longer than input_len "
+                            f"{self.input_len}")
         tokens = self.token_embedding(x.transpose(1, 2)).transpose(1, 2)
         return tokens + self.positions[: x.shape[1]]
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from dpcare.exceptions import DataError, SettingsError
 from dpcare.timeseries.binning import BinnedStays
 
 
@@ -54,7 +55,7 @@ class WindowSet:
 
 def _check_int(name: str, value: int, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        raise SettingsError(f"{name} must be an integer >= {low}, got {value!r}")
     return int(value)
 
 
@@ -74,8 +75,8 @@ def make_windows(binned: BinnedStays, input_len: int = 24, output_len: int = 24,
     lengths = binned.lengths() if len(binned) else np.zeros(0, dtype=np.int64)
     if len(lengths) == 0 or lengths.max() < t_in + t_out:
         longest = int(lengths.max()) if len(lengths) else 0
-        raise ValueError(f"the window (input_len + output_len = {t_in + t_out} {binned.step} "
-                         f"steps) is longer than every stay (longest: {longest} steps)")
+        raise DataError(f"the window (input_len + output_len = {t_in + t_out} {binned.step} "
+                        f"steps) is longer than every stay (longest: {longest} steps)")
     inputs, targets, owners, stays, starts = [], [], [], [], []
     offsets = np.arange(-t_in, t_out)
     for values, stay, patient in zip(binned.values, binned.stay_ids, binned.patient_ids):
@@ -94,8 +95,8 @@ def make_windows(binned: BinnedStays, input_len: int = 24, output_len: int = 24,
         owners += [patient] * int(keep.sum())
         stays += [stay] * int(keep.sum())
     if not inputs:
-        raise ValueError(f"no window has >= {min_in} observed input cells and >= {min_out} "
-                         f"observed target cells")
+        raise DataError(f"no window has >= {min_in} observed input cells and >= {min_out} "
+                        f"observed target cells")
     x_val, y_val = np.concatenate(inputs), np.concatenate(targets)
     x_seen, y_seen = ~np.isnan(x_val), ~np.isnan(y_val)
     x = np.concatenate([np.nan_to_num(x_val, nan=0.0), x_seen], axis=2)
@@ -111,11 +112,11 @@ def split_patients(patient_ids: Iterable[str], fractions: Sequence[float] = (0.6
                    ) -> dict[str, list[str]]:
     """Disjoint patient lists (sorted) per split; depends only on the set of ids and the seed."""
     if len(fractions) != len(names) or len(set(names)) != len(names):
-        raise ValueError(f"need one fraction per distinct split name, got {list(fractions)} "
-                         f"for {list(names)}")
+        raise SettingsError(f"need one fraction per distinct split name, got {list(fractions)} "
+                            f"for {list(names)}")
     frac = np.asarray(fractions, dtype=float)
     if (frac <= 0).any() or abs(frac.sum() - 1) > 1e-6:
-        raise ValueError(f"fractions must be positive and sum to 1, got {list(fractions)}")
+        raise SettingsError(f"fractions must be positive and sum to 1, got {list(fractions)}")
     ids = sorted({str(p) for p in patient_ids})
     order = np.random.default_rng(seed).permutation(len(ids))
     bounds = np.round(np.cumsum(frac) * len(ids)).astype(int)
@@ -123,26 +124,26 @@ def split_patients(patient_ids: Iterable[str], fractions: Sequence[float] = (0.6
     parts = np.split(order, bounds[:-1])
     empty = [n for n, part in zip(names, parts) if len(part) == 0]
     if empty:
-        raise ValueError(f"split(s) {empty} would be empty: {len(ids)} patients are too few "
-                         f"for fractions {list(fractions)}")
+        raise DataError(f"split(s) {empty} would be empty: {len(ids)} patients are too few "
+                        f"for fractions {list(fractions)}")
     return {n: sorted(ids[i] for i in part) for n, part in zip(names, parts)}
 
 
 def check_patient_splits(splits: Mapping[str, Iterable[str]]) -> None:
-    """Raise ValueError if a patient appears in two splits."""
+    """Raise DataError if a patient appears in two splits."""
     seen: dict[str, str] = {}
     for name, patients in splits.items():
         for p in patients:
             p = str(p)
             if p in seen and seen[p] != name:
-                raise ValueError(f"patient '{p}' is in two splits: '{seen[p]}' and '{name}'")
+                raise DataError(f"patient '{p}' is in two splits: '{seen[p]}' and '{name}'")
             seen[p] = name
 
 
 def windows_for(ws: WindowSet, patients: Iterable[str]) -> WindowSet:
-    """The windows of these patients (ValueError if none of them has a window)."""
+    """The windows of these patients (DataError if none of them has a window)."""
     wanted = {str(p) for p in patients}
     keep = np.isin(ws.patient, list(wanted))
     if not keep.any():
-        raise ValueError(f"none of the {len(wanted)} given patients has a window")
+        raise DataError(f"none of the {len(wanted)} given patients has a window")
     return ws.subset(keep)

@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 
 from dpcare.engine import TrainConfig, Trainer
+from dpcare.exceptions import DataError, SettingsError, UnknownNameError
 from dpcare.images import (
     FidEvaluator,
     GaussianBlur,
@@ -84,7 +85,7 @@ class ImageData:
 
 def prepare_images(dataset: str = "mnist", recipe: DiffusionRecipe | None = None, seed: int = 0) -> ImageData:
     if dataset not in LOADERS:
-        raise ValueError(f"unknown image data set {dataset!r}; choose one of {sorted(LOADERS)}")
+        raise UnknownNameError(f"unknown image data set {dataset!r}; choose one of {sorted(LOADERS)}")
     recipe = recipe or DiffusionRecipe()
     images = LOADERS[dataset]()
     if recipe.image_size is not None:
@@ -107,7 +108,7 @@ def train_diffusion(kind: str, data: ImageData, recipe: DiffusionRecipe, epsilon
     schedule = NoiseSchedule(recipe.diffusion_steps)
     objective = DiffusionObjective(kind, schedule)
     if kind.startswith("fdp") and init is None:
-        raise ValueError(f"{kind} starts from the Public model: pass init=")
+        raise SettingsError(f"{kind} starts from the Public model: pass init=")
     model = copy.deepcopy(init) if init is not None else new_unet(data, recipe, seed)
     tensors = data.private_tensors()
     n = len(data.train)
@@ -148,7 +149,7 @@ def matching_images(images: ImageSet, labels: torch.Tensor) -> torch.Tensor:
         want = (labels == k).nonzero().flatten()
         have = (images.labels == k).nonzero().flatten()
         if len(have) < len(want):
-            raise ValueError(f"class {images.classes[int(k)]!r} has {len(have)} images, {len(want)} are needed")
+            raise DataError(f"class {images.classes[int(k)]!r} has {len(have)} images, {len(want)} are needed")
         out[want] = images.images[have[: len(want)]]
     return out
 

@@ -28,6 +28,7 @@ import torch
 
 from dpcare.data import TableEncoder, TableSchema, public_view, replace_private, split_table
 from dpcare.engine import TrainConfig, Trainer
+from dpcare.exceptions import PrivacyParameterError, SettingsError, UnknownNameError
 from dpcare.fusion import imputation_quality, make_imputer
 from dpcare.io import new_figure, save_figure, write_json, write_text
 from dpcare.methods import DPSGD, NonPrivate
@@ -74,11 +75,11 @@ class FusionBenchmark:
     def validate(self) -> None:
         unknown = sorted(set(self.methods) - set(METHODS))
         if unknown:
-            raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
+            raise UnknownNameError(f"unknown methods {unknown}; choose from {list(METHODS)}")
         if not self.epsilons or any(not (e > 0 and math.isfinite(e)) for e in self.epsilons):
-            raise ValueError(f"epsilons must be finite and > 0, got {self.epsilons}")
+            raise PrivacyParameterError(f"epsilons must be finite and > 0, got {self.epsilons}")
         if self.seeds < 1:
-            raise ValueError(f"seeds must be >= 1, got {self.seeds}")
+            raise SettingsError(f"seeds must be >= 1, got {self.seeds}")
 
     def grid(self, method: str) -> list[dict[str, float]]:
         if method in NONPRIVATE:

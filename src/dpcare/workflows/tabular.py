@@ -21,10 +21,24 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 
 from dpcare.data import TableEncoder, TableSchema, load_table, public_view, split_table
 from dpcare.engine import TrainConfig, Trainer
+from dpcare.exceptions import (
+    DataError,
+    MissingFileError,
+    PrivacyParameterError,
+    SettingsError,
+    UnknownNameError,
+)
 from dpcare.io import torch_save, write_json
 from dpcare.methods import make_objective
 from dpcare.models import TabularMLP
-from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, check_epsilon, default_delta
+from dpcare.privacy import (
+    NEIGHBOURING,
+    Guarantee,
+    PrivacyLedger,
+    ProtectedUnit,
+    check_epsilon,
+    default_delta,
+)
 
 #: which feature columns each method protects (encoder statistics must be public or DP for these)
 PROTECTS = {"non-private": "label", "dp-sgd": "all", "feature-dp": "private", "label-dp": "label"}
@@ -56,13 +70,13 @@ class TabularRun:
 
     def validate(self) -> None:
         if self.method not in PROTECTS:
-            raise ValueError(f"unknown method {self.method!r}; choose one of {sorted(PROTECTS)}")
+            raise UnknownNameError(f"unknown method {self.method!r}; choose one of {sorted(PROTECTS)}")
         if self.method != "non-private":
             if self.epsilon is None:
-                raise ValueError(f"method {self.method} needs an epsilon")
+                raise PrivacyParameterError(f"method {self.method} needs an epsilon")
             check_epsilon(self.epsilon)
         if self.pad not in ("gaussian", "zeros"):
-            raise ValueError(f"pad must be 'gaussian' or 'zeros', got {self.pad!r}")
+            raise SettingsError(f"pad must be 'gaussian' or 'zeros', got {self.pad!r}")
 
 
 @dataclass
@@ -130,7 +144,7 @@ def evaluate(model: torch.nn.Module, data: dict[str, torch.Tensor]) -> dict[str,
     y = data["y"].numpy()
     scores = logits[:, 0].numpy() if logits.shape[1] == 1 else torch.softmax(logits, 1)[:, 1].numpy()
     if len(np.unique(y)) < 2:
-        raise ValueError("the evaluation split has a single class; AUROC/AUPRC are undefined")
+        raise DataError("the evaluation split has a single class; AUROC/AUPRC are undefined")
     return {"auprc": float(average_precision_score(y, scores)), "auroc": float(roc_auc_score(y, scores))}
 
 
@@ -252,7 +266,7 @@ def load_run(folder: str | os.PathLike) -> TabularResult:
     folder = Path(folder)
     path = folder / "model.pt"
     if not path.exists():
-        raise FileNotFoundError(f"no model.pt in {folder}")
+        raise MissingFileError(f"no model.pt in {folder}")
     saved = torch.load(path, map_location="cpu", weights_only=False)
     encoder = TableEncoder.from_state_dict(saved["encoder"])
     model = TabularMLP(**saved["model_config"])

@@ -14,7 +14,7 @@ from dpcare.audit import LiraResult, logit_confidence, one_run_audit, per_exampl
 from dpcare.audit.canaries import make_canaries
 from dpcare.data import TableEncoder, TableSchema, load_table, public_view
 from dpcare.engine import TrainConfig, Trainer
-from dpcare.exceptions import DataError
+from dpcare.exceptions import DataError, SettingsError
 from dpcare.methods import make_objective
 from dpcare.models import TabularMLP
 from dpcare.privacy import PrivacyLedger, ProtectedUnit
@@ -62,7 +62,7 @@ def audit_tabular(df: pd.DataFrame, schema: TableSchema, settings: CanaryAuditSe
     ``trainer_cls`` lets tests plant bugs (noise off, clipping skipped) to check the audit catches them."""
     s = settings
     if s.method not in ("dp-sgd", "feature-dp"):
-        raise ValueError(f"the canary audit supports dp-sgd and feature-dp, not {s.method!r}")
+        raise SettingsError(f"the canary audit supports dp-sgd and feature-dp, not {s.method!r}")
     rng = np.random.default_rng(s.seed)
     df = load_table(df, schema)
     if len(df) <= 2 * s.canaries:

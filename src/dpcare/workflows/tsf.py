@@ -24,6 +24,7 @@ import torch
 
 from dpcare.audit import attack_metrics, lira_scores, loss_attack
 from dpcare.engine import TrainConfig, Trainer
+from dpcare.exceptions import SettingsError, UnknownNameError
 from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
 from dpcare.timeseries import (
     DATASETS,
@@ -90,8 +91,8 @@ def prepare_tsf(dataset: str | TimeSeriesDataset = "mimic_demo", events: pd.Data
     Fahrenheit do not dominate the loss)."""
     if events is None:
         if not isinstance(dataset, TimeSeriesDataset) and dataset not in DATASETS:
-            raise ValueError(f"unknown time-series data set {dataset!r}; choose one of {sorted(DATASETS)} "
-                             "or pass your own events")
+            raise UnknownNameError(f"unknown time-series data set {dataset!r}; choose one of {sorted(DATASETS)} "
+                                   "or pass your own events")
         spec = dataset if isinstance(dataset, TimeSeriesDataset) else DATASETS[dataset]
         dataset = spec.name
         variables = list(variables or spec.variables)
@@ -165,8 +166,8 @@ def train_dp_sgd(train: WindowSet, recipe: TsfRecipe, epsilon: float, standardiz
     clipped as one gradient, the ledger counting patients. Returns the model and its guarantee."""
     check_epsilon(epsilon)
     if standardizer.source != "declared":
-        raise ValueError("DP-SGD needs declared standardisation statistics (center/scale per variable): statistics "
-                         "fitted on the training patients would be a release the ledger does not count")
+        raise SettingsError("DP-SGD needs declared standardisation statistics (center/scale per variable): statistics "
+                            "fitted on the training patients would be a release the ledger does not count")
     patients = len(train.patients())
     ledger = PrivacyLedger(patients, recipe.delta, unit=ProtectedUnit.PATIENT)
     cfg = TrainConfig(batch_size=max(1, round(recipe.dp_sampling_rate * patients)), epochs=recipe.dp_epochs,
@@ -184,7 +185,7 @@ def train_defended(baseline: Forecaster, train: WindowSet, validation: WindowSet
                    seed: int = 0, progress: bool = False) -> tuple[Forecaster, dict]:
     """Retrain a copy of the Baseline with embedding-space augmentation, selecting on validation windows."""
     if method not in DEFENCES:
-        raise ValueError(f"unknown defence {method!r}; choose one of {DEFENCES}")
+        raise UnknownNameError(f"unknown defence {method!r}; choose one of {DEFENCES}")
     model = copy.deepcopy(baseline)
     scale = float(embed_windows(model, train.x).flatten(1).norm(dim=1).mean())
     mu = recipe.zoo_mu_rel * scale
@@ -208,7 +209,7 @@ def method_labels(methods: Iterable[str], epsilons: Iterable[float]) -> list[str
     labels = []
     for m in methods:
         if m not in METHODS:
-            raise ValueError(f"unknown method {m!r}; choose from {METHODS}")
+            raise UnknownNameError(f"unknown method {m!r}; choose from {METHODS}")
         labels += [f"dp-sgd eps={e:g}" for e in epsilons] if m == "dp-sgd" else [m]
     return labels
 
