@@ -17,7 +17,13 @@ from typer.testing import CliRunner
 import dpcare
 from dpcare.cli import app
 from dpcare.cli.common import ErrorReportingGroup
-from dpcare.exceptions import DPCareError, PrivacyParameterError, UnknownNameError
+from dpcare.exceptions import (
+    DPCareError,
+    MissingDependencyError,
+    MissingFileError,
+    PrivacyParameterError,
+    UnknownNameError,
+)
 from dpcare.registry import Registry
 
 SRC = Path(dpcare.__file__).resolve().parent
@@ -186,10 +192,91 @@ def _app_raising(err: Exception) -> typer.Typer:
 def test_the_error_group_reports_user_errors_and_lets_bugs_through():
     r = CliRunner().invoke(_app_raising(PrivacyParameterError("epsilon must be > 0")), ["boom"])
     assert (r.exit_code, r.stderr) == (2, "error: epsilon must be > 0\n")
-    r = CliRunner().invoke(_app_raising(FileNotFoundError("no such file: x.csv")), ["boom"])
+    r = CliRunner().invoke(_app_raising(MissingFileError("no such file: x.csv")), ["boom"])
     assert (r.exit_code, r.stderr) == (2, "error: no such file: x.csv\n")
-    r = CliRunner().invoke(_app_raising(RuntimeError("a bug")), ["boom"])
-    assert r.exit_code == 1 and isinstance(r.exception, RuntimeError)
+    r = CliRunner().invoke(_app_raising(MissingDependencyError("pip install x")), ["boom"])
+    assert (r.exit_code, r.stderr) == (2, "error: pip install x\n")
+    # only dpcare's own errors are the user's: a bare built-in error is a bug and keeps its traceback
+    for bug in (RuntimeError("a bug"), FileNotFoundError("no such file: x.csv"), ValueError("a bug"),
+                ImportError("a bug"), KeyError("a bug")):
+        r = CliRunner().invoke(_app_raising(bug), ["boom"])
+        assert r.exit_code == 1 and r.exception is bug and not r.stderr.startswith("error:")
+
+
+def test_an_internal_bug_in_a_real_command_is_a_traceback(monkeypatch):
+    import dpcare.privacy
+
+    def broken(*args, **kwargs):
+        raise ValueError("internal")
+
+    monkeypatch.setattr(dpcare.privacy, "compute_epsilon", broken)
+    r = CliRunner().invoke(app, ["account", "epsilon", "--q", "0.01", "--sigma", "1", "--steps", "3",
+                                 "--delta", "1e-5"])
+    assert r.exit_code == 1 and isinstance(r.exception, ValueError) and str(r.exception) == "internal"
+    assert not isinstance(r.exception, DPCareError) and not r.stderr.startswith("error:")
+
+
+def test_a_missing_file_is_a_user_error_naming_the_path(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text((SRC / "data" / "specs" / "support2.yaml").read_text())
+    missing = tmp_path / "nowhere.csv"
+    r = CliRunner().invoke(app, ["train", str(missing), "--spec", str(spec), "--out", str(tmp_path / "out")])
+    assert (r.exit_code, r.stderr) == (2, f"error: data file not found: {missing}\n")
+    r = CliRunner().invoke(app, ["train", str(missing), "--spec", str(tmp_path / "nope.yaml")])
+    assert (r.exit_code, r.stderr) == (2, f"error: spec file not found: {tmp_path / 'nope.yaml'}\n")
+    r = CliRunner().invoke(app, ["report", str(tmp_path / "no-run"), "--out", str(tmp_path / "r.html")])
+    assert r.exit_code == 2 and r.stderr.startswith("error: ") and str(tmp_path / "no-run") in r.stderr
+    assert isinstance(MissingFileError("x"), FileNotFoundError) and isinstance(MissingDependencyError("x"), ImportError)
+
+
+def test_third_party_parse_errors_of_user_files_are_dpcare_errors(tmp_path):
+    """pandas' and json's ValueErrors on a user's file would now be tracebacks: they are re-raised as ours."""
+    from dpcare.cli.common import epsilon_list
+    from dpcare.data import load_spec
+    from dpcare.data.tables import read_table
+    from dpcare.exceptions import DataError, SettingsError, SpecError
+
+    (tmp_path / "spec.json").write_text("{not json")
+    with pytest.raises(SpecError, match="spec.json cannot be parsed"):
+        load_spec(tmp_path / "spec.json")
+    (tmp_path / "t.csv").write_text("a,b\n1,2\n1,2,3,4\n")
+    with pytest.raises(DataError, match="t.csv cannot be parsed as CSV"):
+        read_table(tmp_path / "t.csv")
+    assert epsilon_list(" 1, 3,8,") == (1.0, 3.0, 8.0)
+    with pytest.raises(SettingsError, match="--epsilons must be comma-separated numbers, got --epsilons = '1,x'"):
+        epsilon_list("1,x")
+
+
+_BARE = ("ValueError", "FileNotFoundError", "ImportError", "KeyError")
+
+
+def bare_raises(root: Path = SRC) -> list[str]:
+    """``file:line`` of every ``raise ValueError(...)`` (or FileNotFoundError, ImportError, KeyError; a call or the
+    bare name) under ``root``, dpcare/exceptions.py left out: errors a user can fix are DPCareErrors."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path == SRC / "exceptions.py":
+            continue
+        lines = []
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(exc, ast.Name) and exc.id in _BARE:
+                    lines.append(node.lineno)
+        found += [f"{path.relative_to(root.parent)}:{line}" for line in sorted(lines)]
+    return found
+
+
+def test_no_bare_value_errors_for_user_input():
+    bad = bare_raises()
+    assert bad == [], ("raise a DPCareError subclass (dpcare.exceptions) for what a user can fix, "
+                       "RuntimeError/TypeError for a broken internal invariant: " + ", ".join(bad))
+
+
+def test_the_bare_raise_check_sees_calls_and_names(tmp_path):
+    (tmp_path / "m.py").write_text("def f(x):\n    if x:\n        raise ValueError('x')\n    try:\n        pass\n"
+                                   "    except OSError:\n        raise KeyError from None\n    raise DataError('ok')\n")
+    assert [s.split(":")[1] for s in bare_raises(tmp_path)] == ["3", "7"]
 
 
 # --------------------------------------------------------------------------- errors and registries

@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from dpcare.cli.common import table_and_spec
+from dpcare.cli.common import epsilon_list, table_and_spec
+from dpcare.exceptions import SettingsError
 
 app = typer.Typer(help="Reproduce the papers' comparisons on real data.", no_args_is_help=True)
 
@@ -39,7 +40,7 @@ def benchmark_fusiondp(
 
     if data is not None:
         if spec is None:
-            raise ValueError("--data needs --spec")
+            raise SettingsError("--data needs --spec")
         df, schema = table_and_spec(data, spec)
     else:
         df, schema = load_dataset(dataset)
@@ -47,12 +48,12 @@ def benchmark_fusiondp(
         schema = schema.with_roles([c.strip() for c in private.split(",") if c.strip()])
     bench = FusionBenchmark.quick() if quick else FusionBenchmark(seeds=seeds, epochs=epochs)
     if not quick:
-        bench = replace(bench, epsilons=tuple(float(e) for e in epsilons.split(",")))
+        bench = replace(bench, epsilons=epsilon_list(epsilons))
     options = {}
     if imputer == "tabpfn":
         options = {"classifier_checkpoint": tabpfn_classifier, "regressor_checkpoint": tabpfn_regressor}
         if None in options.values():
-            raise ValueError("--imputer tabpfn needs --tabpfn-classifier and --tabpfn-regressor checkpoint files")
+            raise SettingsError("--imputer tabpfn needs --tabpfn-classifier and --tabpfn-regressor checkpoint files")
     bench = replace(bench, imputer=imputer, imputer_options=options, workers=workers, charge_tuning=charge_tuning)
     run_benchmark(df, schema, bench, out)
     typer.echo((out / "table.md").read_text())
@@ -80,7 +81,7 @@ def benchmark_fusiondp_text(
     from dpcare.workflows.fusion_text_benchmark import TextFusionBenchmark, run_fusiondp_text
 
     bench = TextFusionBenchmark.quick() if quick else TextFusionBenchmark(
-        n_notes=n_notes, top_k=top_k, epsilons=tuple(float(e) for e in epsilons.split(",")),
+        n_notes=n_notes, top_k=top_k, epsilons=epsilon_list(epsilons),
         main_epsilon=main_epsilon, seeds=seeds, epochs=epochs)
     bench = replace(bench, workers=workers, loss=loss)
     corpus = None
@@ -134,7 +135,7 @@ def benchmark_clinical_nlp(
     split = lambda text: tuple(x.strip() for x in text.split(",") if x.strip())
     bench = ClinicalNLPBenchmark.quick() if quick else ClinicalNLPBenchmark(
         n_notes=n_notes, model=model, layers=layers or None, epochs=epochs, batch_size=batch_size,
-        epsilons=tuple(float(e) for e in split(epsilons)), main_epsilon=main_epsilon, eval_notes=eval_notes,
+        epsilons=epsilon_list(epsilons), main_epsilon=main_epsilon, eval_notes=eval_notes,
         seeds=seeds, canaries=canaries, shadows=shadows, clip_ablation=clip_ablation)
     bench = replace(bench, modes=split(modes), sweep_modes=split(sweep_modes), tasks=split(tasks), workers=workers,
                     physical_batch=physical_batch)
@@ -167,7 +168,7 @@ def benchmark_dp2stage(
 
     bench = Dp2StageBenchmark.quick(model) if quick else Dp2StageBenchmark(
         datasets=tuple(d.strip() for d in datasets.split(",")),
-        epsilons=tuple(float(e) for e in epsilons.split(",")))
+        epsilons=epsilon_list(epsilons))
     chosen = () if baselines.strip() == "none" else tuple(b.strip() for b in baselines.split(","))
     if not quick:
         bench = replace(bench, baselines=chosen, all_columns=all_columns,
@@ -209,12 +210,12 @@ def benchmark_tsf(
     names = tuple(d.strip() for d in datasets.split(",") if d.strip())
     if events is not None:
         if spec is None:
-            raise ValueError("--events needs --spec (declared center/scale per variable, step and window)")
+            raise SettingsError("--events needs --spec (declared center/scale per variable, step and window)")
         names = (user_dataset(events, layout, spec),)
     overrides = {k: v for k, v in {"epochs": epochs, "dp_epochs": dp_epochs, "aug_epochs": aug_epochs,
                                    "alpha": alpha}.items() if v is not None}
     bench = replace(bench, datasets=names, methods=tuple(m.strip() for m in methods.split(",")),
-                    epsilons=bench.epsilons if quick else tuple(float(e) for e in epsilons.split(",")),
+                    epsilons=bench.epsilons if quick else epsilon_list(epsilons),
                     workers=workers, seed=seed, recipe=replace(bench.recipe, **overrides))
     run_tsf_benchmark(bench, out)
     typer.echo((out / "table.md").read_text())
@@ -239,7 +240,7 @@ def benchmark_diffusion(
     from dpcare.workflows.diffusion import DiffusionBenchmark, run_diffusion_benchmark
 
     bench = DiffusionBenchmark.quick() if quick else DiffusionBenchmark(
-        dataset=dataset, epsilons=tuple(float(e) for e in epsilons.split(",")))
+        dataset=dataset, epsilons=epsilon_list(epsilons))
     overrides = {k: v for k, v in {"epochs": epochs, "dp_epochs": dp_epochs, "samples": samples,
                                    "blur_sigma": blur_sigma}.items() if v is not None}
     bench = replace(bench, seed=seed, recipe=replace(bench.recipe, **overrides))

@@ -8,10 +8,12 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from dpcare.exceptions import DPCareError
+from dpcare.exceptions import DPCareError, SettingsError
 
-#: errors a user can fix (bad input, a missing file or optional package): reported in one line, exit status 2
-USER_ERRORS = (DPCareError, ValueError, FileNotFoundError, ImportError)
+#: errors a user can fix: every layer raises a DPCareError for bad input, a bad setting, a missing file
+#: (MissingFileError) or a missing optional package (MissingDependencyError). They are reported in one line
+#: with exit status 2; anything else (a bare ValueError, FileNotFoundError, ...) is a bug and keeps its traceback
+USER_ERRORS = (DPCareError,)
 
 
 def fail(err: Exception) -> None:
@@ -36,3 +38,15 @@ def table_and_spec(data: Path, spec: Path):
 
     schema = load_spec(spec)
     return load_table(data, schema), schema
+
+
+def epsilon_list(text: str, flag: str = "--epsilons") -> tuple[float, ...]:
+    """The numbers of a comma-separated option such as ``--epsilons 1,3,8`` (a SettingsError names a bad one)."""
+    parts = [e.strip() for e in text.split(",") if e.strip()]
+    try:
+        values = tuple(float(e) for e in parts)
+    except ValueError:
+        raise SettingsError(f"{flag} must be comma-separated numbers, got {flag} = {text!r}") from None
+    if not values:
+        raise SettingsError(f"{flag} must name at least one number, got {flag} = {text!r}")
+    return values

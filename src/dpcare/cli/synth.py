@@ -10,6 +10,7 @@ import typer
 
 from dpcare.cli.budget import BudgetOption
 from dpcare.cli.common import table_and_spec
+from dpcare.exceptions import MissingFileError, SettingsError
 
 app = typer.Typer(help="DP synthetic tables from a language model (DP-2Stage).", no_args_is_help=True)
 
@@ -18,7 +19,7 @@ def _public(name: str | None, data: Path | None, spec: Path | None):
     """The stage-1 table of DP-2Stage-O: a bundled data set by name, or a file with its spec."""
     if data is not None:
         if spec is None:
-            raise ValueError("--public-data needs --public-spec")
+            raise SettingsError("--public-data needs --public-spec")
         return table_and_spec(data, spec)
     if name is None:
         return None, None
@@ -110,6 +111,8 @@ def sample(
     from dpcare.synth.synthesizer import Synthesizer
 
     synth = Synthesizer.load(folder)
+    if conditions is not None and not conditions.is_file():
+        raise MissingFileError(f"conditions file not found: {conditions}")
     cond = pd.read_csv(conditions) if conditions else None
     df = synth.sample(n, method=method, conditions=cond, temperature=temperature, batch_size=batch_size,
                       seed=seed)

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from dpcare.cli.budget import BudgetOption
+from dpcare.exceptions import DataError, MissingFileError, SettingsError
 
 app = typer.Typer(help="Clinical notes: generate, mask, fine-tune a language model privately, apply it.",
                   no_args_is_help=True)
@@ -102,8 +103,8 @@ def finetune(
         epsilon = None
     check_mode_privacy(parsed, epsilon, delta)
     if model != "smollm2" and not Path(model).is_dir():
-        raise FileNotFoundError(f"unknown model path {model!r}: not a folder (use 'smollm2' or a local "
-                                "Hugging Face causal-LM folder)")
+        raise MissingFileError(f"unknown model path {model!r}: not a folder (use 'smollm2' or a local "
+                               "Hugging Face causal-LM folder)")
     patients = count_patients(notes)  # the n that every ledger states; no note text is read before the budget
     planned = Guarantee(epsilon=epsilon, delta=delta if delta is not None else default_delta(patients), n=patients,
                         unit=ProtectedUnit.PATIENT, neighbouring=NEIGHBOURING[ProtectedUnit.PATIENT]
@@ -126,17 +127,17 @@ def finetune(
 def count_patients(path: Path) -> int:
     """Distinct patient ids of a JSONL notes file (only that field is kept; the notes are checked when read)."""
     if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
+        raise MissingFileError(f"no such file: {path}")
     ids = set()
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             try:
                 ids.add(json.loads(line).get("patient_id") if line.strip() else None)
             except (json.JSONDecodeError, AttributeError):
-                raise ValueError(f"{path}:{lineno}: not a JSON object") from None
+                raise DataError(f"{path}:{lineno}: not a JSON object") from None
     ids.discard(None)
     if not ids:
-        raise ValueError(f"{path}: no notes")
+        raise DataError(f"{path}: no notes")
     return len(ids)
 
 
@@ -160,7 +161,7 @@ def ner(
     net, tokenizer, meta = load_finetuned(model_dir)
     r = meta["recipe"]
     if r["task"] != "ner":
-        raise ValueError(f"{model_dir} was fine-tuned for {r['task']!r}, not ner")
+        raise SettingsError(f"{model_dir} was fine-tuned for {r['task']!r}, not ner")
     corpus = read_jsonl(notes)
     labels = tuple(r["labels"])
     predicted = extract_entities_many(net, tokenizer, [n.text for n in corpus], labels, r["window"], r["stride"],
@@ -190,7 +191,7 @@ def summarise(
 
     net, tokenizer, meta = load_finetuned(model_dir)
     if meta["recipe"]["task"] != "summarisation":
-        raise ValueError(f"{model_dir} was fine-tuned for {meta['recipe']['task']!r}, not summarisation")
+        raise SettingsError(f"{model_dir} was fine-tuned for {meta['recipe']['task']!r}, not summarisation")
     corpus = read_jsonl(notes)
     written = [write_summary(net, tokenizer, n.summary_source or n.text, max_tokens)
                for n in progress(corpus, desc="summaries")]
