@@ -1,0 +1,105 @@
+"""Command-line options derived from the settings' declarations (:mod:`dpcare.settings`), not re-typed.
+
+``@settings_options("settings", TabularSettings())`` gives the command one ``--option`` per declared
+field of the settings object (nested settings such as ``dp: DPSettings`` included), with the
+declared help and the given object's values as defaults; the command receives the settings object
+built from them as its ``settings`` argument. A bad value is refused before the command runs, with
+the option's flag, what it accepts and what was given::
+
+    error: --epsilon must be a finite number > 0, got --epsilon = -1.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any
+
+import typer
+
+from dpcare.settings import Rule, rules
+
+_TYPES = {"number": float, "integer": int, "choice": str, "text": str, "flag": bool}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Option:
+    path: tuple[str, ...]  # field names from the settings object down to the setting
+    rule: Rule
+    default: Any
+
+    @property
+    def flag(self) -> str:
+        return "--" + (self.rule.cli or self.path[-1]).replace("_", "-")
+
+    @property
+    def param(self) -> str:
+        return "_".join(self.path)
+
+    def parameter(self) -> inspect.Parameter:
+        kind = _TYPES[self.rule.kind]
+        annotation = kind | None if self.rule.none else kind
+        help_text = self.rule.help + (f" [{self.rule.allowed()}]" if self.rule.kind == "choice" else "")
+        option = typer.Option(self.flag, help=help_text)
+        return inspect.Parameter(self.param, inspect.Parameter.KEYWORD_ONLY, default=self.default,
+                                 annotation=Annotated[annotation, option])
+
+
+def _options(obj: Any, skip: set[str], prefix: tuple[str, ...] = ()) -> list[_Option]:
+    out = []
+    declared = rules(obj)
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        path = (*prefix, f.name)
+        if ".".join(path) in skip or f.name in skip:
+            continue
+        if f.name in declared:
+            out.append(_Option(path, declared[f.name], value))
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type) and rules(value):
+            out += _options(value, skip, path)
+    return out
+
+
+def _build(obj: Any, values: dict[tuple[str, ...], Any]) -> Any:
+    """``obj`` with the given values (by path) replaced, nested settings rebuilt bottom-up."""
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        sub = {p[1:]: v for p, v in values.items() if p[0] == f.name and len(p) > 1}
+        if sub:
+            changes[f.name] = _build(getattr(obj, f.name), sub)
+        elif (f.name,) in values:
+            changes[f.name] = values[(f.name,)]
+    return dataclasses.replace(obj, **changes)
+
+
+def settings_options(param: str, default: Any, skip: Iterable[str] = ()) -> Callable[[Callable], Callable]:
+    """Decorator of a typer command: an option per declared setting of ``default`` (names in ``skip``,
+    plain or dotted like ``dp.unit``, left out); the command gets the built settings as ``param``."""
+    options = _options(default, set(skip))
+    flags = [o.flag for o in options]
+    if len(set(flags)) != len(flags):
+        raise TypeError(f"two settings share a command-line flag: {sorted(f for f in flags if flags.count(f) > 1)}")
+
+    def decorate(command: Callable) -> Callable:
+        signature = inspect.signature(command)
+        kept = [p for p in signature.parameters.values() if p.name != param]
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            values = {}
+            for o in options:
+                value = kwargs.pop(o.param)
+                o.rule.check(o.flag, value)
+                values[o.path] = value
+            kwargs[param] = _build(default, values)
+            return command(**kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=[*kept, *(o.parameter() for o in options)])
+        return wrapper
+
+    return decorate
+
+
+__all__ = ["settings_options"]

@@ -1,0 +1,138 @@
+"""A run folder holds exactly one run: written in a staging folder, put in place whole when it is done.
+
+``RunFolder(out, kind, settings=...)`` checks the output path BEFORE any private value is read or any
+budget is reserved: ``out`` must not be a file, and an existing folder that is not empty is refused
+unless ``force`` (then it is replaced whole when the new run finishes, never mixed with it). Every file
+of the run is written into ``.<out>.partial/`` beside ``out``; :meth:`RunFolder.finish` writes
+``run.json`` (the manifest, :mod:`dpcare.runs.manifest`) last, deletes the training checkpoints (they
+hold the noise generators' state) and moves the staging folder into place.
+
+An interrupted run leaves its staging folder: the same command with the same settings resumes in it
+(its checkpoints are there, and its run id, so a budget reservation is taken over, not doubled); other
+settings are refused unless ``force`` starts over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from dpcare.exceptions import SettingsError
+from dpcare.io import torch_save, write_json, write_text
+from dpcare.runs.manifest import MANIFEST, Manifest
+
+PARTIAL = "partial.json"  # in the staging folder: run id, kind and settings fingerprint of the unfinished run
+CHECKPOINTS = "checkpoints"  # resumable training state, deleted when the run finishes
+
+
+def fingerprint(settings: Any) -> str:
+    """A short hash of the settings (JSON, sorted keys): two runs resume each other only if it matches."""
+    text = json.dumps(settings, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
+
+
+def staging_path(out: Path) -> Path:
+    return out.parent / f".{out.name}.partial"
+
+
+def check_output(out: str | os.PathLike, force: bool = False, flag: str = "--out") -> Path:
+    """The output folder, refused (before any work) if it is a file, or a non-empty folder without ``force``."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise SettingsError(f"{flag} {out} is a file, not a folder: choose a folder for the run's outputs")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise SettingsError(f"{flag} {out} is not empty (a run folder holds exactly one run): choose a new folder, "
+                            "or pass --force to replace it whole when the new run finishes")
+    if not os.access(out.parent if out.parent.exists() else Path.cwd(), os.W_OK):
+        raise SettingsError(f"{flag} {out}: its parent folder is not writable")
+    return out
+
+
+class RunFolder:
+    """The one run an output folder will hold. Files go to :attr:`staging` until :meth:`finish`."""
+
+    def __init__(self, out: str | os.PathLike, kind: str, settings: Any = None, force: bool = False,
+                 command: str = "", flag: str = "--out"):
+        self.out = check_output(out, force, flag)
+        self.kind, self.command, self.force = kind, command, force
+        self.settings = settings or {}
+        self.staging = staging_path(self.out)
+        key = fingerprint({"kind": kind, "settings": self.settings})
+        partial = self.staging / PARTIAL
+        self.resumed = False
+        if partial.exists():
+            old = json.loads(partial.read_text())
+            if old.get("fingerprint") == key and old.get("kind") == kind:
+                self.run_id, self.created, self.resumed = old["run_id"], old["created"], True
+            elif force:
+                shutil.rmtree(self.staging)
+            else:
+                raise SettingsError(f"{self.staging} holds an unfinished {old.get('kind')} run with other settings: "
+                                    "rerun it with its own settings to resume it, or pass --force to start over")
+        elif self.staging.exists():
+            shutil.rmtree(self.staging)  # a staging folder without its partial.json holds nothing to resume
+        if not self.resumed:
+            self.run_id, self.created = new_run_id(), datetime.now(UTC).isoformat(timespec="seconds")
+            write_json(partial, {"run_id": self.run_id, "kind": kind, "created": self.created, "fingerprint": key})
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """Where training checkpoints go (inside the staging folder; deleted by :meth:`finish`)."""
+        return str(self.staging / CHECKPOINTS)
+
+    def path(self, name: str) -> Path:
+        """Where the file ``name`` (relative) of this run is written now."""
+        p = self.staging / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def write_json(self, name: str, obj: Any) -> Path:
+        return write_json(self.path(name), obj)
+
+    def write_text(self, name: str, text: str) -> Path:
+        return write_text(self.path(name), text)
+
+    def save_torch(self, name: str, obj: Any) -> Path:
+        return torch_save(self.path(name), obj)
+
+    def attack(self, name: str, payload: dict[str, Any]) -> dict[str, str]:
+        """Write ``attacks/<name>.json`` tied to this run; returns the manifest's entry for it."""
+        file = f"attacks/{name}.json"
+        self.write_json(file, {"run_id": self.run_id, **payload})
+        return {"name": payload.get("title", name), "file": file}
+
+    def finish(self, manifest: Manifest) -> Path:
+        """Write run.json and move the run into place (replacing a ``force``-d old folder whole)."""
+        manifest.run_id, manifest.kind, manifest.created = self.run_id, self.kind, self.created
+        manifest.command = manifest.command or self.command
+        manifest.settings = manifest.settings or self.settings
+        manifest.finished = datetime.now(UTC).isoformat(timespec="seconds")
+        (self.staging / PARTIAL).unlink(missing_ok=True)
+        # checkpoints hold the noise generators' state: released beside the model, they would let anyone
+        # recompute (and subtract) the noise. They exist only to resume an unfinished run.
+        shutil.rmtree(self.staging / CHECKPOINTS, ignore_errors=True)
+        write_json(self.staging / MANIFEST, manifest.to_dict())
+        old = None
+        if self.out.exists():
+            if any(self.out.iterdir()) and not self.force:  # something wrote there while we ran
+                raise SettingsError(f"{self.out} was filled by something else during the run; the run is kept in "
+                                    f"{self.staging}")
+            old = self.out.parent / f".{self.out.name}.replaced-{self.run_id}"
+            os.rename(self.out, old)
+        os.rename(self.staging, self.out)
+        if old is not None:
+            shutil.rmtree(old)
+        return self.out
+
+
+__all__ = ["CHECKPOINTS", "PARTIAL", "RunFolder", "check_output", "fingerprint", "new_run_id", "staging_path"]
