@@ -10,7 +10,8 @@ from torch import nn
 from dpcare.data import TableSchema, load_table
 from dpcare.estimators import DPClassifier, PrivateTrainer, make_private
 from dpcare.exceptions import DataError, NotFittedError, PrivacyParameterError
-from dpcare.workflows.tabular import TabularRun, load_run, train_tabular
+from dpcare.settings import DPSettings
+from dpcare.tabular import TabularModel, TabularSettings, fit
 
 SCHEMA = TableSchema.from_dict(SPEC)
 SMALL = {"epochs": 2, "batch_size": 32, "hidden": 16, "progress": False}
@@ -25,7 +26,9 @@ def test_parameters_follow_scikit_learn():
     clf = DPClassifier(method="dp-sgd", epsilon=3.0, **SMALL)
     params = clf.get_params()
     assert params["method"] == "dp-sgd" and params["epsilon"] == 3.0 and params["holdout"] is True
-    assert params["delta"] is None and params["lr"] == TabularRun.lr  # defaults are TabularRun's
+    assert params["delta"] is None and params["lr"] == TabularSettings().lr  # defaults are the recipe's
+    assert DPClassifier().batch_size == TabularSettings().dp.batch_size and params["clip_norm"] == DPSettings().clip_norm
+    assert clf.settings().dp.epsilon == 3.0 and clf.settings().method == "dp-sgd"
     assert clf.set_params(epsilon=0.5) is clf and clf.epsilon == 0.5
     copy = clone(clf)
     assert copy.get_params() == clf.get_params() and copy is not clf
@@ -65,28 +68,40 @@ def test_save_load_round_trip_and_dpcare_train_folders(fitted, tmp_path):
     rows = toy_table(20, seed=7)
     fitted.save(tmp_path / "clf")
     again = DPClassifier.load(tmp_path / "clf")
-    assert again.get_params() == fitted.get_params()
+    runtime = ("progress", "checkpoint_dir")  # how a fit runs, not what it learns: not saved
+    assert {k: v for k, v in again.get_params().items() if k not in runtime} == {
+        k: v for k, v in fitted.get_params().items() if k not in runtime}
     assert np.array_equal(again.predict_proba(rows), fitted.predict_proba(rows))
     assert again.guarantee_ == fitted.guarantee_ and again.result_.metrics == fitted.result_.metrics
-    # a folder written by the workflow behind `dpcare train`
-    run = TabularRun(method="non-private", epochs=1, batch_size=64, hidden=8, progress=False)
-    res = train_tabular(toy_table(), SCHEMA, run, out_dir=tmp_path / "train")
-    loaded = load_run(tmp_path / "train")
-    assert loaded.guarantee is None and loaded.method == "non-private" and not loaded.model.training
+    # a folder written by the recipe behind `dpcare train`
+    settings = TabularSettings(method="non-private", hidden=8, dp=DPSettings(epochs=1, batch_size=64))
+    res = fit(toy_table(), SCHEMA, settings, progress=False)
+    res.save(tmp_path / "train")
+    loaded = TabularModel.load(tmp_path / "train")
+    assert loaded.guarantee is None and loaded.settings == settings and not loaded.model.training
     clf = DPClassifier.load(tmp_path / "train")
     assert clf.method == "non-private" and clf.hidden == 8 and clf.guarantee_ is None
     with torch.no_grad():
         logit = res.model.eval()(torch.from_numpy(res.encoder.transform(load_table(rows, SCHEMA))))[:, 0]
     assert np.allclose(clf.predict_proba(rows)[:, 1], torch.sigmoid(logit.double()).numpy())
-    with pytest.raises(FileNotFoundError, match="model.pt"):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
         DPClassifier.load(tmp_path / "nothing")
+    with pytest.raises(DataError, match="no run.json"):
+        DPClassifier.load(tmp_path)
+
+
+def test_a_bad_parameter_is_named_at_fit():
+    with pytest.raises(PrivacyParameterError, match="epsilon must be a finite number > 0"):
+        DPClassifier(epsilon=-1.0, **SMALL).fit(toy_table(50), SCHEMA)
+    with pytest.raises(Exception, match="method must be one of"):
+        DPClassifier(method="dp-adam", **SMALL).fit(toy_table(50), SCHEMA)
 
 
 def test_holdout_false_trains_on_every_row():
     df = toy_table(300)
     clf = DPClassifier(method="dp-sgd", epsilon=1.0, holdout=False, **SMALL).fit(df, SCHEMA)
     assert clf.guarantee_.n == len(df) and clf.result_.metrics == {}
-    assert clf.result_.settings["holdout"] is False
+    assert clf.result_.split["holdout"] is False and len(clf.result_.split["train"]) == len(df)
 
 
 # ---------------------------------------------------------------- make_private

@@ -20,7 +20,7 @@ from dpcare.methods.fusion import (
     fusiondp,
     naive_fusion,
 )
-from dpcare.workflows.fusion_benchmark import FusionBenchmark, prepare_splits, run_benchmark
+from dpcare.studies.fusiondp import FusionBenchmark, prepare_splits, run_benchmark
 
 
 def support_and_query():

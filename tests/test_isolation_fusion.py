@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import SPEC, toy_table
 
-import dpcare.workflows.fusion_benchmark as fb
+import dpcare.studies.fusiondp as fb
 from dpcare.data import TableSchema, split_table
 from dpcare.fusion.imputers import Imputer
 from dpcare.methods.tabular import HybridObjective

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpcare.workflows.journal import parallel_results
+from dpcare.studies.grid import parallel_results
 
 
 def _run(name: str, fail: bool) -> dict:

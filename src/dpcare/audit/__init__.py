@@ -1,5 +1,6 @@
 """Attacks and audits: membership inference (LOSS, LiRA), one-run epsilon lower bounds, attribute inference,
-metrics. They take models, scores or a training function: the tabular glue is :mod:`dpcare.workflows.tabular_audit`."""
+metrics. They take models, scores or a training function (numbers in, numbers out); the recipes train what
+they attack (the tabular glue: :mod:`dpcare.tabular.audit`)."""
 
 from dpcare.audit.attribute import attribute_inference, theorem4_bound
 from dpcare.audit.likelihood_ratio import lira_scores
@@ -10,13 +11,15 @@ from dpcare.audit.loss_attack import (
     per_example_losses,
     sklearn_losses,
 )
-from dpcare.audit.metrics import attack_metrics, clustered_auc_interval, plot_roc
+from dpcare.audit.metrics import attack_metrics, attack_payload, attack_row, clustered_auc_interval, plot_roc
 from dpcare.audit.one_run import epsilon_lower_bound, one_run_audit, p_value
 
 __all__ = [
     "LiraResult",
     "LossAttackResult",
     "attack_metrics",
+    "attack_payload",
+    "attack_row",
     "attribute_inference",
     "clustered_auc_interval",
     "epsilon_lower_bound",

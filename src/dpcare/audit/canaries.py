@@ -10,7 +10,7 @@ with probability 1/2:
   exists only through its public view (pad(Psi(x)) in the public data), exactly
   the simulator of Definition 6 of feature-dp.txt.
 
-The training run and its scores are :func:`dpcare.workflows.tabular_audit.audit_tabular`.
+The training run and its scores are :func:`dpcare.tabular.audit.audit_tabular`.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def make_canaries(rows: pd.DataFrame, schema: TableSchema, rng: np.random.Genera
     return can
 
 
-_MOVED = {"audit_tabular": "dpcare.workflows.tabular_audit.audit_tabular",
-          "CanaryAuditSettings": "dpcare.workflows.tabular_audit.CanaryAuditSettings"}
+_MOVED = {"audit_tabular": "dpcare.tabular.audit.audit_tabular",
+          "CanaryAuditSettings": "dpcare.tabular.audit.CanaryAuditSettings"}
 
 
 def __getattr__(name: str):

@@ -15,7 +15,7 @@ which trains one model on the population examples ``members`` (indices) and
 returns phi for every example of the population (e.g. with
 :func:`logit_confidence`). Shadows train in parallel processes, so that function
 must pickle (a module-level function or a ``functools.partial`` of one). The
-tabular recipe's version is :func:`dpcare.workflows.tabular_audit.tabular_lira`.
+tabular recipe's version is :func:`dpcare.tabular.audit.tabular_lira`.
 """
 
 from __future__ import annotations
@@ -102,6 +102,6 @@ def run_lira(train_and_score: TrainAndScore, n: int, shadows: int = 16, workers:
 def __getattr__(name: str):
     if name == "lira":  # the old entry point: say where they went
         raise AttributeError(f"dpcare.audit.lira.{name} moved: LiRA on a tabular recipe is "
-                             "dpcare.workflows.tabular_audit.tabular_lira; dpcare.audit.run_lira takes your "
+                             "dpcare.tabular.audit.tabular_lira; dpcare.audit.run_lira takes your "
                              "training function")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -85,3 +85,22 @@ def clustered_auc_interval(member_scores: np.ndarray, member_groups: np.ndarray,
         ns = n[np.concatenate([n_idx[i] for i in rng.integers(0, len(n_idx), len(n_idx))])]
         aucs.append(roc_auc_score(np.r_[np.ones(len(ms)), np.zeros(len(ns))], np.r_[ms, ns]))
     return [float(np.percentile(aucs, 2.5)), float(np.percentile(aucs, 97.5))]
+
+
+#: attack_metrics keys -> the names a report shows
+METRIC_NAMES = {"auc": "AUC", "tpr_at_1pct_fpr": "TPR @ 1% FPR", "tpr_at_0.1pct_fpr": "TPR @ 0.1% FPR",
+                "balanced_accuracy": "balanced accuracy"}
+
+
+def attack_row(model: str, metrics: dict[str, dict[str, float]], **extra) -> dict:
+    """One report row of an attack: each metric as [value, low, high] under its display name."""
+    return {"model": model, **{name: [metrics[k]["value"], metrics[k]["low"], metrics[k]["high"]]
+                               for k, name in METRIC_NAMES.items() if k in metrics}, **extra}
+
+
+def attack_payload(title: str, rows: list[dict], curves: dict[str, tuple], **extra) -> dict:
+    """An attack file's content (:mod:`dpcare.runs.manifest`): rows and ROC scores (higher = member)."""
+    return {"title": title, "rows": rows, "curves": {m: {"members": [float(x) for x in a],
+                                                         "nonmembers": [float(x) for x in b]}
+                                                     for m, (a, b) in curves.items()}, **extra}
+

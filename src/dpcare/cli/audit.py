@@ -8,7 +8,10 @@ from typing import Annotated
 import typer
 
 from dpcare.cli.common import table_and_spec
+from dpcare.cli.options import settings_options
 from dpcare.exceptions import DataError
+from dpcare.settings import DPSettings
+from dpcare.tabular.recipe import TabularSettings
 
 app = typer.Typer(help="Attacks and audits: LOSS, LiRA, one-run epsilon lower bound, attribute inference.",
                   no_args_is_help=True)
@@ -16,59 +19,75 @@ app = typer.Typer(help="Attacks and audits: LOSS, LiRA, one-run epsilon lower bo
 
 @app.command("loss")
 def audit_loss(
-    run_dir: Annotated[Path, typer.Argument(help="folder of a `dpcare train` run (model.pt)")],
-    members: Annotated[Path, typer.Option(help="CSV/Parquet of rows used in training")],
-    nonmembers: Annotated[Path, typer.Option(help="CSV/Parquet of rows not used in training")],
-    out: Annotated[Path | None, typer.Option(help="where to write audit.json and audit_roc.png")] = None,
+    run_dir: Annotated[Path, typer.Argument(help="run folder of `dpcare train`")],
+    data: Annotated[Path | None, typer.Option(
+        help="the table the run trained on: members and held-out rows come from the run's own split")] = None,
+    members: Annotated[Path | None, typer.Option(help="or: CSV/Parquet of rows used in training")] = None,
+    nonmembers: Annotated[Path | None, typer.Option(help="and CSV/Parquet of rows not used in training")] = None,
 ) -> None:
-    """Membership inference (LOSS attack) against a trained model: AUC, TPR at low FPR, ROC."""
+    """Membership inference (LOSS attack) against a trained model: AUC, TPR at low FPR, ROC; added to the run
+    folder (attacks/loss.json, tied to the run by its id)."""
     import torch
 
     from dpcare.data import load_table
-    from dpcare.workflows.tabular import load_run, membership_audit
+    from dpcare.exceptions import SettingsError
+    from dpcare.runs import attach_attack
+    from dpcare.tabular import TabularModel
+    from dpcare.tabular.audit import audit_split, membership_audit
 
-    run = load_run(run_dir)
-    model, encoder = run.model, run.encoder
-    frames = {name: load_table(p, encoder.schema) for name, p in (("members", members), ("non-members", nonmembers))}
-    both = frames["members"].merge(frames["non-members"], how="inner")
-    if len(both):
-        raise DataError(f"{len(both)} rows appear in both the members and the non-members")
-    data = {k: {"x": torch.from_numpy(encoder.transform(f)), "y": torch.from_numpy(encoder.encode_target(f))}
-            for k, f in frames.items()}
-    result = membership_audit(model, data["members"], data["non-members"], out or run_dir, title=str(run_dir))
-    m = result["metrics"]
-    typer.echo(f"LOSS attack: AUC {m['auc']['value']:.3f} [{m['auc']['low']:.3f}, {m['auc']['high']:.3f}]; "
-               f"TPR@1%FPR {m['tpr_at_1pct_fpr']['value']:.3f}; balanced accuracy "
-               f"{m['balanced_accuracy']['value']:.3f}; TPR/FPR at the mean training loss {result['tpr_fpr_ratio']:.3f}")
+    if (data is None) == (members is None or nonmembers is None):
+        raise SettingsError("pass either --data (the run's own table and split) or both --members and --nonmembers")
+    model = TabularModel.load(run_dir)
+    if data is not None:
+        payload = audit_split(model, data)
+    else:
+        frames = {name: load_table(p, model.schema) for name, p in (("members", members), ("non-members", nonmembers))}
+        both = frames["members"].merge(frames["non-members"], how="inner")
+        if len(both):
+            raise DataError(f"{len(both)} rows appear in both the members and the non-members")
+        tensors = {k: {"x": torch.from_numpy(model.encoder.transform(f)),
+                       "y": torch.from_numpy(model.encoder.encode_target(f))} for k, f in frames.items()}
+        payload = membership_audit(model.model, tensors["members"], tensors["non-members"], model.settings.method)
+    attach_attack(run_dir, "loss", payload)
+    r = payload["rows"][0]
+    typer.echo(f"LOSS attack: AUC {r['AUC'][0]:.3f} [{r['AUC'][1]:.3f}, {r['AUC'][2]:.3f}]; "
+               f"TPR@1%FPR {r['TPR @ 1% FPR'][0]:.3f}; balanced accuracy {r['balanced accuracy'][0]:.3f}; "
+               f"TPR/FPR at the mean training loss {r['TPR/FPR at the mean training loss']:.3f} "
+               f"({run_dir}/attacks/loss.json)")
 
 
 @app.command("lira")
+@settings_options("settings", TabularSettings(method="dp-sgd", dp=DPSettings(batch_size=64)),
+                  skip=("dp.unit", "dp.seed"))
 def audit_lira(
     data: Annotated[Path, typer.Argument(help="the population table (CSV/Parquet)")],
     spec: Annotated[Path, typer.Option(help="its privacy spec")],
-    method: Annotated[str, typer.Option(help="training recipe of target and shadows")] = "dp-sgd",
-    epsilon: Annotated[float, typer.Option(help="epsilon of the recipe (private methods)")] = 1.0,
-    epochs: Annotated[float, typer.Option(help="epochs of the recipe")] = 10.0,
-    batch_size: Annotated[int, typer.Option(help="expected batch size of the recipe")] = 64,
     shadows: Annotated[int, typer.Option(help="shadow models")] = 16,
     workers: Annotated[int, typer.Option(help="parallel processes")] = 2,
-    out: Annotated[Path, typer.Option(help="folder for lira.json")] = Path("results/lira"),
+    seed: Annotated[int, typer.Option(help="seed of the halves and the training runs")] = 0,
+    out: Annotated[Path, typer.Option(help="run folder to write (run.json, attacks/lira.json)")] = Path("results/lira"),
+    force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder")] = False,
+    settings: TabularSettings = None,
 ) -> None:
-    """LiRA (online + offline) against a target trained on a random half of DATA, shadows on other halves."""
-    from dpcare.audit import plot_roc
-    from dpcare.io import write_json
-    from dpcare.workflows.tabular import TabularRun
-    from dpcare.workflows.tabular_audit import tabular_lira
+    """LiRA (online + offline) against a target trained on a random half of DATA, shadows on other halves,
+    all with the training recipe given by the options."""
+    from dpcare.audit import attack_payload, attack_row
+    from dpcare.runs import Manifest, RunFolder
+    from dpcare.tabular.audit import tabular_lira
 
+    run = RunFolder(out, "audit-lira", {"recipe": settings.to_dict(), "shadows": shadows, "seed": seed},
+                    force=force, command="dpcare audit lira")
     df, schema = table_and_spec(data, spec)
-    run = TabularRun(method=method, epsilon=None if method == "non-private" else epsilon, epochs=epochs,
-                     batch_size=batch_size)
-    r = tabular_lira(df, schema, run, shadows=shadows, workers=workers)
-    write_json(out / "lira.json", r.to_dict())
-    plot_roc(r.scores, out / "lira_roc.png", title=f"LiRA: {method}")
+    r = tabular_lira(df, schema, settings, shadows=shadows, workers=workers, seed=seed)
+    rows = [attack_row(f"{settings.method} ({mode})", getattr(r, mode), shadows=r.shadows,
+                       **{"shadow seconds": r.seconds_shadows}) for mode in ("online", "offline")]
+    entry = run.attack("lira", attack_payload("LiRA membership attack", rows, r.scores))
+    manifest = Manifest(attacks=[entry], notes=["Target and shadows are trained here on random halves of the "
+                                                "population; the target model itself is not kept."])
+    run.finish(manifest)
     typer.echo(f"LiRA, {shadows} shadows in {r.seconds_shadows:.1f} s: online AUC {r.online['auc']['value']:.3f}, "
                f"TPR@1%FPR {r.online['tpr_at_1pct_fpr']['value']:.3f}; offline AUC "
-               f"{r.offline['auc']['value']:.3f} ({out}/lira.json)")
+               f"{r.offline['auc']['value']:.3f} ({out}/attacks/lira.json)")
 
 
 @app.command("one-run")
@@ -81,16 +100,27 @@ def audit_one_run(
     epochs: Annotated[float, typer.Option(help="epochs")] = 20.0,
     clip: Annotated[float, typer.Option(help="clipping norm")] = 1.0,
     seed: Annotated[int, typer.Option(help="seed")] = 0,
-    out: Annotated[Path, typer.Option(help="folder for one_run.json")] = Path("results/audit"),
+    out: Annotated[Path, typer.Option(help="run folder to write (run.json, attacks/one_run.json)")] = Path(
+        "results/audit"),
+    force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder")] = False,
 ) -> None:
     """Empirical epsilon lower bound from one training run with canaries (Steinke, Nasr, Jagielski 2023)."""
-    from dpcare.io import write_json
-    from dpcare.workflows.tabular_audit import CanaryAuditSettings, audit_tabular
+    from dpcare.runs import Manifest, RunFolder
+    from dpcare.tabular.audit import CanaryAuditSettings, audit_tabular
 
+    settings = CanaryAuditSettings(method=method, epsilon=epsilon, canaries=canaries, epochs=epochs, clip_norm=clip,
+                                   seed=seed)
+    run = RunFolder(out, "audit-one-run", vars(settings), force=force, command="dpcare audit one-run")
     df, schema = table_and_spec(data, spec)
-    r = audit_tabular(df, schema, CanaryAuditSettings(method=method, epsilon=epsilon, canaries=canaries,
-                                                      epochs=epochs, clip_norm=clip, seed=seed))
-    write_json(out / "one_run.json", r)
+    r = audit_tabular(df, schema, settings)
+    row = {"model": r["method"], "claimed epsilon": r["claimed_epsilon"], "audited lower bound": r["epsilon_lower_bound"],
+           "correct guesses": r["correct"], "guesses": r["guesses"], "canaries": r["canaries"],
+           "confidence": r["confidence"]}
+    details = {k: v for k, v in r.items() if k not in ("guarantee", "ledger")}
+    entry = run.attack("one_run", {"title": "One-run audit (empirical epsilon lower bound)", "rows": [row], **details})
+    manifest = Manifest(attacks=[entry])
+    manifest.add_model(f"{r['method']} (the audited training run, with canaries)", r["guarantee"], r["ledger"])
+    run.finish(manifest)
     typer.echo(f"claimed epsilon {r['claimed_epsilon']:.3f}; audited lower bound {r['epsilon_lower_bound']:.3f} "
                f"({r['correct']}/{r['guesses']} correct guesses on {r['canaries']} canaries, "
                f"{r['confidence']:.0%} confidence)")
@@ -98,22 +128,24 @@ def audit_one_run(
 
 @app.command("attribute")
 def audit_attribute(
-    run_dir: Annotated[Path, typer.Argument(help="folder of a `dpcare train` run (model.pt, guarantee.json)")],
+    run_dir: Annotated[Path, typer.Argument(help="run folder of `dpcare train`")],
     rows: Annotated[Path, typer.Option(help="rows whose private column to reconstruct (CSV/Parquet)")],
     column: Annotated[str, typer.Option(help="private column to reconstruct")],
-    out: Annotated[Path | None, typer.Option(help="folder for attribute.json (default: RUN_DIR)")] = None,
 ) -> None:
-    """Attribute inference from the model + public columns, against the prior and Theorem 4's bound."""
+    """Attribute inference from the model + public columns, against the prior and Theorem 4's bound; added to the
+    run folder (attacks/attribute-COLUMN.json: one file per column)."""
     from dpcare.audit import attribute_inference
     from dpcare.data import load_table
-    from dpcare.io import write_json
-    from dpcare.workflows.tabular import load_run
+    from dpcare.runs import attach_attack
+    from dpcare.tabular import TabularModel
 
-    run = load_run(run_dir)
-    frame = load_table(rows, run.encoder.schema)
-    g = run.guarantee or {}
-    r = attribute_inference(run.model, run.encoder, frame, column, epsilon=g.get("epsilon"),
-                            delta=g.get("delta") or 0.0)
-    write_json((out or run_dir) / "attribute.json", r)
+    model = TabularModel.load(run_dir)
+    frame = load_table(rows, model.schema)
+    g = model.guarantee
+    r = attribute_inference(model.model, model.encoder, frame, column, epsilon=g.epsilon if g else None,
+                            delta=g.delta if g else 0.0)
+    row = {"model": model.settings.method, "success": r["success"], "prior (ball)": r["prior_ball"],
+           "Theorem 4 bound": r.get("theorem4_bound"), "rows": r["rows"]}
+    attach_attack(run_dir, f"attribute-{column}", {"title": f"Attribute inference of '{column}'", "rows": [row], **r})
     bound = f"; Theorem 4 bound {r['theorem4_bound']:.3f}" if "theorem4_bound" in r else ""
     typer.echo(f"{column}: success {r['success']:.3f} on {r['rows']} rows; prior (Ball) {r['prior_ball']:.3f}{bound}")

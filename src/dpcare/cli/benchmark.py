@@ -32,11 +32,13 @@ def benchmark_fusiondp(
     quick: Annotated[bool, typer.Option(help="smoke-size run (2 epsilons, 1 seed, 1 grid point, 2 epochs)")] = False,
     charge_tuning: Annotated[bool, typer.Option(
         help="tune privately on every seed and count it in epsilon (default: the paper's uncounted tuning)")] = False,
-    out: Annotated[Path, typer.Option(help="results folder")] = Path("results/fusiondp"),
+    out: Annotated[Path, typer.Option(help="run folder of the study")] = Path("results/fusiondp"),
+    force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder when the study finishes")
+                     ] = False,
 ) -> None:
-    """FusionDP vs Feature-DP vs DP-SGD vs the hybrid baselines over epsilons (fusiondp.txt, Figure 2)."""
+    """FusionDP vs Feature-DP vs DP-SGD vs the hybrid baselines over epsilons (Zhang et al., Figure 2)."""
     from dpcare.data import load_dataset
-    from dpcare.workflows.fusion_benchmark import FusionBenchmark, run_benchmark
+    from dpcare.studies.fusiondp import FusionBenchmark, run_benchmark
 
     if data is not None:
         if spec is None:
@@ -55,9 +57,9 @@ def benchmark_fusiondp(
         if None in options.values():
             raise SettingsError("--imputer tabpfn needs --tabpfn-classifier and --tabpfn-regressor checkpoint files")
     bench = replace(bench, imputer=imputer, imputer_options=options, workers=workers, charge_tuning=charge_tuning)
-    run_benchmark(df, schema, bench, out)
+    run_benchmark(df, schema, bench, out, force=force)
     typer.echo((out / "table.md").read_text())
-    typer.echo(f"written: {out}/table.csv, table.md, auprc_vs_epsilon.png, runs.csv, imputation.json")
+    typer.echo(f"written: {out}/table.csv, table.md, auprc_vs_epsilon.png, runs.csv, imputation.json, run.json")
 
 
 @app.command("fusiondp-text")

@@ -14,11 +14,13 @@ def demo(
     epsilon: Annotated[float, typer.Option(help="epsilon of every private method")] = 1.0,
     seeds: Annotated[int, typer.Option(help="seeds per method")] = 3,
     epochs: Annotated[float, typer.Option(help="epochs per run")] = 10.0,
+    force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder when the run finishes")
+                     ] = False,
 ) -> None:
-    """Main job: Feature-DP (demographics private) vs DP-SGD vs non-private on SUPPORT2."""
-    from dpcare.workflows.demo import run_demo
+    """Main job: Feature-DP (demographics private) vs DP-SGD vs Label-DP vs non-private on SUPPORT2."""
+    from dpcare.studies.demo import run_demo
 
-    run_demo(out, dataset=dataset, epsilon=epsilon, seeds=seeds, epochs=epochs)
+    run_demo(out, dataset=dataset, epsilon=epsilon, seeds=seeds, epochs=epochs, force=force)
     typer.echo((out / "results.md").read_text())
     typer.echo(f"table: {out}/results.csv, {out}/results.md; plot: {out}/results.png; runs: {out}/runs/")
 

@@ -1,4 +1,5 @@
-"""``dpcare train``: one private (or non-private) model on a table with a privacy spec."""
+"""``dpcare train`` and ``dpcare predict``: a private (or non-private) model on a table with a privacy spec,
+saved as a run folder, and applied to new rows."""
 
 from __future__ import annotations
 
@@ -10,55 +11,85 @@ from typing import Annotated
 import typer
 
 from dpcare.cli.budget import BudgetOption
+from dpcare.cli.options import settings_options
+from dpcare.tabular.recipe import TabularSettings
+
+ForceOption = Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder whole when the run "
+                                                           "finishes (default: refuse it)")]
 
 
+@settings_options("settings", TabularSettings(), skip=("dp.unit",))
 def train(
     data: Annotated[Path, typer.Argument(help="CSV or Parquet file")],
     spec: Annotated[Path, typer.Option(help="privacy spec (YAML or JSON): column types, roles, public bounds")],
-    out: Annotated[Path, typer.Option(help="output folder: model.pt, metrics.json, guarantee.json")] = Path(
-        "results/train"),
-    method: Annotated[str, typer.Option(help="feature-dp, dp-sgd, label-dp or non-private")] = "feature-dp",
-    epsilon: Annotated[float, typer.Option(help="target epsilon of the whole run")] = 1.0,
-    delta: Annotated[float | None, typer.Option(help="delta (default 1/n^1.1; must be < 1/n)")] = None,
-    clip: Annotated[float, typer.Option(help="per-example clipping norm C")] = 1.0,
-    alpha: Annotated[float, typer.Option(help="weight of the private gradient: g = g_pub + alpha g_priv")] = 1.0,
-    epochs: Annotated[float, typer.Option(help="passes over the private data (in expectation)")] = 10.0,
-    batch_size: Annotated[int, typer.Option(help="expected private batch size (Poisson)")] = 256,
-    public_batch_size: Annotated[int | None, typer.Option(help="public batch size (default: batch size)")] = None,
-    lr: Annotated[float, typer.Option(help="Adam learning rate")] = 1e-3,
-    pad: Annotated[str, typer.Option(help="how pad(Psi(x)) fills private features: gaussian or zeros")] = "gaussian",
-    stats_epsilon: Annotated[float | None, typer.Option(
-        help="DP budget for scaling bounds of protected columns the spec does not declare")] = None,
-    seed: Annotated[int, typer.Option(help="seed of splits, sampling, noise")] = 0,
-    checkpoint_dir: Annotated[Path | None, typer.Option(help="checkpoint here; an existing one is resumed")] = None,
+    out: Annotated[Path, typer.Option(help="run folder to write (model.pt, split.json, run.json); rerun the same "
+                                           "command to resume an interrupted run")] = Path("results/train"),
+    public_data: Annotated[Path | None, typer.Option(
+        help="fusion methods: a PUBLIC support table (every column public, rows not in DATA) to fit the imputer")
+    ] = None,
+    imputer_file: Annotated[Path | None, typer.Option(help="fusion methods: a fitted imputer (joblib) instead")
+                            ] = None,
     audit: Annotated[bool, typer.Option(help="run the LOSS membership attack: training vs held-out test rows")] = False,
+    force: ForceOption = False,
     budget: BudgetOption = None,
+    settings: TabularSettings = None,
 ) -> None:
     """Train a model on a table with a privacy spec; print test AUPRC/AUROC and the guarantee."""
-    from dpcare.data import count_rows, load_spec, load_table
+    from dpcare.data import count_rows, load_spec
     from dpcare.privacy import guard_run
-    from dpcare.workflows.tabular import TabularRun, planned_guarantee, train_tabular
+    from dpcare.runs import RunFolder
+    from dpcare.tabular import fit, plan
+    from dpcare.tabular.audit import audit_split
+    from dpcare.tabular.recipe import check_imputer_inputs
 
     schema = load_spec(spec)
-    run = TabularRun(method=method, epsilon=None if method == "non-private" else epsilon, delta=delta,
-                     clip_norm=clip, alpha=alpha, epochs=epochs, batch_size=batch_size,
-                     public_batch_size=public_batch_size, lr=lr, pad=pad, stats_epsilon=stats_epsilon, seed=seed,
-                     checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, audit=audit)
-    with guard_run(budget, planned_guarantee(schema, run, count_rows(data)), command="train", data=data) as held:
-        result = train_tabular(load_table(data, schema), schema, run, out_dir=out)
+    check_imputer_inputs(settings, public_data, imputer_file)
+    planned = plan(schema, settings, count_rows(data))  # checks the method's needs before any row is read
+    run = RunFolder(out, "tabular", settings.to_dict(), force=force, command="dpcare train")
+    with guard_run(budget, planned, run_id=run.run_id, command="train", data=data) as held:
+        model = fit(data, schema, settings, public_data=public_data, imputer=imputer_file,
+                    checkpoint_dir=run.checkpoint_dir)
         if held is not None:
-            held.actual = result.ledger
-    typer.echo(json.dumps(result.row(), indent=2, default=_json_float))
-    if result.guarantee:
-        from dpcare.privacy import Guarantee
-
-        typer.echo(Guarantee.from_dict(result.guarantee).describe())
-    if result.audit:
-        a = result.audit
-        typer.echo(f"LOSS attack: AUC {a['metrics']['auc']['value']:.3f} "
-                   f"[{a['metrics']['auc']['low']:.3f}, {a['metrics']['auc']['high']:.3f}], TPR/FPR at the mean "
-                   f"training loss {a['tpr_fpr_ratio']:.3f} (audit.json, audit_roc.png)")
+            held.actual = model.ledger
+    attacks = []
+    if audit:
+        payload = audit_split(model, data)
+        attacks.append(run.attack("loss", payload))
+    model.write(run, data={"path": str(data), "rows": model.split["rows"]}, attacks=attacks)
+    row = {"method": settings.method, **{k: v for k, v in model.metrics.items() if k.startswith("test")},
+           "epsilon": model.guarantee.epsilon if model.guarantee else math.inf,
+           "delta": model.guarantee.delta if model.guarantee else 0.0}
+    typer.echo(json.dumps(row, indent=2, default=_json_float))
+    if model.guarantee:
+        typer.echo(model.guarantee.describe())
+    if audit:
+        r = payload["rows"][0]
+        typer.echo(f"LOSS attack: AUC {r['AUC'][0]:.3f} [{r['AUC'][1]:.3f}, {r['AUC'][2]:.3f}], TPR/FPR at the mean "
+                   f"training loss {r['TPR/FPR at the mean training loss']:.3f} (attacks/loss.json)")
     typer.echo(f"written to {out}/")
+
+
+def predict(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder of `dpcare train`")],
+    data: Annotated[Path, typer.Argument(help="CSV or Parquet with the spec's feature columns (no target needed)")],
+    out: Annotated[Path, typer.Option(help="CSV to write: one probability column per class and the prediction")] = Path(
+        "predictions.csv"),
+) -> None:
+    """Apply a trained model to new rows: class probabilities and the predicted class, one row per input row."""
+    import pandas as pd
+
+    from dpcare.exceptions import SettingsError
+    from dpcare.io import write_text
+    from dpcare.tabular import TabularModel
+
+    if out.is_dir():
+        raise SettingsError(f"--out {out} is a folder: give the CSV file to write")
+    model = TabularModel.load(run_dir)
+    proba = model.predict_proba(data)
+    frame = pd.DataFrame(proba, columns=[f"p_{c}" for c in model.classes])
+    frame["prediction"] = [model.classes[i] for i in proba.argmax(axis=1)]
+    write_text(out, frame.to_csv(index=False))
+    typer.echo(f"{len(frame)} predictions written to {out}")
 
 
 def _json_float(x):

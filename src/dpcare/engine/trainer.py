@@ -49,6 +49,7 @@ from dpcare.engine.sampling import UnitIndex, chunks, poisson_indices, take, uni
 from dpcare.exceptions import DataError, PrivacyParameterError, SettingsError
 from dpcare.privacy import Guarantee, PrivacyLedger, ProtectedUnit, check_noise_multiplier
 from dpcare.progress import progress as tqdm
+from dpcare.settings import DPSettings
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,15 @@ class TrainConfig:
     progress: bool = True
     ema_decay: float | None = None  # keep an exponential moving average of the weights; fit() ends with it
     adaptive_clip: AdaptiveClip | None = None  # private adaptive clipping; clip_norm is then the initial C
+
+    @classmethod
+    def from_dp(cls, dp: DPSettings, private: bool = True, **engine: Any) -> TrainConfig:
+        """The engine's config for the DP settings ``dp`` (target epsilon, C, adaptive clipping, expected batch,
+        epochs or steps, seed) and engine keywords (lr, alpha, ...). Delta and the accountant belong to the
+        ledger; the privacy unit to ``fit(groups=...)``. ``private`` False: a non-private run (no epsilon)."""
+        adaptive = AdaptiveClip(target_quantile=dp.adaptive_clip) if private and dp.adaptive_clip else None
+        return cls(batch_size=dp.batch_size, epochs=dp.epochs, steps=dp.steps, clip_norm=dp.clip_norm,
+                   target_epsilon=dp.epsilon if private else None, seed=dp.seed, adaptive_clip=adaptive, **engine)
 
     def validate(self, objective: Objective) -> None:
         positive = {"batch_size": self.batch_size, "lr": self.lr, "clip_norm": self.clip_norm,

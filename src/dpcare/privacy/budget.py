@@ -331,10 +331,15 @@ class Budget:
 
     # ------------------------------------------------------------- changing (locked)
     def reserve(self, planned: Planned, run_id: str | None = None, command: str = "") -> Release:
-        """Check and record a planned release in one locked step (status "reserved"); it counts from now on."""
+        """Check and record a planned release in one locked step (status "reserved"); it counts from now on.
+        A reservation of the same ``run_id`` that is still "reserved" (an interrupted run, resumed) is returned
+        as it is."""
         release = self.as_release(planned, run_id, command)
 
         def change(b: Budget) -> Release:
+            mine = [r for r in b.releases if r.run_id == release.run_id and r.status == "reserved"]
+            if mine:  # a resumed run (same run id) takes over its own reservation: never charged twice
+                return mine[0]
             b._unique(release.run_id)
             b.protected_columns = b.admit(release)
             b.check(release)
@@ -378,6 +383,9 @@ class Budget:
         release = self.as_release(released, run_id, command, "done")
 
         def change(b: Budget) -> Release:
+            mine = [r for r in b.releases if r.run_id == release.run_id and r.status == "reserved"]
+            if mine:  # a resumed run (same run id) takes over its own reservation: never charged twice
+                return mine[0]
             b._unique(release.run_id)
             b.protected_columns = b.admit(release)
             b.releases.append(release)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,67 +47,35 @@ def _attack_row(model: str, metrics: dict[str, Any], **extra: Any) -> dict[str, 
                                if k in metrics}, **extra}
 
 
-# --------------------------------------------------------------------------- audits (train folders)
-def _curves(roc: dict[str, Any] | None, model: str) -> dict[str, tuple[list[float], list[float]]]:
-    """ROC scores saved as {"members": [...], "nonmembers": [...]} (higher = member), or one such per name."""
-    if not roc:
-        return {}
-    if "members" in roc:
-        return {model: (roc["members"], roc["nonmembers"])}
-    return {f"{model} ({k})": (v["members"], v["nonmembers"]) for k, v in roc.items()}
+# --------------------------------------------------------------------------- the run-folder contract
+def read_run(folder: Path) -> Run:
+    """A folder with a ``run.json`` manifest (:mod:`dpcare.runs`): everything the report shows comes from the
+    manifest and the attack files it lists (each checked to belong to this run)."""
+    from dpcare.runs import read_attacks, read_manifest
 
-
-def read_audits(folder: Path, model: str) -> tuple[list[Attack], list[Privacy]]:
-    """The outputs of ``dpcare train --audit`` and ``dpcare audit ...`` in ``folder``."""
-    attacks, privacy = [], []
-    if (p := folder / "audit.json").exists():
-        a = read_json(p)
-        row = _attack_row(model, a["metrics"], **{"TPR/FPR at the mean training loss": a.get("tpr_fpr_ratio"),
-                                                  "members": a.get("members"), "non-members": a.get("nonmembers")})
-        attacks.append(Attack("LOSS membership attack (training rows vs held-out rows)", [row],
-                              _curves(a.get("roc"), model), _existing(folder / "audit_roc.png")))
-    if (p := folder / "lira.json").exists():
-        a = read_json(p)
-        rows = [_attack_row(f"{model} ({mode})", a[mode], shadows=a.get("shadows"),
-                            **{"shadow seconds": a.get("seconds_shadows")}) for mode in ("online", "offline")]
-        attacks.append(Attack("LiRA membership attack", rows, _curves(a.get("roc"), model),
-                              _existing(folder / "lira_roc.png")))
-    if (p := folder / "one_run.json").exists():
-        a = read_json(p)
-        attacks.append(Attack("One-run audit (empirical epsilon lower bound)", [{
-            "model": a.get("method", model), "claimed epsilon": a.get("claimed_epsilon"),
-            "audited lower bound": a.get("epsilon_lower_bound"), "correct guesses": a.get("correct"),
-            "guesses": a.get("guesses"), "canaries": a.get("canaries"), "confidence": a.get("confidence")}]))
-        privacy.append(Privacy(f"{a.get('method', model)} (one-run audit's training run)",
-                               finite(a.get("claimed_epsilon")), a.get("delta"),
-                               ledger_note="one_run.json saves the claimed epsilon only, no ledger lines",
-                               note="whole examples with canaries (the audited training run)"))
-    if (p := folder / "attribute.json").exists():
-        a = read_json(p)
-        attacks.append(Attack(f"Attribute inference of '{a.get('column')}'", [{
-            "model": model, "success": a.get("success"), "prior (ball)": a.get("prior_ball"),
-            "Theorem 4 bound": a.get("theorem4_bound"), "rows": a.get("rows")}]))
-    return attacks, privacy
+    m = read_manifest(folder)
+    privacy = [privacy_from_guarantee(e["name"], e.get("guarantee"), e.get("ledger"),
+                                      none_note=e.get("note") or "NO differential privacy guarantee.")
+               if e.get("guarantee") or e.get("epsilon") is None else
+               Privacy(e["name"], finite(e["epsilon"]), e.get("delta"), note=e.get("note", ""),
+                       ledger_note="not saved: the run keeps this model's epsilon, not its ledger lines")
+               for e in m.models]
+    attacks = []
+    for a in read_attacks(folder, m):
+        curves = {model: (c["members"], c["nonmembers"]) for model, c in (a.get("curves") or {}).items()}
+        attacks.append(Attack(a.get("title", "attack"), list(a.get("rows", [])), curves,
+                              _existing(*(folder / p for p in a.get("plots", [])))))
+    figures = [(caption, folder / file) for caption, file in m.figures if (folder / file).exists()]
+    config = {**m.settings, **({"data": m.data} if m.data else {}), "run id": m.run_id}
+    return Run(folder, m.command or m.kind, privacy, list(m.metrics), list(m.headline), attacks, config,
+               list(m.timing), list(m.not_protected), figures, list(m.notes))
 
 
 def _existing(*paths: Path) -> list[Path]:
     return [p for p in paths if p.exists()]
 
 
-# --------------------------------------------------------------------------- dpcare train / demo / audit
-def read_train(folder: Path) -> Run:
-    m, g = read_json(folder / "metrics.json"), read_json(folder / "guarantee.json")
-    model = m.get("method", folder.name)
-    attacks, extra = read_audits(folder, model)
-    ledger = (_maybe(folder / "ledger.json") or {}).get("ledger")  # PrivacyLedger.save_json, where written
-    privacy = privacy_from_guarantee(model, g, ledger, none_note="NO differential privacy guarantee (non-private run).")
-    metrics = {_metric_name(k): v for k, v in m.get("metrics", {}).items()}
-    timing = [{"model": model, "seconds": m["seconds"]}] if "seconds" in m else []
-    return Run(folder, "dpcare train", [privacy, *extra], [{"model": model, **metrics}], ["test AUPRC", "test AUROC"],
-               attacks, {**m.get("settings", {}), "noise_multiplier": m.get("noise_multiplier"), "steps": m.get("steps")},
-               timing)
-
-
+# --------------------------------------------------------------------------- dpcare text finetune
 def read_text_finetune(folder: Path) -> Run:
     """``dpcare text finetune``: one fine-tuned language model (the recipe, its guarantee and ledger)."""
     meta = read_json(folder / "finetune.json")
@@ -123,77 +90,7 @@ def read_text_finetune(folder: Path) -> Run:
                       "notes with gold annotations; the benchmark attacks its models."])
 
 
-def _metric_name(key: str) -> str:
-    """'test_auprc' -> 'test AUPRC', 'val_auroc' -> 'validation AUROC' (one name across writers)."""
-    split, _, metric = key.partition("_")
-    return f"{'validation' if split == 'val' else split} {metric.upper()}" if metric else key
-
-
-def read_demo(folder: Path) -> Run:
-    """``dpcare demo``: one ``dpcare train`` folder per method and seed under runs/."""
-    runs = [read_train(p) for p in sorted(_train_dirs(folder / "runs"))]
-    out = Run(folder, "dpcare demo", figures=[("test AUPRC per method", p) for p in _existing(folder / "results.png")],
-              headline=runs[0].headline)
-    configs = [r.config for r in runs]
-    out.config = {k: v for k, v in configs[0].items() if all(c.get(k) == v for c in configs)}
-    if varies := sorted({k for c in configs for k in c} - set(out.config)):
-        out.notes.append(f"Configuration: the settings shared by every run; {', '.join(varies)} vary (see each "
-                         "run's metrics.json).")
-    attacks: dict[str, Attack] = {}
-    for run in runs:
-        name = run.path.name
-        for p in run.privacy:
-            p.label = name
-        out.privacy += run.privacy
-        out.utility += [{**row, "model": name} for row in run.utility]
-        for a in run.attacks:
-            merged = attacks.setdefault(a.name, Attack(a.name))
-            merged.rows += [{**row, "model": name} for row in a.rows]
-            merged.saved_plots += a.saved_plots
-    out.attacks = list(attacks.values())
-    return out
-
-
-def _train_dirs(folder: Path) -> list[Path]:
-    return [p for p in folder.glob("*") if (p / "metrics.json").exists() and (p / "guarantee.json").exists()]
-
-
-def read_audit(folder: Path) -> Run:
-    """An attack's output folder (``dpcare audit loss|lira|one-run --out``) without the trained run."""
-    attacks, privacy = read_audits(folder, folder.name)
-    notes = [] if privacy else [("This folder holds an attack's output only: the audited run's guarantee is in its "
-                                 "own folder (add it to the report).")]
-    return Run(folder, "dpcare audit", privacy, attacks=attacks, notes=notes)
-
-
 # --------------------------------------------------------------------------- benchmarks
-def read_fusiondp(folder: Path) -> Run:
-    from dpcare.workflows.fusion_benchmark import NONPRIVATE, TUNING_NOTE
-
-    settings = read_json(folder / "settings.json")
-    table = pd.read_csv(folder / "table.csv")
-    md = (folder / "table.md").read_text() if (folder / "table.md").exists() else ""
-    cols = m.group(1) if (m := re.search(r"private columns (.+)", md)) else "not saved"
-    run = Run(folder, "dpcare benchmark fusiondp", headline=["test AUPRC", "test AUROC"], config=settings,
-              figures=[("test AUPRC against epsilon", p) for p in _existing(folder / "auprc_vs_epsilon.png")])
-    ledger_note = ("not saved: the benchmark writes only each run's epsilon (runs.csv), not its delta "
-                   "(1/n^1.1 over the training rows) nor its ledger lines")
-    for r in table.to_dict("records"):
-        model = r["method"] if not math.isfinite(r["target_epsilon"]) else f"{r['method']} eps={r['target_epsilon']:g}"
-        if r["method"] in NONPRIVATE:
-            run.privacy.append(Privacy(model, note="NO differential privacy guarantee (non-private reference)."))
-        else:
-            unit = "whole examples" if r["method"] == "dp-sgd" else f"private features: {cols}"
-            run.privacy.append(Privacy(model, finite(r["epsilon"]), ledger_note=ledger_note, note=unit))
-        run.utility.append({"model": model, **{f"test {k.upper()}" + (" sd" if sd else ""): r[k + sd]
-                                               for k in ("auprc", "auroc") for sd in ("", "_sd")}, "seeds": r["seeds"]})
-    run.not_protected = [("The public support set (10% of the rows, used to fit the imputer) is public data, outside "
-                          "every guarantee.")]
-    if not settings.get("charge_tuning"):
-        run.not_protected.append(TUNING_NOTE)
-    return run
-
-
 def read_fusiondp_text(folder: Path) -> Run:
     from dpcare.workflows.fusion_text_benchmark import METRICS
 
@@ -423,24 +320,20 @@ WRITERS = (
            lambda f: _has(f, "settings.json", "roc.json", "runs.jsonl", "data/split.json"), read_clinical_nlp),
     Writer("dpcare benchmark fusiondp-text", "settings.json + guarantees.json + paired.csv",
            lambda f: _has(f, "settings.json", "guarantees.json", "paired.csv"), read_fusiondp_text),
-    Writer("dpcare benchmark fusiondp", "settings.json + table.csv",
-           lambda f: _has(f, "settings.json", "table.csv"), read_fusiondp),
     Writer("dpcare text finetune", "finetune.json + weights.safetensors",
            lambda f: _has(f, "finetune.json", "weights.safetensors"), read_text_finetune),
-    Writer("dpcare train", "metrics.json + guarantee.json", lambda f: _has(f, "metrics.json", "guarantee.json"),
-           read_train),
-    Writer("dpcare demo", "runs/*/metrics.json + runs/*/guarantee.json", lambda f: bool(_train_dirs(f / "runs")),
-           read_demo),
     Writer("dpcare synth fit / evaluate", "synthesizer.json or *.report.json",
            lambda f: _has(f, "synthesizer.json") or _has(f, "*.report.json"), read_synth),
-    Writer("dpcare audit", "audit.json, lira.json or one_run.json",
-           lambda f: any(_has(f, n) for n in ("audit.json", "lira.json", "one_run.json")), read_audit),
 )
 
 
 def collect(folder: str | Path) -> Run:
     """The :class:`Run` of one folder written by a dpcare command; a clear error for anything else."""
+    from dpcare.runs import is_run_folder
+
     folder = Path(folder)
+    if is_run_folder(folder):
+        return read_run(folder)
     if not folder.is_dir():
         raise MissingFileError(f"run folder {folder} does not exist or is not a folder")
     for w in WRITERS:

@@ -12,7 +12,12 @@ One manifest per run folder::
 
 ``models`` are the released models with their guarantees (``guarantee`` null: none) and ledger states;
 ``metrics`` and ``timing`` rows name their model; attack files carry the run id and are read only if it
-matches the manifest's (a file of another run is never shown as this run's).
+matches the manifest's (a file of another run is never shown as this run's). An attack file::
+
+    {"run_id": ..., "title": "LOSS membership attack", "rows": [{"model": ..., "AUC": ...}],
+     "curves": {model: {"members": [scores], "nonmembers": [scores]}}, "plots": ["attacks/loss.png"]}
+
+with scores higher for "more likely a member".
 """
 
 from __future__ import annotations
@@ -53,9 +58,14 @@ class Manifest:
     files: dict[str, str] = field(default_factory=dict)
 
     def add_model(self, name: str, guarantee: dict[str, Any] | None, ledger: dict[str, Any] | None = None,
-                  note: str = "") -> None:
-        """A released model: its guarantee (None: no formal guarantee, ``note`` says why) and ledger state."""
-        self.models.append({"name": name, "guarantee": guarantee, "ledger": ledger, "note": note})
+                  note: str = "", epsilon: float | None = None, delta: float | None = None) -> None:
+        """A released model: its guarantee (None: no formal guarantee, ``note`` says why) and ledger state.
+        A study that keeps only a model's (``epsilon``, ``delta``) gives those, and ``note`` says what they
+        protect."""
+        entry = {"name": name, "guarantee": guarantee, "ledger": ledger, "note": note}
+        if guarantee is None and epsilon is not None:
+            entry |= {"epsilon": epsilon, "delta": delta}
+        self.models.append(entry)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, **asdict(self)}

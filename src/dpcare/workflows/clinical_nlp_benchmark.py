@@ -45,7 +45,7 @@ from dpcare.io import atomic_write, epsilon_curves, new_figure, save_figure, wri
 from dpcare.progress import progress as tqdm
 from dpcare.text.finetune import FinetuneMode
 from dpcare.text.spans import ENTITY_LABELS, Note
-from dpcare.workflows.journal import append_run, check_settings, parallel_results, read_journal
+from dpcare.studies.grid import append_run, check_settings, parallel_results, read_journal
 
 BASE = "base"  # the pre-trained model, never fine-tuned: reads no private note (the floor of every method)
 MODES = (BASE, *(m.value for m in FinetuneMode))

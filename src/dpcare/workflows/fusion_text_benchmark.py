@@ -38,7 +38,7 @@ from dpcare.progress import progress as tqdm
 from dpcare.text.caml import CAML
 from dpcare.text.multilabel import choose_threshold, multilabel_metrics, per_example_bce
 from dpcare.workflows.fusion_text_data import TextViews
-from dpcare.workflows.journal import append_run, check_settings, parallel_results, read_journal
+from dpcare.studies.grid import append_run, check_settings, parallel_results, read_journal
 
 NONPRIVATE = {"sgd-org": "x", "sgd-hybrid": "x_hyb", "sgd-pub": "x_pub"}
 METHODS = (*NONPRIVATE, "dp-sgd", *HYBRID_METHODS.names())

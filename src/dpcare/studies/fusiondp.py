@@ -1,4 +1,4 @@
-"""`dpcare benchmark fusiondp`: the comparison of fusiondp.txt (Figure 2) on a real table.
+"""`dpcare benchmark fusiondp`: the comparison of FusionDP (Zhang et al., Figure 2) on a real table.
 
 Splits 10% public support set / 70% private training / 10% validation / 10% test
 (fusiondp.txt, Section 5.2). The imputer is fitted on the support set and fills
@@ -30,13 +30,14 @@ from dpcare.data import TableEncoder, TableSchema, public_view, replace_private,
 from dpcare.engine import TrainConfig, Trainer
 from dpcare.exceptions import PrivacyParameterError, SettingsError, UnknownNameError
 from dpcare.fusion import imputation_quality, make_imputer
-from dpcare.io import new_figure, save_figure, write_json, write_text
+from dpcare.io import new_figure, save_figure
 from dpcare.methods import DPSGD, NonPrivate
 from dpcare.methods.fusion import HYBRID_METHODS
 from dpcare.models import TabularMLP
 from dpcare.privacy import PrivacyLedger, ProtectedUnit, calibrate_noise_multiplier, gaussian_event
 from dpcare.progress import progress as tqdm
-from dpcare.workflows.tabular import evaluate
+from dpcare.runs import Manifest, RunFolder
+from dpcare.tabular.recipe import evaluate
 
 FRACTIONS = {"public": 0.1, "train": 0.7, "val": 0.1, "test": 0.1}
 #: non-private references: which view of the training rows they train on
@@ -170,12 +171,12 @@ def _pool(workers: int):
 
 
 def run_benchmark(df: pd.DataFrame, schema: TableSchema, bench: FusionBenchmark, out_dir: str | os.PathLike,
-                  progress: bool = True) -> pd.DataFrame:
-    """Tune on seed 0, run the chosen settings on every seed, write tables and the plot.
+                  progress: bool = True, force: bool = False) -> pd.DataFrame:
+    """Tune on seed 0, run the chosen settings on every seed, write tables, the plot and run.json.
 
     With ``bench.charge_tuning`` every seed is tuned privately instead (see :func:`charged_runs`)."""
     bench.validate()
-    out = Path(out_dir)
+    folder = RunFolder(out_dir, "study:fusiondp", asdict(bench), force=force, command="dpcare benchmark fusiondp")
     prepared = {s: prepare_splits(df, schema, s, bench.imputer, bench.imputer_options) for s in range(bench.seeds)}
     methods = [m for m in bench.methods if not (m == "dp-sgd" and prepared[0].dp_sgd_note)]
     eps_of = {m: [None] if m in NONPRIVATE else list(bench.epsilons) for m in methods}
@@ -184,13 +185,37 @@ def run_benchmark(df: pd.DataFrame, schema: TableSchema, bench: FusionBenchmark,
     else:
         runs, chosen, best = uncharged_runs(methods, eps_of, prepared, bench, progress)
     table = summarize(chosen)
-    write_text(out / "runs.csv", runs.to_csv(index=False))
-    write_text(out / "table.csv", table.to_csv(index=False))
-    write_text(out / "table.md", markdown(table, schema, bench, prepared[0]))
-    write_json(out / "imputation.json", {s: p.imputation for s, p in prepared.items()})
-    write_json(out / "settings.json", {**asdict(bench), "chosen": best})
-    plot(table, out / "auprc_vs_epsilon.png", schema)
+    folder.write_text("runs.csv", runs.to_csv(index=False))
+    folder.write_text("table.csv", table.to_csv(index=False))
+    folder.write_text("table.md", markdown(table, schema, bench, prepared[0]))
+    folder.write_json("imputation.json", {s: p.imputation for s, p in prepared.items()})
+    folder.write_json("settings.json", {**asdict(bench), "chosen": best})
+    plot(table, folder.path("auprc_vs_epsilon.png"), schema)
+    folder.finish(manifest(table, schema, bench))
     return table
+
+
+def manifest(table: pd.DataFrame, schema: TableSchema, bench: FusionBenchmark) -> Manifest:
+    """run.json of the study: one model per method and epsilon (its epsilon from the runs; the benchmark keeps no
+    ledger lines), test AUPRC / AUROC, what is not protected."""
+    cols = ", ".join(schema.private_columns)
+    m = Manifest(headline=["test AUPRC", "test AUROC"], figures=[["test AUPRC against epsilon", "auprc_vs_epsilon.png"]],
+                 files={"table": "table.md", "runs": "runs.csv", "imputation": "imputation.json"})
+    for r in table.to_dict("records"):
+        finite = math.isfinite(r["target_epsilon"])
+        model = f"{r['method']} eps={r['target_epsilon']:g}" if finite else r["method"]
+        if r["method"] in NONPRIVATE:
+            m.add_model(model, None, note="NO differential privacy guarantee (non-private reference).")
+        else:
+            unit = "whole examples" if r["method"] == "dp-sgd" else f"private features: {cols}"
+            m.add_model(model, None, note=unit, epsilon=r["epsilon"])
+        m.metrics.append({"model": model, **{f"test {k.upper()}" + (" sd" if sd else ""): r[k + sd]
+                                             for k in ("auprc", "auroc") for sd in ("", "_sd")}, "seeds": r["seeds"]})
+    m.not_protected = ["The public support set (10% of the rows, used to fit the imputer) is public data, outside "
+                       "every guarantee."]
+    if not bench.charge_tuning:
+        m.not_protected.append(TUNING_NOTE)
+    return m
 
 
 def uncharged_runs(methods, eps_of, prepared, bench, progress):

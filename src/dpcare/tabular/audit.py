@@ -1,5 +1,6 @@
-"""Membership audits of the tabular recipe: the glue that trains target, shadow and canary models for
-the model-agnostic attacks of :mod:`dpcare.audit` (LiRA, the one-run audit)."""
+"""Membership audits of the tabular recipe: the LOSS attack on a fitted model's own members and held-out
+rows, and the glue that trains target, shadow and canary models for the model-agnostic attacks of
+:mod:`dpcare.audit` (LiRA, the one-run audit)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dpcare.audit import LiraResult, logit_confidence, one_run_audit, per_example_losses, run_lira
+from dpcare.audit import (
+    LiraResult,
+    attack_payload,
+    attack_row,
+    logit_confidence,
+    loss_attack,
+    one_run_audit,
+    per_example_losses,
+    run_lira,
+)
 from dpcare.audit.canaries import make_canaries
 from dpcare.data import TableEncoder, TableSchema, load_table, public_view
 from dpcare.engine import TrainConfig, Trainer
@@ -18,25 +28,58 @@ from dpcare.exceptions import DataError, SettingsError
 from dpcare.methods import make_objective
 from dpcare.models import TabularMLP
 from dpcare.privacy import PrivacyLedger, ProtectedUnit
-from dpcare.workflows.tabular import TabularRun, prepare, train_on_split
+from dpcare.tabular.recipe import TabularModel, TabularSettings, tensors, train_rows
+
+LOSS_TITLE = "LOSS membership attack (training rows vs held-out rows)"
 
 
-def _train_split_and_score(population: pd.DataFrame, schema: TableSchema, run: TabularRun, members: np.ndarray,
-                           seed: int) -> np.ndarray:
-    """Train ``run`` on the rows ``members`` of ``population``; phi (logit confidence) of every row."""
+def membership_audit(model: torch.nn.Module, members: dict[str, torch.Tensor], nonmembers: dict[str, torch.Tensor],
+                     name: str = "model") -> dict:
+    """The LOSS attack with as many members as non-members (members subsampled, seeded), as an attack file's
+    payload (:func:`dpcare.audit.attack_payload`) with the threshold rule's TPR/FPR ratio."""
+    k = min(len(members["y"]), len(nonmembers["y"]))
+    pick = torch.randperm(len(members["y"]), generator=torch.Generator().manual_seed(0))[:k]
+    m = per_example_losses(model, members["x"][pick], members["y"][pick])
+    n = per_example_losses(model, nonmembers["x"][:k], nonmembers["y"][:k])
+    r = loss_attack(m, n)
+    row = attack_row(name, r.metrics, **{"TPR/FPR at the mean training loss": r.tpr_fpr_ratio, "members": k,
+                                         "non-members": k})
+    return attack_payload(LOSS_TITLE, [row], {name: (-m, -n)}, threshold=r.threshold)
+
+
+def audit_split(fitted: TabularModel, data: pd.DataFrame, members: str = "train", nonmembers: str = "test") -> dict:
+    """The LOSS attack on the rows of ``data`` the model trained on against its held-out rows, by the split the
+    model saved (``data`` must be the table it was fitted on: same row count)."""
+    split = fitted.split
+    if not split or nonmembers not in split:
+        raise DataError("the model saved no hold-out split (fitted with holdout=False): pass members and "
+                        "non-members explicitly")
+    frame = load_table(data, fitted.schema)
+    if len(frame) != split["rows"]:
+        raise DataError(f"the table has {len(frame)} rows, the model's split was drawn over {split['rows']}: "
+                        "pass the very table the run trained on")
+    part = {k: tensors(fitted.encoder, frame.iloc[split[k]].reset_index(drop=True), "zeros", 0)
+            for k in (members, nonmembers)}
+    return membership_audit(fitted.model, part[members], part[nonmembers], fitted.settings.method)
+
+
+def _train_split_and_score(population: pd.DataFrame, schema: TableSchema, settings: TabularSettings,
+                           members: np.ndarray, seed: int) -> np.ndarray:
+    """Train ``settings`` on the rows ``members`` of ``population``; phi (logit confidence) of every row."""
     torch.set_num_threads(1)
-    model, encoder, _, _ = train_on_split(population.iloc[members], schema, replace(run, seed=seed, progress=False))
-    data = prepare(encoder, population, "zeros", seed=0)
+    settings = replace(settings, dp=settings.dp.replace(seed=seed))
+    model, encoder, _, _ = train_rows(population.iloc[members], schema, settings, progress=False)
+    data = tensors(encoder, population, "zeros", seed=0)
     return logit_confidence(model, data["x"], data["y"])
 
 
-def tabular_lira(population: pd.DataFrame, schema: TableSchema, run: TabularRun, shadows: int = 16,
+def tabular_lira(population: pd.DataFrame, schema: TableSchema, settings: TabularSettings, shadows: int = 16,
                  workers: int = 2, seed: int = 0, bootstrap: int = 200) -> LiraResult:
-    """LiRA (:func:`dpcare.audit.run_lira`) with target and shadows trained by the recipe ``run`` on random
-    halves of ``population``."""
+    """LiRA (:func:`dpcare.audit.run_lira`) with target and shadows trained by the recipe ``settings`` on
+    random halves of ``population``."""
     population = load_table(population, schema)
-    return run_lira(partial(_train_split_and_score, population, schema, run), len(population), shadows=shadows,
-                    workers=workers, seed=seed, bootstrap=bootstrap)
+    return run_lira(partial(_train_split_and_score, population, schema, settings), len(population),
+                    shadows=shadows, workers=workers, seed=seed, bootstrap=bootstrap)
 
 
 @dataclass
@@ -95,4 +138,5 @@ def audit_tabular(df: pd.DataFrame, schema: TableSchema, settings: CanaryAuditSe
     loss = per_example_losses(model, can["x"], can["y"])
     scores = -loss if s.method == "dp-sgd" else per_example_losses(model, can["x_pub"], can["y"]) - loss
     audit = one_run_audit(scores, included, delta=ledger.delta, confidence=s.confidence)
-    return {"method": s.method, "claimed_epsilon": ledger.epsilon(), "delta": ledger.delta, **audit.to_dict()}
+    return {"method": s.method, "claimed_epsilon": ledger.epsilon(), "delta": ledger.delta, **audit.to_dict(),
+            "guarantee": ledger.guarantee().to_dict(), "ledger": ledger.state_dict()}

@@ -1,0 +1,433 @@
+"""The tabular recipe: a DP classifier on a table with a privacy spec. ``fit`` -> :class:`TabularModel`
+(``save`` / ``load`` a run folder, ``predict_proba`` / ``predict`` new rows).
+
+Methods (:data:`METHODS`): ``non-private``, ``dp-sgd`` (whole rows), ``feature-dp`` (the private columns,
+Mahloujifar et al., Algorithm 1), ``label-dp`` (the label), and the FusionDP family (Zhang et al.,
+Section 4): ``naive-fusion``, ``naive-fusion-pub``, ``calibrated-fusion`` and ``fusiondp``, whose
+hybrid rows take the private columns from an imputer fitted ONLY on a declared public support table.
+
+What each branch may read: the public tensors are built from ``public_view(frame)`` (a frame without
+the private columns) and, for the hybrid view, from the imputer's predictions on that same public
+view; the imputer never sees a private value of the private table. Encoder statistics of protected
+columns are declared in the spec or estimated with DP and charged (``stats_epsilon``).
+
+The split (train / validation / test row positions) is a function of the seed and the row count only;
+it is saved with the model (``split.json``) so that ``dpcare audit loss`` attacks the run's own members
+and held-out rows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from dpcare.data import TableEncoder, TableSchema, load_table, public_view, replace_private
+from dpcare.data.splits import split_indices
+from dpcare.engine import Trainer
+from dpcare.engine.objective import Objective
+from dpcare.exceptions import DataError, SettingsError
+from dpcare.fusion import Imputer, make_imputer
+from dpcare.methods import DPSGD, FeatureDP, LabelDP, NonPrivate
+from dpcare.methods.fusion import HYBRID_METHODS
+from dpcare.models import TabularMLP
+from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, default_delta
+from dpcare.registry import Registry
+from dpcare.runs import Manifest, RunFolder, read_manifest
+from dpcare.settings import DPSettings, check, from_dict, setting, to_dict
+
+SPLITS = {"train": 0.8, "val": 0.1, "test": 0.1}
+MODEL_FILE, SPLIT_FILE = "model.pt", "split.json"
+
+
+@dataclass(frozen=True)
+class TableMethod:
+    """One method on tables: its objective, the columns whose encoder statistics it protects, the tensors
+    its public branch reads, and whether it needs the hybrid view (an imputer fitted on public rows)."""
+
+    name: str
+    objective: Callable[[TabularSettings], Objective]
+    protects: str  # "all" | "private" | "label": see TableEncoder
+    public_keys: tuple[str, ...] = ()
+    hybrid: bool = False
+
+
+METHODS: Registry[TableMethod] = Registry("method")
+for _m in (
+    TableMethod("non-private", lambda s: NonPrivate(), "label"),
+    TableMethod("dp-sgd", lambda s: DPSGD(), "all"),
+    TableMethod("feature-dp", lambda s: FeatureDP(), "private", ("x_pub", "y")),
+    TableMethod("label-dp", lambda s: LabelDP(), "label", ("x",)),
+    TableMethod("naive-fusion", lambda s: HYBRID_METHODS.get("naive-fusion")(), "private", ("x_hyb", "y"), True),
+    TableMethod("naive-fusion-pub", lambda s: HYBRID_METHODS.get("naive-fusion-pub")(), "private", ("x_pub", "y")),
+    TableMethod("calibrated-fusion", lambda s: HYBRID_METHODS.get("calibrated-fusion")(), "private",
+                ("x_hyb", "y"), True),
+    TableMethod("fusiondp", lambda s: HYBRID_METHODS.get("fusiondp")(s.beta), "private", ("x_hyb", "y"), True),
+):
+    METHODS.add(_m.name, _m)
+
+
+def _default_dp() -> DPSettings:
+    return DPSettings(epsilon=1.0, batch_size=256, epochs=10.0)
+
+
+@dataclass(frozen=True)
+class TabularSettings:
+    """Settings of :func:`fit` (and of ``dpcare train`` / ``DPClassifier``)."""
+
+    method: str = setting("feature-dp", kind="choice", choices=tuple(METHODS.names()),
+                          help="what is protected: the private columns (feature-dp, the fusion family), whole "
+                               "rows (dp-sgd), the label (label-dp), or nothing (non-private)")
+    hidden: int = setting(256, kind="integer", low=1, help="width of the MLP's hidden layers")
+    lr: float = setting(1e-3, low=0, open_low=True, help="Adam learning rate")
+    alpha: float = setting(1.0, low=0, help="weight of the private gradient: g = g_pub + alpha g_priv")
+    beta: float = setting(0.2, low=0, help="fusiondp: weight of the hidden-layer consistency term")
+    pad: str = setting("gaussian", kind="choice", choices=("gaussian", "zeros"),
+                       help="how pad(Psi(x)) fills the private columns")
+    public_batch_size: int | None = setting(None, kind="integer", low=1, none=True, none_means="the batch size",
+                                            help="rows per step of the public branch")
+    public_pretrain_steps: int = setting(0, kind="integer", low=0,
+                                         help="public-only steps before private training (free)")
+    stats_epsilon: float | None = setting(None, low=0, open_low=True, none=True,
+                                          none_means="protected columns must declare bounds/categories",
+                                          help="DP budget for scaling bounds of protected columns the spec does "
+                                               "not declare")
+    imputer: str = setting("gbm", kind="choice", choices=("gbm", "lm"),
+                           help="fusion methods: imputer of the private columns, fitted on --public-data")
+    dp: DPSettings = field(default_factory=_default_dp)
+
+    def __post_init__(self) -> None:
+        check(self)
+        if self.dp.unit != "example":
+            raise SettingsError("the tabular recipe protects rows (unit example): a table with several rows per "
+                                "patient needs one row per patient, or the event/notes recipes")
+
+    @property
+    def private(self) -> bool:
+        return self.method != "non-private"
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TabularSettings:
+        return from_dict(cls, values)
+
+
+def objective_for(settings: TabularSettings) -> Objective:
+    return METHODS.get(settings.method).objective(settings)
+
+
+def ledger_terms(schema: TableSchema, unit: ProtectedUnit) -> dict[str, Any]:
+    """The unit, protected and public columns a run's ledger names."""
+    protected = {ProtectedUnit.FEATURES: schema.private_columns, ProtectedUnit.LABEL: [schema.target],
+                 ProtectedUnit.EXAMPLE: []}[unit]
+    public = {ProtectedUnit.FEATURES: [*schema.public_columns, schema.target],
+              ProtectedUnit.LABEL: schema.feature_columns, ProtectedUnit.EXAMPLE: []}[unit]
+    return {"unit": unit, "protected_columns": tuple(protected), "public_columns": tuple(public)}
+
+
+def training_rows(rows: int, seed: int, holdout: bool) -> int:
+    """How many rows train (the ledger's n) for a table of ``rows`` rows."""
+    return len(split_indices(rows, SPLITS, seed)["train"]) if holdout else rows
+
+
+def plan(schema: TableSchema, settings: TabularSettings, rows: int, holdout: bool = True) -> Guarantee | None:
+    """What :func:`fit` will release on a table of ``rows`` rows, from the settings alone: a budget checks
+    it before any row is read. None for a non-private run."""
+    objective = objective_for(settings)
+    if not objective.private:
+        return None
+    if objective.unit is ProtectedUnit.FEATURES:
+        schema.require_public()
+    n = training_rows(rows, settings.dp.seed, holdout)
+    delta = settings.dp.delta if settings.dp.delta is not None else default_delta(n)
+    return Guarantee(epsilon=settings.dp.epsilon, delta=delta, n=n, accountant=settings.dp.accountant,
+                     neighbouring=NEIGHBOURING[objective.unit], **ledger_terms(schema, objective.unit))
+
+
+# --------------------------------------------------------------------------- views
+def tensors(encoder: TableEncoder, frame: pd.DataFrame, pad: str, seed: int,
+            imputer: Imputer | None = None) -> dict[str, torch.Tensor]:
+    """The tensors of one split: ``x`` (every column), ``x_pub`` = pad(Psi(x)) built from the public view
+    only, ``x_hyb`` (with an imputer: the private columns imputed from the public view) and ``y``."""
+    pub = public_view(frame, encoder.schema)
+    out = {"x": torch.from_numpy(encoder.transform(frame)),
+           "x_pub": torch.from_numpy(encoder.transform_public(pub, pad=pad, seed=seed)),
+           "y": torch.from_numpy(encoder.encode_target(frame))}
+    if imputer is not None:
+        hybrid = replace_private(frame, imputer.predict(pub), encoder.schema)
+        out["x_hyb"] = torch.from_numpy(encoder.transform(hybrid))
+    return out
+
+
+def public_data(method: str, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+    """What the public branch of ``method`` may read: pad(Psi(x)) and y for Feature-DP, x alone for Label-DP,
+    the hybrid (or padded) view and y for the fusion family; None without a public branch."""
+    keys = METHODS.get(method).public_keys
+    return {k: data[k] for k in keys} if keys else None
+
+
+def check_imputer_inputs(settings: TabularSettings, public_data: Any, imputer: Any) -> None:
+    """A fusion method needs exactly one of a public support table and a fitted imputer; other methods none."""
+    if not METHODS.get(settings.method).hybrid:
+        if public_data is not None or imputer is not None:
+            raise SettingsError(f"method {settings.method} uses no imputer: --public-data / --imputer-file are only "
+                                "for naive-fusion, calibrated-fusion and fusiondp")
+    elif (public_data is None) == (imputer is None):
+        raise SettingsError(f"method {settings.method} needs exactly one of a public support table (--public-data: "
+                            "rows whose every column is public, e.g. consented patients) and a fitted imputer "
+                            "(--imputer-file)")
+
+
+def fit_imputer(schema: TableSchema, settings: TabularSettings, public_data: pd.DataFrame | str | os.PathLike | None,
+                imputer: Imputer | str | os.PathLike | None) -> Imputer | None:
+    """The imputer a fusion method needs: fitted on the declared PUBLIC support table, or given fitted."""
+    check_imputer_inputs(settings, public_data, imputer)
+    if not METHODS.get(settings.method).hybrid:
+        return None
+    if imputer is not None:
+        return load_imputer(imputer, schema)
+    support = load_table(public_data, schema)
+    return make_imputer(settings.imputer, seed=settings.dp.seed).fit(support, schema)
+
+
+def load_imputer(imputer: Imputer | str | os.PathLike, schema: TableSchema) -> Imputer:
+    """A fitted imputer, or one saved with joblib; it must impute exactly the spec's private columns."""
+    if not isinstance(imputer, Imputer):
+        import joblib
+
+        from dpcare.exceptions import MissingFileError
+
+        path = Path(imputer)
+        if not path.is_file():
+            raise MissingFileError(f"imputer file not found: {path}")
+        imputer = joblib.load(path)
+        if not isinstance(imputer, Imputer):
+            raise DataError(f"{path} holds a {type(imputer).__name__}, not a fitted dpcare imputer")
+    if not hasattr(imputer, "schema"):
+        raise DataError("the imputer is not fitted: fit it on a public support table first")
+    if sorted(imputer.schema.private_columns) != sorted(schema.private_columns):
+        raise DataError(f"the imputer fills {imputer.schema.private_columns}, the spec's private columns are "
+                        f"{schema.private_columns}")
+    return imputer
+
+
+# --------------------------------------------------------------------------- the fitted model
+@dataclass
+class TabularModel:
+    """A fitted tabular model: the MLP, the encoder, the settings, the guarantee (None: non-private) and
+    ledger, the validation / test metrics (with a hold-out) and the split."""
+
+    settings: TabularSettings
+    encoder: TableEncoder
+    model: TabularMLP
+    guarantee: Guarantee | None = None
+    ledger: PrivacyLedger | None = field(default=None, repr=False)
+    metrics: dict[str, float] = field(default_factory=dict)
+    split: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)  # steps, noise multiplier, backend, imputation...
+
+    @property
+    def schema(self) -> TableSchema:
+        return self.encoder.schema
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return tuple(self.schema.column(self.schema.target).categories)
+
+    def features(self, df: pd.DataFrame | str | os.PathLike) -> torch.Tensor:
+        """Encoded feature columns of ``df``, validated against the spec; the target is not read."""
+        from dpcare.data import read_table
+
+        schema = self.schema
+        frame = read_table(df)
+        missing = [c for c in schema.feature_columns if c not in frame.columns]
+        if missing:
+            raise DataError(f"the table lacks the feature columns {missing} that the model reads "
+                            f"(the target '{schema.target}' is not needed)")
+        placeholder = self.classes[0]  # never read: only the features are encoded
+        frame = load_table(frame.assign(**{schema.target: placeholder}), schema)
+        return torch.from_numpy(self.encoder.transform(frame))
+
+    def predict_proba(self, df: pd.DataFrame | str | os.PathLike) -> np.ndarray:
+        """Class probabilities [rows, classes] in the order of :attr:`classes`."""
+        return probabilities(self.model, self.features(df))
+
+    def predict(self, df: pd.DataFrame | str | os.PathLike) -> np.ndarray:
+        return np.array(self.classes, dtype=object)[self.predict_proba(df).argmax(axis=1)]
+
+    # ----------------------------------------------------------------- run folders
+    def manifest(self, data: dict[str, Any] | None = None) -> Manifest:
+        method = self.settings.method
+        m = Manifest(settings=self.settings.to_dict(), data=data or {}, headline=["test AUPRC", "test AUROC"],
+                     files={"model": MODEL_FILE, "split": SPLIT_FILE})
+        m.add_model(method, self.guarantee.to_dict() if self.guarantee else None,
+                    self.ledger.state_dict() if self.ledger is not None else None,
+                    note="" if self.guarantee else "NO differential privacy guarantee (non-private run).")
+        m.metrics = [{"model": method, **{metric_name(k): v for k, v in self.metrics.items()}}]
+        m.settings["info"] = self.info
+        if "imputation" in self.info:
+            m.not_protected.append("The public support table (it fitted the imputer) is public data, outside every "
+                                   "guarantee.")
+        return m
+
+    def write(self, run: RunFolder, data: dict[str, Any] | None = None,
+              attacks: list[dict[str, str]] = ()) -> Path:
+        """Write the model, its split and the manifest into ``run`` and finish it."""
+        run.save_torch(MODEL_FILE, {"model": self.model.state_dict(), "model_config": self.model.config,
+                                    "encoder": self.encoder.state_dict()})
+        run.write_json(SPLIT_FILE, self.split)
+        manifest = self.manifest(data)
+        manifest.attacks = list(attacks)
+        return run.finish(manifest)
+
+    def save(self, folder: str | os.PathLike, force: bool = False) -> Path:
+        """Write a run folder (refused if ``folder`` holds something, unless ``force``)."""
+        return self.write(RunFolder(folder, "tabular", self.settings.to_dict(), force=force))
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> TabularModel:
+        """A model saved by :meth:`save` or ``dpcare train`` (in eval mode)."""
+        folder = Path(folder)
+        manifest = read_manifest(folder)
+        if manifest.kind != "tabular":
+            raise DataError(f"{folder} holds a {manifest.kind!r} run, not a tabular model")
+        saved = torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=False)
+        settings = manifest.settings
+        info = settings.pop("info", {})
+        encoder = TableEncoder.from_state_dict(saved["encoder"])
+        model = TabularMLP(**saved["model_config"])
+        model.load_state_dict(saved["model"])
+        model.eval()
+        g = manifest.models[0]["guarantee"]
+        ledger = manifest.models[0]["ledger"]
+        split = _read_split(folder)
+        metrics = {metric_key(k): v for k, v in manifest.metrics[0].items() if k != "model"}
+        return cls(TabularSettings.from_dict(settings), encoder, model, Guarantee.from_dict(g) if g else None,
+                   PrivacyLedger.from_state_dict(ledger) if ledger else None, metrics, split, info)
+
+
+def _read_split(folder: Path) -> dict[str, Any]:
+    import json
+
+    path = folder / SPLIT_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def metric_name(key: str) -> str:
+    """'test_auprc' -> 'test AUPRC', 'val_auroc' -> 'validation AUROC'."""
+    split, _, metric = key.partition("_")
+    return f"{'validation' if split == 'val' else split} {metric.upper()}"
+
+
+def metric_key(name: str) -> str:
+    split, _, metric = name.partition(" ")
+    return f"{'val' if split == 'validation' else split}_{metric.lower()}"
+
+
+def protected_text(g: Guarantee | None) -> str:
+    """What a guarantee protects, in a table cell."""
+    if g is None:
+        return "nothing (non-private)"
+    if g.unit is ProtectedUnit.EXAMPLE:
+        return "whole example"
+    if g.unit is ProtectedUnit.LABEL:
+        return f"label ({', '.join(g.protected_columns)})"
+    return "features: " + ", ".join(g.protected_columns)
+
+
+def probabilities(model: torch.nn.Module, x: torch.Tensor) -> np.ndarray:
+    model.eval()
+    with torch.no_grad():
+        logits = model(x).double()
+    if logits.shape[1] == 1:
+        p = torch.sigmoid(logits[:, 0])
+        return torch.stack([1 - p, p], dim=1).numpy()
+    return torch.softmax(logits, dim=1).numpy()
+
+
+def evaluate(model: torch.nn.Module, data: dict[str, torch.Tensor]) -> dict[str, float]:
+    """AUPRC and AUROC of the positive class (the target's second category)."""
+    y = data["y"].numpy()
+    if len(np.unique(y)) < 2:
+        raise DataError("the evaluation split has a single class; AUROC/AUPRC are undefined")
+    scores = probabilities(model, data["x"])[:, 1]
+    return {"auprc": float(average_precision_score(y, scores)), "auroc": float(roc_auc_score(y, scores))}
+
+
+# --------------------------------------------------------------------------- fitting
+def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: TabularSettings | None = None, *,
+        holdout: bool = True, public_data: pd.DataFrame | str | os.PathLike | None = None,
+        imputer: Imputer | str | os.PathLike | None = None, checkpoint_dir: str | None = None,
+        progress: bool = True) -> TabularModel:
+    """Train ``settings.method`` on the table; with ``holdout`` on a random 80% of the rows, scored on
+    the validation (10%) and test (10%) rows. Fusion methods take ``public_data`` (a public support
+    table: its rows are not in ``data``) or a fitted ``imputer``."""
+    settings = settings or TabularSettings()
+    check_imputer_inputs(settings, public_data, imputer)
+    imp = fit_imputer(schema, settings, public_data, imputer)  # public rows only
+    frame = load_table(data, schema)
+    parts = split_indices(len(frame), SPLITS if holdout else {"train": 1.0}, settings.dp.seed)
+    train = frame.iloc[parts["train"]].reset_index(drop=True)
+    model, encoder, result, _ = train_rows(train, schema, settings, imp, checkpoint_dir, progress)
+    metrics = {}
+    if holdout:
+        for i, name in enumerate(("val", "test"), start=1):
+            held = tensors(encoder, frame.iloc[parts[name]].reset_index(drop=True), settings.pad,
+                           settings.dp.seed + i)
+            metrics.update({f"{name}_{k}": v for k, v in evaluate(model, held).items()})
+    split = {"rows": len(frame), "seed": settings.dp.seed, "holdout": holdout,
+             **{k: v.tolist() for k, v in parts.items()}}
+    info = {"steps": result.steps, "noise_multiplier": result.noise_multiplier, "backend": result.backend,
+            "sampling_rate": result.sampling_rate}
+    if imp is not None:
+        info["imputation"] = {"imputer": imp.name, "support_rows": getattr(imp, "support_rows", None)}
+    return TabularModel(settings, encoder, model, result.guarantee, result.ledger, metrics, split, info)
+
+
+def train_rows(train_df: pd.DataFrame, schema: TableSchema, settings: TabularSettings,
+               imputer: Imputer | None = None, checkpoint_dir: str | None = None, progress: bool = True):
+    """Fit the encoder and train on exactly ``train_df`` (validated rows): (model, encoder, TrainResult,
+    the training tensors). The building block of :func:`fit`, the audits' shadow models and the studies."""
+    from dpcare.engine import TrainConfig
+
+    torch.manual_seed(settings.dp.seed)
+    method = METHODS.get(settings.method)
+    objective = method.objective(settings)
+    if method.hybrid and imputer is None:
+        raise SettingsError(f"method {settings.method} needs a fitted imputer (its hybrid view)")
+    ledger = None
+    if objective.private:
+        if objective.unit is ProtectedUnit.FEATURES:
+            schema.require_public()
+        ledger = PrivacyLedger(len(train_df), delta=settings.dp.delta, accountant=settings.dp.accountant,
+                               **ledger_terms(schema, objective.unit))
+    encoder = TableEncoder(schema, protect=method.protects).fit(
+        train_df, ledger=ledger, stats_epsilon=settings.stats_epsilon, seed=settings.dp.seed)
+    train = tensors(encoder, train_df, settings.pad, settings.dp.seed, imputer if method.hybrid else None)
+    classes = len(schema.column(schema.target).categories)  # declared, never read from the private labels
+    model = TabularMLP(train["x"].shape[1], hidden=settings.hidden, out_features=1 if classes == 2 else classes)
+    config = TrainConfig.from_dp(settings.dp, private=objective.private, lr=settings.lr, alpha=settings.alpha,
+                                 public_batch_size=settings.public_batch_size,
+                                 public_pretrain_steps=settings.public_pretrain_steps,
+                                 checkpoint_dir=checkpoint_dir, progress=progress)
+    result = Trainer(model, objective, config, ledger=ledger).fit(train, public_data(settings.method, train))
+    return model, encoder, result, train
+
+
+def with_method(settings: TabularSettings, method: str, **dp: Any) -> TabularSettings:
+    """``settings`` for another method (and DP settings), validated."""
+    return replace(settings, method=method, dp=settings.dp.replace(**dp) if dp else settings.dp)
+
+
+__all__ = ["METHODS", "SPLITS", "TableMethod", "TabularModel", "TabularSettings", "check_imputer_inputs", "evaluate", "fit",
+           "fit_imputer", "ledger_terms", "load_imputer", "metric_name", "objective_for", "plan",
+           "probabilities", "protected_text", "public_data", "tensors", "train_rows", "training_rows", "with_method"]
