@@ -15,8 +15,13 @@ from dpcare.cli import app
 from dpcare.data import load_dataset
 from dpcare.engine import Trainer
 from dpcare.engine.fast_clipping import clipped_sum_fast
-from dpcare.workflows.tabular import TabularRun, train_tabular
-from dpcare.workflows.tabular_audit import CanaryAuditSettings, audit_tabular
+from dpcare.settings import DPSettings
+from dpcare.tabular import TabularSettings, fit
+from dpcare.tabular.audit import CanaryAuditSettings, audit_split, audit_tabular
+
+
+def recipe(method, epsilon=1.0, epochs=10.0, batch_size=64, **rest):
+    return TabularSettings(method=method, **rest, dp=DPSettings(epsilon=epsilon, epochs=epochs, batch_size=batch_size))
 
 
 def test_p_value_and_lower_bound_basics():
@@ -63,15 +68,13 @@ def small_support2(n):
 
 def test_loss_attack_separates_an_overfit_model_and_not_a_dp_one():
     df, schema = small_support2(400)
-    overfit = train_tabular(df, schema, TabularRun(method="non-private", epochs=300, batch_size=32, lr=3e-3,
-                                                   progress=False, audit=True))
-    a = overfit.audit["metrics"]["auc"]
-    assert a["value"] > 0.7 and a["low"] > 0.6
+    overfit = fit(df, schema, recipe("non-private", epochs=300, batch_size=32, lr=3e-3), progress=False)
+    value, low, _ = audit_split(overfit, df)["rows"][0]["AUC"]
+    assert value > 0.7 and low > 0.6
     big, _ = small_support2(3000)  # 300 members vs 300 non-members: a tighter interval
-    private = train_tabular(big, schema, TabularRun(method="dp-sgd", epsilon=1.0, epochs=10, batch_size=64,
-                                                    progress=False, audit=True))
-    p = private.audit["metrics"]["auc"]
-    assert p["low"] < 0.5 < p["high"] or abs(p["value"] - 0.5) < 0.06
+    private = fit(big, schema, recipe("dp-sgd", epsilon=1.0, epochs=10, batch_size=64), progress=False)
+    value, low, high = audit_split(private, big)["rows"][0]["AUC"]
+    assert low < 0.5 < high or abs(value - 0.5) < 0.06
 
 
 class NoNoise(Trainer):
@@ -120,11 +123,13 @@ def test_audit_command_and_its_bad_inputs(tmp_path):
     r = runner.invoke(app, ["train", str(tmp_path / "train.csv"), "--spec", str(tmp_path / "spec.yaml"), "--out",
                             str(tmp_path / "run"), "--epochs", "2", "--audit"])
     assert r.exit_code == 0, r.output
-    assert "LOSS attack: AUC" in r.output and (tmp_path / "run" / "audit_roc.png").exists()
+    assert "LOSS attack: AUC" in r.output and (tmp_path / "run" / "attacks" / "loss.json").exists()
     ok = runner.invoke(app, ["audit", "loss", str(tmp_path / "run"), "--members", str(tmp_path / "train.csv"),
                              "--nonmembers", str(tmp_path / "heldout.csv")])
     assert ok.exit_code == 0, ok.output
-    assert json.loads((tmp_path / "run" / "audit.json").read_text())["members"] == 100
+    assert json.loads((tmp_path / "run" / "attacks" / "loss.json").read_text())["rows"][0]["members"] == 100
+    neither = runner.invoke(app, ["audit", "loss", str(tmp_path / "run")])
+    assert neither.exit_code == 2 and "--data" in neither.stderr
     overlap = runner.invoke(app, ["audit", "loss", str(tmp_path / "run"), "--members", str(tmp_path / "train.csv"),
                                   "--nonmembers", str(tmp_path / "train.csv")])
     assert overlap.exit_code == 2 and "both" in overlap.output
@@ -148,12 +153,22 @@ def test_audit_command_and_its_bad_inputs(tmp_path):
     one = runner.invoke(app, ["audit", "one-run", str(tmp_path / "big.csv"), "--spec", str(tmp_path / "spec.yaml"),
                               "--canaries", "200", "--epochs", "2", "--out", str(tmp_path / "one")])
     assert one.exit_code == 0 and "audited lower bound" in one.output, one.output
-    assert json.loads((tmp_path / "one" / "one_run.json").read_text())["canaries"] == 200
-    assert (tmp_path / "run" / "attribute.json").exists()
+    assert json.loads((tmp_path / "one" / "attacks" / "one_run.json").read_text())["details"]["canaries"] == 200
+    assert (tmp_path / "run" / "attacks" / "attribute-sex.json").exists()
+    att2 = runner.invoke(app, ["audit", "attribute", str(tmp_path / "run"), "--rows", str(tmp_path / "train.csv"),
+                               "--column", "age"])
+    assert att2.exit_code == 0, att2.output
+    from dpcare.runs import read_manifest
+
+    names = [a["name"] for a in read_manifest(tmp_path / "run").attacks]
+    assert names == ["LOSS membership attack (training rows vs held-out rows)", "Attribute inference of 'sex'",
+                     "Attribute inference of 'age'"]  # one file per column: the second keeps the first
     lr = runner.invoke(app, ["audit", "lira", str(tmp_path / "big.csv"), "--spec", str(tmp_path / "spec.yaml"),
                              "--shadows", "2", "--workers", "1", "--epochs", "1", "--out", str(tmp_path / "lira")])
-    assert lr.exit_code == 0 and (tmp_path / "lira" / "lira.json").exists(), lr.output
-    assert (tmp_path / "lira" / "lira_roc.png").exists()
+    assert lr.exit_code == 0 and (tmp_path / "lira" / "attacks" / "lira.json").exists(), lr.output
+    rep = runner.invoke(app, ["report", str(tmp_path / "run"), str(tmp_path / "one"), str(tmp_path / "lira"),
+                              "--out", str(tmp_path / "r.html")])
+    assert rep.exit_code == 0, rep.output
 
 
 def test_theorem4_bound():
@@ -177,19 +192,14 @@ def test_attribute_inference_against_memorisation_and_theorem4():
     schema = TableSchema.from_dict(SPEC)
     df = toy_table(300, seed=3)
     df["sex"] = np.random.default_rng(7).choice(["female", "male"], len(df))
-    members = load_table(df, schema).iloc[:240]  # the training split of train_tabular(seed 0) is a subset
-    leaky = train_tabular(df, schema, TabularRun(method="non-private", epochs=400, batch_size=32, lr=3e-3,
-                                                 progress=False))
-    from dpcare.workflows.tabular import split
-
-    train_rows = split(load_table(df, schema), 0)["train"]
+    members = load_table(df, schema).iloc[:240]
+    leaky = fit(df, schema, recipe("non-private", epochs=400, batch_size=32, lr=3e-3), progress=False)
+    train_rows = load_table(df, schema).iloc[leaky.split["train"]]  # the run's own members
     r = attribute_inference(leaky.model, leaky.encoder, train_rows, "sex")
     assert 0.4 < r["prior_ball"] < 0.6 and r["success"] > r["prior_ball"] + 0.1
-    private = train_tabular(df, schema, TabularRun(method="feature-dp", epsilon=0.5, epochs=20, batch_size=32,
-                                                   progress=False))
+    private = fit(df, schema, recipe("feature-dp", epsilon=0.5, epochs=20, batch_size=32), progress=False)
     g = private.guarantee
-    r = attribute_inference(private.model, private.encoder, train_rows, "sex", epsilon=g["epsilon"],
-                            delta=g["delta"])
+    r = attribute_inference(private.model, private.encoder, train_rows, "sex", epsilon=g.epsilon, delta=g.delta)
     assert r["success"] <= r["theorem4_bound"]
     with pytest.raises(ValueError, match="not a private column"):
         attribute_inference(private.model, private.encoder, members, "hr")
@@ -210,17 +220,17 @@ def test_logit_confidence_matches_its_definition():
 
 
 def test_lira_separates_an_overfit_model_and_not_a_dp_one():
-    from dpcare.workflows.tabular_audit import tabular_lira
+    from dpcare.tabular.audit import tabular_lira
 
     df, schema = small_support2(300)
-    overfit = tabular_lira(df, schema, TabularRun(method="non-private", epochs=150, batch_size=32, lr=3e-3,
-                                                    hidden=64), shadows=8, workers=2, bootstrap=50)
+    overfit = tabular_lira(df, schema, recipe("non-private", epochs=150, batch_size=32, lr=3e-3, hidden=64),
+                           shadows=8, workers=2, bootstrap=50)
     assert overfit.online["auc"]["value"] > 0.7 and overfit.offline["auc"]["value"] > 0.6
-    private = tabular_lira(df, schema, TabularRun(method="dp-sgd", epsilon=1.0, epochs=10, batch_size=32,
-                                                    hidden=64), shadows=8, workers=2, bootstrap=50)
+    private = tabular_lira(df, schema, recipe("dp-sgd", epsilon=1.0, epochs=10, batch_size=32, hidden=64),
+                           shadows=8, workers=2, bootstrap=50)
     assert abs(private.online["auc"]["value"] - 0.5) < 0.08
     with pytest.raises(ValueError, match="at least 2"):
-        tabular_lira(df, schema, TabularRun(method="non-private"), shadows=1)
+        tabular_lira(df, schema, recipe("non-private"), shadows=1)
 
 
 def test_loss_attack_on_a_scikit_learn_model():

@@ -1,4 +1,4 @@
-"""Isolation of the tabular workflow: what the public branch reads during real training.
+"""Isolation of the tabular recipe: what the public branch reads during real training.
 
 Each test trains (or assembles) twice, once with the original private values of the training rows
 and once with other valid private values, captures the ACTUAL input of the consumer and requires
@@ -12,11 +12,12 @@ import pytest
 import torch
 from helpers import SPEC, toy_table
 
-import dpcare.workflows.tabular as wt
+import dpcare.tabular.recipe as wt
 from dpcare.data import TableSchema
 from dpcare.methods.tabular import HybridObjective, LabelDP
 from dpcare.privacy import PrivacyLedger
-from dpcare.workflows.tabular import TabularRun, prepare, public_data_for, train_on_split
+from dpcare.settings import DPSettings
+from dpcare.tabular.recipe import TabularSettings, public_data, tensors, train_rows
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +45,7 @@ def other_labels(df):
 
 
 def public_batches(monkeypatch, method, frame):
-    """Every batch the objective's public_loss receives while train_on_split trains on ``frame``, and the
+    """Every batch the objective's public_loss receives while train_rows trains on ``frame``, and the
     trained weights."""
     seen = []
     cls = LabelDP if method == "label-dp" else HybridObjective
@@ -56,9 +57,9 @@ def public_batches(monkeypatch, method, frame):
 
     with monkeypatch.context() as m:
         m.setattr(cls, "public_loss", spy)
-        run = TabularRun(method=method, epsilon=2.0, epochs=2, batch_size=32, public_batch_size=16, hidden=8,
-                         public_pretrain_steps=3, progress=False, seed=5)
-        model, *_ = train_on_split(frame, TableSchema.from_dict(SPEC), run)
+        settings = TabularSettings(method=method, public_batch_size=16, hidden=8, public_pretrain_steps=3,
+                                   dp=DPSettings(epsilon=2.0, epochs=2, batch_size=32, seed=5))
+        model, *_ = train_rows(frame, TableSchema.from_dict(SPEC), settings, progress=False)
     return seen, torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
@@ -75,20 +76,20 @@ def test_public_branch_batches_are_bit_identical_when_private_values_change(monk
         assert x.keys() == y.keys(), i
         for k in x:
             assert torch.equal(x[k], y[k]), (i, k)
-    # fails if public_data_for returns x (not x_pub) for feature-dp, or adds y for label-dp (checked)
+    # fails if public_data returns x (not x_pub) for feature-dp, or adds y for label-dp (checked)
 
 
 def test_label_dp_public_data_is_bit_identical_when_labels_change():
     schema = TableSchema.from_dict(SPEC)
     df = toy_table(80)
     enc = wt.TableEncoder(schema, protect="label").fit(df)
-    pub = public_data_for("label-dp", prepare(enc, df, "gaussian", seed=0))
-    changed = prepare(enc, other_labels(df), "gaussian", seed=0)
-    assert not torch.equal(changed["y"], prepare(enc, df, "gaussian", seed=0)["y"])  # not vacuous
-    pub_changed = public_data_for("label-dp", changed)
+    pub = public_data("label-dp", tensors(enc, df, "gaussian", seed=0))
+    changed = tensors(enc, other_labels(df), "gaussian", seed=0)
+    assert not torch.equal(changed["y"], tensors(enc, df, "gaussian", seed=0)["y"])  # not vacuous
+    pub_changed = public_data("label-dp", changed)
     assert pub.keys() == pub_changed.keys() == {"x"}
     assert torch.equal(pub["x"], pub_changed["x"])
-    # fails if public_data_for("label-dp") also hands over y (checked)
+    # fails if public_data("label-dp") also hands over y (checked)
 
 
 MULTI = copy.deepcopy(SPEC)
@@ -112,16 +113,16 @@ def test_model_shape_comes_from_the_schema_not_the_private_labels(monkeypatch, m
 
     monkeypatch.setattr(wt, "TabularMLP", spy)
     for frame in (df, without_top):
-        run = TabularRun(method=method, epsilon=2.0, epochs=1, batch_size=32, hidden=8, progress=False)
-        train_on_split(frame, schema, run)
+        settings = TabularSettings(method=method, hidden=8, dp=DPSettings(epsilon=2.0, epochs=1, batch_size=32))
+        train_rows(frame, schema, settings, progress=False)
     assert shapes[0] == shapes[1]
-    # failed while train_on_split sized the output layer from y_train.max() (fixed: declared categories)
+    # failed while train_rows sized the output layer from y_train.max() (fixed: declared categories)
 
 
 def test_canary_audit_public_branch_batches_are_bit_identical(monkeypatch):
     """audit_tabular (Feature-DP) gives the public branch every canary's and row's pad(Psi(x)) and y: with
     other private values in every row of the table, the batches it receives are bit-identical."""
-    from dpcare.workflows.tabular_audit import CanaryAuditSettings, audit_tabular
+    from dpcare.tabular.audit import CanaryAuditSettings, audit_tabular
 
     settings = CanaryAuditSettings(method="feature-dp", epsilon=2.0, canaries=20, epochs=2, batch_size=16, hidden=8)
     schema = TableSchema.from_dict(SPEC)

@@ -18,24 +18,30 @@ from dpcare.data import TableSchema
 from dpcare.io import write_json
 from dpcare.privacy import PrivacyLedger, ProtectedUnit, gaussian_event
 from dpcare.report import UnknownRunFolder, collect, write_report
-from dpcare.workflows.tabular import TabularRun, train_tabular
-from dpcare.workflows.tsf import loss_attack_report
+from dpcare.runs import attach_attack, read_manifest
+from dpcare.settings import DPSettings
+from dpcare.tabular import TabularSettings, fit
+from dpcare.tabular.audit import audit_split
+from dpcare.timeseries.recipe import loss_attack_report
 
 PNG = re.compile(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)">')
 
 
 @pytest.fixture(scope="module")
 def train_runs(tmp_path_factory):
-    """Two `dpcare train` folders: Feature-DP with DP bounds for 'age' and the LOSS audit, and DP-SGD."""
+    """Two `dpcare train` run folders: Feature-DP with DP bounds for 'age' and the LOSS audit, and DP-SGD."""
     spec = json.loads(json.dumps(SPEC))
     del spec["columns"][0]["bounds"]  # age: DP scaling bounds, a second ledger line
     schema = TableSchema.from_dict(spec)
     root = tmp_path_factory.mktemp("runs")
-    base = {"epochs": 1, "batch_size": 32, "hidden": 8, "progress": False, "accountant": "rdp"}  # RDP: fast calibration
-    train_tabular(toy_table(), schema, TabularRun(method="feature-dp", epsilon=2.0, stats_epsilon=0.5, audit=True,
-                                                  **base), out_dir=root / "fdp")
-    train_tabular(toy_table(), TableSchema.from_dict(SPEC), TabularRun(method="dp-sgd", epsilon=1.0, **base),
-                  out_dir=root / "dpsgd")
+    dp = {"epochs": 1, "batch_size": 32, "accountant": "rdp"}  # RDP: fast calibration
+    fdp = fit(toy_table(), schema, TabularSettings(method="feature-dp", hidden=8, stats_epsilon=0.5,
+                                                   dp=DPSettings(epsilon=2.0, **dp)), progress=False)
+    fdp.save(root / "fdp")
+    attach_attack(root / "fdp", "loss", audit_split(fdp, toy_table()))
+    fit(toy_table(), TableSchema.from_dict(SPEC), TabularSettings(method="dp-sgd", hidden=8,
+                                                                  dp=DPSettings(epsilon=1.0, **dp)),
+        progress=False).save(root / "dpsgd")
     return root / "fdp", root / "dpsgd"
 
 
@@ -50,25 +56,26 @@ def pngs(html: str) -> list[bytes]:
 def test_one_train_run_page(train_runs, tmp_path):
     fdp = train_runs[0]
     html = write_report([fdp], tmp_path / "report.html").read_text()
-    g = json.loads((fdp / "guarantee.json").read_text())
-    m = json.loads((fdp / "metrics.json").read_text())
+    m = read_manifest(fdp)
+    g = m.models[0]["guarantee"]
     assert f"{g['epsilon']:.4g}" in html and f"{g['delta']:.4g}" in html
     assert f"({g['epsilon']:.4g}, {g['delta']:.3g})-differential privacy" in html
     assert len(g["releases"]) == 2
     guarantee = section(html, "Privacy guarantee")
-    for line in g["releases"]:  # every ledger line, with its parsed fields for the training steps
+    for line in g["releases"]:  # every ledger line, with its fields from the saved ledger state
         assert escape(line) in guarantee
+    assert "from the saved ledger state" in guarantee
     steps = re.search(r"(\d+) Poisson-sampled Gaussian steps \(q = ([\d.]+)", g["releases"][-1])
     assert f"<td class=n>{steps[1]}</td>" in guarantee and f">{steps[2]}</td>" in guarantee
     exposed = section(html, "What is NOT protected")
     assert "NOT protected: the public columns (hr, lab, group, death)" in exposed
-    assert "Validation and test rows" in exposed
-    for v in m["metrics"].values():
-        assert f"{v:.4g}" in section(html, "Utility")
-    audit = json.loads((fdp / "audit.json").read_text())
+    for k, v in m.metrics[0].items():
+        if k != "model":
+            assert f"{v:.4g}" in section(html, "Utility")
+    audit = json.loads((fdp / "attacks" / "loss.json").read_text())
     attacks = section(html, "Attacks")
-    assert f"{audit['metrics']['auc']['value']:.4g}" in attacks
-    assert "roc" in audit and "the plot the run saved" not in attacks  # the curve is drawn from the saved scores
+    assert f"{audit['rows'][0]['AUC'][0]:.4g}" in attacks
+    assert audit["curves"] and "the plot the run saved" not in attacks  # the curve is drawn from the saved scores
     images = pngs(html)
     assert images and all(p.startswith(b"\x89PNG\r\n\x1a\n") for p in images)
     assert "Timing: not recorded" in html
@@ -82,9 +89,19 @@ def test_two_runs_side_by_side(train_runs, tmp_path):
     assert rows == [("fdp", "feature-dp"), ("dpsgd", "dp-sgd")]
     assert "whole example" in comparison and "features: age, sex" in comparison
     for run in train_runs:
-        g = json.loads((run / "guarantee.json").read_text())
+        g = read_manifest(run).models[0]["guarantee"]
         assert f"{g['epsilon']:.4g}" in comparison
     assert "<title>FDP vs DP-SGD</title>" in html and len(pngs(html)) >= 2  # ROC + comparison bars
+
+
+def test_an_attack_file_of_another_run_is_refused(train_runs, tmp_path):
+    """A run folder shows only its own run: an attack file whose run id is not the manifest's is an error."""
+    run = tmp_path / "run"
+    shutil.copytree(train_runs[0], run)
+    loss = json.loads((run / "attacks" / "loss.json").read_text())
+    write_json(run / "attacks" / "loss.json", {**loss, "run_id": "an-older-run"})
+    with pytest.raises(ValueError, match="belongs to run 'an-older-run'"):
+        write_report([run], tmp_path / "r.html")
 
 
 def test_ledger_state_lines_and_roc_from_scores(tmp_path):
@@ -115,39 +132,19 @@ def test_ledger_state_lines_and_roc_from_scores(tmp_path):
     assert "NO formal guarantee" in section(html, "Privacy guarantee")
 
 
-def test_train_folder_with_saved_scores_and_ledger_state(train_runs, tmp_path):
-    """What the writers may add: ROC scores in audit.json, the ledger state in ledger.json, seconds."""
-    run = tmp_path / "run"
-    shutil.copytree(train_runs[0], run)
-    audit = json.loads((run / "audit.json").read_text())
-    write_json(run / "audit.json", {**audit, "roc": {"members": [0.9, 0.8, 0.4], "nonmembers": [0.5, 0.3, 0.1]}})
-    ledger = PrivacyLedger(320, unit=ProtectedUnit.FEATURES, protected_columns=("age", "sex"))
-    ledger.charge_sampled_gaussian("private training steps", 0.1, 1.5, 10)
-    ledger.save_json(run / "ledger.json")
-    write_json(run / "guarantee.json", ledger.guarantee().to_dict())
-    m = json.loads((run / "metrics.json").read_text())
-    write_json(run / "metrics.json", {**m, "seconds": 12.5})
-    html = write_report([run], tmp_path / "r.html").read_text()
-    assert "from the saved ledger state" in section(html, "Privacy guarantee")
-    attacks = section(html, "Attacks")
-    assert "plot the run saved" not in attacks
-    assert pngs(attacks)[0] != (run / "audit_roc.png").read_bytes()
-    assert "12.5" in section(html, "Timing")
-
-
 def test_unknown_and_missing_folders_are_named(tmp_path):
     stray = tmp_path / "stray"
     stray.mkdir()
     (stray / "notes.txt").write_text("hello")
     out = tmp_path / "r.html"
-    with pytest.raises(UnknownRunFolder, match=r"stray is not a dpcare run folder.*metrics.json \+ guarantee.json"):
+    with pytest.raises(UnknownRunFolder, match=r"stray is not a dpcare run folder"):
         write_report([stray], out)
     with pytest.raises(FileNotFoundError, match="nowhere"):
         collect(tmp_path / "nowhere")
     broken = tmp_path / "broken"
-    write_json(broken / "metrics.json", {"method": "x"})
-    (broken / "guarantee.json").write_text("{")
-    with pytest.raises(ValueError, match="guarantee.json is not valid JSON"):
+    broken.mkdir()
+    (broken / "run.json").write_text("{")
+    with pytest.raises(ValueError, match="run.json is not valid JSON"):
         write_report([broken], out)
     assert not out.exists() and not list(tmp_path.glob(".r.html*"))
 

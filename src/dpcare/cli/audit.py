@@ -117,7 +117,8 @@ def audit_one_run(
            "correct guesses": r["correct"], "guesses": r["guesses"], "canaries": r["canaries"],
            "confidence": r["confidence"]}
     details = {k: v for k, v in r.items() if k not in ("guarantee", "ledger")}
-    entry = run.attack("one_run", {"title": "One-run audit (empirical epsilon lower bound)", "rows": [row], **details})
+    entry = run.attack("one_run", {"title": "One-run audit (empirical epsilon lower bound)", "rows": [row],
+                                   "details": details})
     manifest = Manifest(attacks=[entry])
     manifest.add_model(f"{r['method']} (the audited training run, with canaries)", r["guarantee"], r["ledger"])
     run.finish(manifest)
@@ -146,6 +147,7 @@ def audit_attribute(
                             delta=g.delta if g else 0.0)
     row = {"model": model.settings.method, "success": r["success"], "prior (ball)": r["prior_ball"],
            "Theorem 4 bound": r.get("theorem4_bound"), "rows": r["rows"]}
-    attach_attack(run_dir, f"attribute-{column}", {"title": f"Attribute inference of '{column}'", "rows": [row], **r})
+    attach_attack(run_dir, f"attribute-{column}", {"title": f"Attribute inference of '{column}'", "rows": [row],
+                                                   "details": r})
     bound = f"; Theorem 4 bound {r['theorem4_bound']:.3f}" if "theorem4_bound" in r else ""
     typer.echo(f"{column}: success {r['success']:.3f} on {r['rows']} rows; prior (Ball) {r['prior_ball']:.3f}{bound}")

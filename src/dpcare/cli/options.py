@@ -83,7 +83,7 @@ def settings_options(param: str, default: Any, skip: Iterable[str] = ()) -> Call
         raise TypeError(f"two settings share a command-line flag: {sorted(f for f in flags if flags.count(f) > 1)}")
 
     def decorate(command: Callable) -> Callable:
-        signature = inspect.signature(command)
+        signature = inspect.signature(command, eval_str=True)  # annotations as objects, not strings
         kept = [p for p in signature.parameters.values() if p.name != param]
 
         @functools.wraps(command)
