@@ -37,14 +37,3 @@ def make_canaries(rows: pd.DataFrame, schema: TableSchema, rng: np.random.Genera
                 raise SpecError(f"canaries need declared bounds for private column '{col}'")
             can[col] = rng.uniform(*spec.bounds, len(can))
     return can
-
-
-_MOVED = {"audit_tabular": "dpcare.tabular.audit.audit_tabular",
-          "CanaryAuditSettings": "dpcare.tabular.audit.CanaryAuditSettings"}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:  # old entry points: say where they went
-        raise AttributeError(f"dpcare.audit.canaries.{name} moved to {_MOVED[name]} (dpcare.audit no longer "
-                             "imports the workflows)")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -97,11 +97,3 @@ def run_lira(train_and_score: TrainAndScore, n: int, shadows: int = 16, workers:
               "LiRA offline": (offline[target_in], offline[~target_in])}
     return LiraResult(attack_metrics(*scores["LiRA online"], bootstrap=bootstrap),
                       attack_metrics(*scores["LiRA offline"], bootstrap=bootstrap), shadows, elapsed, scores)
-
-
-def __getattr__(name: str):
-    if name == "lira":  # the old entry point: say where they went
-        raise AttributeError(f"dpcare.audit.lira.{name} moved: LiRA on a tabular recipe is "
-                             "dpcare.tabular.audit.tabular_lira; dpcare.audit.run_lira takes your "
-                             "training function")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

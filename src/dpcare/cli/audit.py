@@ -11,7 +11,7 @@ from dpcare.cli.common import table_and_spec
 from dpcare.cli.options import settings_options
 from dpcare.exceptions import DataError
 from dpcare.settings import DPSettings
-from dpcare.tabular.recipe import TabularSettings
+from dpcare.tabular.settings import TabularSettings
 
 app = typer.Typer(help="Attacks and audits: LOSS, LiRA, one-run epsilon lower bound, attribute inference.",
                   no_args_is_help=True)

@@ -12,7 +12,7 @@ import typer
 
 from dpcare.cli.budget import BudgetOption
 from dpcare.cli.options import settings_options
-from dpcare.tabular.recipe import TabularSettings
+from dpcare.tabular.settings import TabularSettings
 
 ForceOption = Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder whole when the run "
                                                            "finishes (default: refuse it)")]

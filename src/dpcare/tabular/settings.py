@@ -1,0 +1,63 @@
+"""Settings of the tabular recipe (no torch: the command line builds its options from them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpcare.exceptions import SettingsError
+from dpcare.settings import DPSettings, check, from_dict, setting, to_dict
+
+#: the methods of :data:`dpcare.tabular.recipe.METHODS`, in its order
+METHOD_NAMES = ("non-private", "dp-sgd", "feature-dp", "label-dp", "naive-fusion", "naive-fusion-pub",
+                "calibrated-fusion", "fusiondp")
+
+
+def _default_dp() -> DPSettings:
+    return DPSettings(epsilon=1.0, batch_size=256, epochs=10.0)
+
+
+@dataclass(frozen=True)
+class TabularSettings:
+    """Settings of :func:`fit` (and of ``dpcare train`` / ``DPClassifier``)."""
+
+    method: str = setting("feature-dp", kind="choice", choices=METHOD_NAMES,
+                          help="what is protected: the private columns (feature-dp, the fusion family), whole "
+                               "rows (dp-sgd), the label (label-dp), or nothing (non-private)")
+    hidden: int = setting(256, kind="integer", low=1, help="width of the MLP's hidden layers")
+    lr: float = setting(1e-3, low=0, open_low=True, help="Adam learning rate")
+    alpha: float = setting(1.0, low=0, help="weight of the private gradient: g = g_pub + alpha g_priv")
+    beta: float = setting(0.2, low=0, help="fusiondp: weight of the hidden-layer consistency term")
+    pad: str = setting("gaussian", kind="choice", choices=("gaussian", "zeros"),
+                       help="how pad(Psi(x)) fills the private columns")
+    public_batch_size: int | None = setting(None, kind="integer", low=1, none=True, none_means="the batch size",
+                                            help="rows per step of the public branch")
+    public_pretrain_steps: int = setting(0, kind="integer", low=0,
+                                         help="public-only steps before private training (free)")
+    stats_epsilon: float | None = setting(None, low=0, open_low=True, none=True,
+                                          none_means="protected columns must declare bounds/categories",
+                                          help="DP budget for scaling bounds of protected columns the spec does "
+                                               "not declare")
+    imputer: str = setting("gbm", kind="choice", choices=("gbm", "lm"),
+                           help="fusion methods: imputer of the private columns, fitted on --public-data")
+    dp: DPSettings = field(default_factory=_default_dp)
+
+    def __post_init__(self) -> None:
+        check(self)
+        if self.dp.unit != "example":
+            raise SettingsError("the tabular recipe protects rows (unit example): a table with several rows per "
+                                "patient needs one row per patient, or the event/notes recipes")
+
+    @property
+    def private(self) -> bool:
+        return self.method != "non-private"
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TabularSettings:
+        return from_dict(cls, values)
+
+
+__all__ = ["METHOD_NAMES", "TabularSettings"]
