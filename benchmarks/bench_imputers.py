@@ -14,7 +14,7 @@ import time
 
 from dpcare.data import load_dataset, split_table
 from dpcare.fusion import imputation_quality, make_imputer
-from dpcare.workflows.fusion_benchmark import FRACTIONS
+from dpcare.studies.fusiondp import FRACTIONS
 
 
 def main() -> None:

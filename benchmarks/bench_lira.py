@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 
 from dpcare.data import load_dataset
-from dpcare.workflows.tabular import TabularRun
-from dpcare.workflows.tabular_audit import tabular_lira
+from dpcare.settings import DPSettings
+from dpcare.tabular.audit import tabular_lira
+from dpcare.tabular.settings import TabularSettings
 
 
 def main() -> None:
@@ -20,8 +21,9 @@ def main() -> None:
     args = ap.parse_args()
     df, schema = load_dataset("support2")
     df = df.sample(args.rows, random_state=0)
-    runs = {"non-private, 100 epochs": TabularRun(method="non-private", epochs=100, batch_size=64),
-            "DP-SGD eps=1, 10 epochs": TabularRun(method="dp-sgd", epsilon=1.0, epochs=10, batch_size=64)}
+    runs = {"non-private, 100 epochs": TabularSettings(method="non-private", dp=DPSettings(epochs=100, batch_size=64)),
+            "DP-SGD eps=1, 10 epochs": TabularSettings(method="dp-sgd", dp=DPSettings(epsilon=1.0, epochs=10,
+                                                                                       batch_size=64))}
     print(f"SUPPORT2, {args.rows} rows (target and shadows each train on a random half), MLP 256 wide")
     for name, run in runs.items():
         r = tabular_lira(df, schema, run, shadows=args.shadows, workers=args.workers)
