@@ -225,3 +225,41 @@ def test_ema_decay_outside_unit_interval_is_refused():
     with pytest.raises(ValueError, match="ema_decay"):
         Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(noise_multiplier=1.0, ema_decay=1.0),
                 ledger=PrivacyLedger(64))
+
+
+# ---------------------------------------------------------------- the unit sampled is the unit named
+def test_a_patient_ledger_without_groups_is_refused():
+    """A caller's ledger declared for patients while fit() samples rows would print a patient-level epsilon
+    with the patients' n for a row-level mechanism (a false statement): refused before any step."""
+    from dpcare.exceptions import SettingsError
+    from dpcare.privacy import ProtectedUnit
+
+    d = data(64)
+    trainer = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(batch_size=8, steps=2, noise_multiplier=1.0,
+                                                                    progress=False),
+                      ledger=PrivacyLedger(16, unit=ProtectedUnit.PATIENT))
+    with pytest.raises(SettingsError, match="protects patients but fit\\(\\) got no groups="):
+        trainer.fit(d)
+    assert trainer.step_count == 0
+    # red when _check_unit is not called in fit (checked)
+
+
+def test_the_ledger_counts_the_units_the_engine_samples():
+    from dpcare.exceptions import SettingsError
+
+    d = data(64)
+    trainer = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(batch_size=8, steps=2, noise_multiplier=1.0,
+                                                                    progress=False), ledger=PrivacyLedger(100))
+    with pytest.raises(SettingsError, match="ledger counts n = 100 units but the engine samples from 64"):
+        trainer.fit(d)
+    ok = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(batch_size=8, steps=2, noise_multiplier=1.0,
+                                                               progress=False), ledger=PrivacyLedger(64))
+    assert ok.fit(d).guarantee.n == 64
+
+
+def test_a_batch_covering_every_unit_warns():
+    d = data(32)
+    trainer = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(batch_size=64, steps=1, noise_multiplier=1.0,
+                                                                    progress=False), ledger=PrivacyLedger(32))
+    with pytest.warns(UserWarning, match="covers all 32 privacy units"):
+        trainer.fit(d)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -381,7 +382,12 @@ class Trainer:
             if self.ledger is None:
                 patient = self.units is not None and obj.unit is ProtectedUnit.EXAMPLE
                 self.ledger = PrivacyLedger(n, unit=ProtectedUnit.PATIENT if patient else obj.unit)
+            self._check_unit(n)
             q = self.sampling_rate(n)
+            if q == 1.0:
+                warnings.warn(f"the expected batch ({c.batch_size}) covers all {n} privacy units (q = 1): every step "
+                              "reads every unit, so sampling amplifies nothing; use a smaller batch size or more "
+                              "units", stacklevel=2)
             self._start_adaptive_clip(q * n)
             if self.noise_multiplier is None:
                 planned = self.clip_estimator.planned_events(q, total) if self.clip_estimator else ()
@@ -435,6 +441,17 @@ class Trainer:
             clip_norm=self.clip_norm if obj.private else None,
             gradient_noise_multiplier=self.gradient_noise_multiplier if obj.private else None,
         )
+
+    def _check_unit(self, n: int) -> None:
+        """The unit the ledger names is the unit the engine samples: a patient-level ledger needs grouped rows
+        (``fit(groups=...)``), and the ledger's n is the number of units sampled from (the guarantee states it)."""
+        if self.ledger.unit is ProtectedUnit.PATIENT and self.units is None:
+            raise SettingsError("the ledger protects patients but fit() got no groups=: the engine would sample and "
+                                "clip rows while the guarantee names patients; pass groups= (one patient label per "
+                                "row)")
+        if self.ledger.n != n:
+            raise SettingsError(f"the ledger counts n = {self.ledger.n} units but the engine samples from {n}: the "
+                                "guarantee would state the wrong n")
 
     def _group(self, groups: Tensor, rows: int) -> int:
         """Index the privacy units of grouped rows; returns the number of units."""
