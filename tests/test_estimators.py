@@ -91,7 +91,7 @@ def test_save_load_round_trip_and_dpcare_train_folders(fitted, tmp_path):
 
 
 def test_a_bad_parameter_is_named_at_fit():
-    with pytest.raises(PrivacyParameterError, match="epsilon must be a finite number > 0"):
+    with pytest.raises(PrivacyParameterError, match=r"epsilon must be a finite number in \(0, 100\]"):
         DPClassifier(epsilon=-1.0, **SMALL).fit(toy_table(50), SCHEMA)
     with pytest.raises(Exception, match="method must be one of"):
         DPClassifier(method="dp-adam", **SMALL).fit(toy_table(50), SCHEMA)

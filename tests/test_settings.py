@@ -16,8 +16,8 @@ from dpcare.settings import DPSettings, Rule, check, from_dict, rules, setting, 
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"epsilon": -1.0}, "epsilon must be a finite number > 0, got epsilon = -1.0"),
-    ({"epsilon": float("inf")}, "epsilon must be a finite number > 0, got epsilon = inf"),
+    ({"epsilon": -1.0}, "epsilon must be a finite number in (0, 100], got epsilon = -1.0"),
+    ({"epsilon": float("inf")}, "epsilon must be a finite number in (0, 100], got epsilon = inf"),
     ({"delta": 1.0}, "delta must be a finite number in (0, 1), or None (the default for n units), got delta = 1.0"),
     ({"accountant": "moments"}, "accountant must be one of ['pld', 'rdp'], got accountant = 'moments'"),
     ({"clip_norm": 0}, "clip_norm must be a finite number > 0, got clip_norm = 0"),
@@ -111,7 +111,7 @@ def test_a_bad_option_names_the_flag_before_the_command_runs():
     seen: list = []
     r = CliRunner().invoke(_app(seen), ["fit", "d.csv", "--epsilon", "-1"])
     assert r.exit_code == 2 and seen == []
-    assert r.stderr.strip() == "error: --epsilon must be a finite number > 0, got --epsilon = -1.0"
+    assert r.stderr.strip() == "error: --epsilon must be a finite number in (0, 100], got --epsilon = -1.0"
     r = CliRunner().invoke(_app(seen), ["fit", "d.csv", "--accountant", "moments"])
     assert "--accountant must be one of ['pld', 'rdp']" in r.stderr
 
@@ -129,3 +129,22 @@ def test_settings_options_refuse_two_settings_on_one_flag():
 def test_dataclass_fields_carry_the_rule():
     f = {f.name: f for f in dataclasses.fields(DPSettings)}
     assert f["clip_norm"].metadata["rule"].cli == "clip"
+
+
+def test_a_meaninglessly_large_epsilon_is_refused_up_front():
+    """--epsilon 1e6 once trained for a minute of calibration and reported epsilon 943.8 (sigma floored)."""
+    with pytest.raises(PrivacyParameterError, match=r"epsilon must be a finite number in \(0, 100\], got epsilon = "
+                                                    r"1000000.0"):
+        DPSettings(epsilon=1e6)
+
+
+def test_a_target_met_at_the_noise_floor_is_said_and_fast():
+    import time
+
+    from dpcare.privacy import calibrate_noise_multiplier
+    from dpcare.privacy.calibration import MIN_SIGMA
+
+    start = time.perf_counter()
+    with pytest.warns(UserWarning, match="smallest noise multiplier considered"):
+        sigma = calibrate_noise_multiplier(1.0, 1, 99.0, 1e-5)
+    assert sigma == MIN_SIGMA and time.perf_counter() - start < 5

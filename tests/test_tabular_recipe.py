@@ -250,7 +250,7 @@ def test_fusion_method_through_the_cli(tmp_path):
 @pytest.mark.parametrize(
     "args, frame_change, match",
     [
-        (["--epsilon", "0"], None, "--epsilon must be a finite number > 0"),
+        (["--epsilon", "0"], None, "--epsilon must be a finite number in \\(0, 100\\]"),
         (["--epsilon", "-1"], None, "epsilon"),
         (["--delta", "0.5"], None, "delta"),
         (["--method", "magic"], None, "--method must be one of"),

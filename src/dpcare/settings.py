@@ -28,6 +28,7 @@ from typing import Any
 from dpcare.exceptions import DPCareError, PrivacyParameterError, SettingsError
 
 UNITS = ("example", "patient")
+MAX_EPSILON = 100.0  # e^100: a likelihood ratio no attacker is held to; larger targets are refused up front
 ACCOUNTANTS = ("pld", "rdp")
 
 
@@ -166,8 +167,9 @@ class DPSettings:
     initial C. ``unit`` is what one person contributes: an ``example`` (one row, window or note) or a
     ``patient`` (all of a patient's rows, clipped together as one gradient)."""
 
-    epsilon: float = setting(1.0, low=0, open_low=True, error=PrivacyParameterError,
-                             help="target epsilon of the whole run (every data-dependent release)")
+    epsilon: float = setting(1.0, low=0, high=MAX_EPSILON, open_low=True, error=PrivacyParameterError,
+                             help="target epsilon of the whole run (every data-dependent release); above "
+                                  f"{MAX_EPSILON:g} a guarantee bounds nothing an attacker cares about")
     delta: float | None = setting(None, low=0, high=1, open_low=True, open_high=True, none=True,
                                   none_means="the default for n units", error=PrivacyParameterError,
                                   help="delta of the guarantee (default: 1/n^1.1; must be < 1/n)")

@@ -19,6 +19,7 @@ with the requested accountant (the same call as :func:`compute_epsilon`) and is
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -175,12 +176,16 @@ def calibrate_noise_multiplier(sampling_rate: float, steps: int, target_epsilon:
         b = _solve(g_rdp, 0.0, -1.5, tol)
     else:
         b = _solve(g_rdp, 0.0, -1.5, math.log1p(max(tolerance, SEED_TOLERANCE)))
+        if not math.isfinite(b[0]):  # RDP (an upper bound on epsilon) already meets the target at MIN_SIGMA
+            return _floor(target)
         if pld_discretization < COARSE_PLD:
             b = _solve(g_pld(COARSE_PLD), _root(b), _slope(b, -1.5), math.log1p(max(tolerance, 1e-3)),
                        max_step=MAX_PLD_STEP)
         # the coarse slope is accurate and the root close: no safety factor needed
         b = _solve(g_pld(pld_discretization), _root(b), _slope(b, -1.5), tol, overshoot=1.0,
                    max_step=MAX_PLD_STEP)
+    if not math.isfinite(b[0]):
+        return _floor(target)
     sigma = math.exp(b[2])
     for _ in range(100):  # the answer is checked with the exact call users make
         eps = exact.get(sigma)
@@ -190,3 +195,13 @@ def calibrate_noise_multiplier(sampling_rate: float, steps: int, target_epsilon:
             return sigma
         sigma *= 1 + tolerance
     raise RuntimeError(f"calibration failed to meet epsilon = {target:g}; please report this")
+
+
+def _floor(target: float) -> float:
+    """MIN_SIGMA, with a warning: less noise than that is not considered, so the run's epsilon (from its ledger)
+    will be below the target."""
+    warnings.warn(f"target epsilon {target:g} is met with the smallest noise multiplier considered "
+                  f"({MIN_SIGMA:g}): the run uses sigma = {MIN_SIGMA:g} and its ledger reports a lower epsilon",
+                  stacklevel=3)
+    return MIN_SIGMA
+
