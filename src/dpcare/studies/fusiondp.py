@@ -1,4 +1,4 @@
-"""`dpcare benchmark fusiondp`: the comparison of FusionDP (Zhang et al., Figure 2) on a real table.
+"""`dpcare benchmark fusiondp`: the comparison of FusionDP (Zeng et al., Figure 2) on a real table.
 
 Splits 10% public support set / 70% private training / 10% validation / 10% test
 (fusiondp.txt, Section 5.2). The imputer is fitted on the support set and fills

@@ -2,7 +2,7 @@
 (``save`` / ``load`` a run folder, ``predict_proba`` / ``predict`` new rows).
 
 Methods (:data:`METHODS`): ``non-private``, ``dp-sgd`` (whole rows), ``feature-dp`` (the private columns,
-Mahloujifar et al., Algorithm 1), ``label-dp`` (the label), and the FusionDP family (Zhang et al.,
+Mahloujifar et al., Algorithm 1), ``label-dp`` (the label), and the FusionDP family (Zeng et al.,
 Section 4): ``naive-fusion``, ``naive-fusion-pub``, ``calibrated-fusion`` and ``fusiondp``, whose
 hybrid rows take the private columns from an imputer fitted ONLY on a declared public support table.
 
