@@ -210,3 +210,19 @@ def test_uncounted_releases_are_listed_and_survive_a_round_trip():
     again = PrivacyLedger.from_state_dict(ledger.state_dict())
     assert again.guarantee().uncounted == g.uncounted
     assert type(g).from_dict(g.to_dict()) == g
+
+
+def test_the_guarantee_names_only_what_the_run_declared():
+    """A run on raw tensors declared no spec: its guarantee must not claim 'declared column bounds'."""
+    from dpcare.privacy import PrivacyLedger
+
+    bare = PrivacyLedger(100)
+    bare.charge_sampled_gaussian("private training steps", 0.1, 1.0, 10)
+    text = bare.guarantee().describe()
+    assert "Treated as public: the number of units n." in text and "bounds" not in text
+    spec = PrivacyLedger(100, declared=("the spec's declared column bounds and category lists",))
+    spec.charge_sampled_gaussian("private training steps", 0.1, 1.0, 10)
+    assert "the spec's declared column bounds" in spec.guarantee().describe()
+    again = PrivacyLedger.from_state_dict(spec.state_dict())
+    assert again.guarantee() == spec.guarantee()
+    assert "paper" not in text and ".txt" not in text  # papers are cited by authors, never by file names

@@ -1,4 +1,4 @@
-"""Attribute inference against feature-level DP models (feature-dp.txt, Section 4.2, Theorem 4).
+"""Attribute inference against feature-level DP models (Mahloujifar et al., Section 4.2, Theorem 4).
 
 The attacker knows a row's public columns and label and the model; for each
 candidate value of one private column it fills the row in and keeps the value

@@ -8,7 +8,7 @@ with probability 1/2:
 - DP-SGD: an included canary is a training example; an excluded one is absent.
 - Feature-DP: an included canary is a private training example; an excluded one
   exists only through its public view (pad(Psi(x)) in the public data), exactly
-  the simulator of Definition 6 of feature-dp.txt.
+  the simulator of Definition 6 of Mahloujifar et al.
 
 The training run and its scores are :func:`dpcare.tabular.audit.audit_tabular`.
 """

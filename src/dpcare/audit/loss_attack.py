@@ -1,5 +1,5 @@
 """The LOSS membership-inference attack (Yeom et al. 2018), as in
-embedding-augmentation-mia-tsf.txt Section 4: predict "member" when an example's
+Fracarolli et al. (ML4H 2025), Section 4: predict "member" when an example's
 loss is below the mean training loss; report TPR, FPR, their ratio, and the ROC
 over all thresholds."""
 

@@ -9,7 +9,7 @@ Per step::
 
 The sum is divided by the EXPECTED batch size q n, never the realised one
 (dividing by the realised size leaks it and breaks the accounting). One ledger
-charge per private step; public-only pretraining steps are free (feature-dp.txt,
+charge per private step; public-only pretraining steps are free (Mahloujifar et al.,
 Remark 2).
 
 Grouped examples (``fit(..., groups=)``): the privacy unit is a patient with several rows

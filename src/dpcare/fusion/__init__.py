@@ -1,4 +1,4 @@
-"""FusionDP (fusiondp.txt): impute private features from public ones, then train hybrid objectives."""
+"""FusionDP (Zeng et al.): impute private features from public ones, then train hybrid objectives."""
 
 from dpcare.fusion.imputers import (
     GradientBoostingImputer,

@@ -1,7 +1,7 @@
 """Imputers of private columns from public ones.
 
 All share one contract: ``fit(support, schema)`` on a PUBLIC support set (rows
-whose every column may be used, e.g. consented patients; fusiondp.txt uses 10%
+whose every column may be used, e.g. consented patients; Zeng et al. (FusionDP) uses 10%
 of the data), then ``predict(public_frame)`` returns the private columns for any
 rows from a frame that holds only their public columns. ``predict`` refuses a
 frame that still contains private columns, so it cannot read them.
@@ -90,7 +90,7 @@ class GradientBoostingImputer(Imputer):
 
 
 class TabPFNImputer(Imputer):
-    """TabPFN (fusiondp.txt's foundation-model prior) from LOCAL checkpoints.
+    """TabPFN (Zeng et al.'s foundation-model prior) from LOCAL checkpoints.
 
     No TabPFN weights can be downloaded here: pass the classifier and regressor
     checkpoint files. Fails with a clear message if they or the package are missing.

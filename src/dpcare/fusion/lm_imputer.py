@@ -1,4 +1,4 @@
-"""A language-model imputer: the "foundation model prior" of fusiondp.txt on our machines.
+"""A language-model imputer: the "foundation model prior" of Zeng et al. (FusionDP) on our machines.
 
 For each private column, a few rows of the PUBLIC support set are serialised as
 in-context examples ("hr is 90, group is a, age is 63"), followed by the query

@@ -1,4 +1,4 @@
-"""The hybrid DP family of fusiondp.txt (Section 4, Table 1), as objectives on the engine.
+"""The hybrid DP family of FusionDP (Zeng et al., Section 4, Table 1), as objectives on the engine.
 
 Batch keys: ``x`` original row, ``x_hyb`` the hybrid row (private features
 imputed from public ones), ``x_pub`` the row with private features masked by

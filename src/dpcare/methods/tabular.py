@@ -1,6 +1,6 @@
 """Objectives for tabular prediction: non-private, DP-SGD, Feature-DP and Label-DP.
 
-Feature-DP follows Algorithm 1 of feature-dp.txt: with ``pad(Psi(x))`` the row
+Feature-DP follows Algorithm 1 of Mahloujifar et al.: with ``pad(Psi(x))`` the row
 whose private features are replaced by Gaussian noise (or zeros),
 
     l_priv(x) = l(x) - l(pad(Psi(x)))      clipped and noised, Poisson batch
@@ -52,7 +52,7 @@ LossFn = Callable[[Tensor, Tensor], Tensor]
 
 class DPSGD(Objective):
     """Whole-example DP: every feature and the label are protected. ``loss``: the per-example loss
-    (default :func:`task_loss`; multi-label notes use ``dpcare.text.multilabel.per_example_bce``)."""
+    (default :func:`task_loss`; multi-label notes use ``dpcare.text.classify.multilabel.per_example_bce``)."""
 
     name = "dp-sgd"
 
@@ -72,7 +72,7 @@ class NonPrivate(DPSGD):
 
 class HybridObjective(Objective):
     """l_priv = l(x) - [l(r)] + beta ||h(x) - h(r)||^2 and l_pub = l(v), for a reference view r
-    (or none) and a public view v: the hybrid family of fusiondp.txt, Feature-DP included."""
+    (or none) and a public view v: the hybrid family of Zeng et al. (FusionDP), Feature-DP included."""
 
     unit = ProtectedUnit.FEATURES
     has_public_branch = True
@@ -106,7 +106,7 @@ class HybridObjective(Objective):
 
 
 class FeatureDP(HybridObjective):
-    """Feature-level DP relative to the public columns (Algorithm 1 of feature-dp.txt):
+    """Feature-level DP relative to the public columns (Algorithm 1 of Mahloujifar et al.):
     l_priv = l(x) - l(pad(Psi(x))), l_pub = l(pad(Psi(x)))."""
 
     name = "feature-dp"

@@ -1,4 +1,4 @@
-"""The tabular MLP backbone of fusiondp.txt, Appendix B."""
+"""The tabular MLP backbone of Zeng et al. (FusionDP), Appendix B."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 One event covers all three private training methods. DP-SGD, two-batch Feature-DP
 and Label-DP each release, per step, the sum of clipped per-example gradients of a
 Poisson sample (rate q) plus N(0, (sigma C)^2) noise. For Feature-DP this is
-Theorem 5 of feature-dp.txt: Algorithm 1 is f-DP_i^Psi (Definition 6) with
+Theorem 5 of Mahloujifar et al.: Algorithm 1 is f-DP_i^Psi (Definition 6) with
 f = T(N(0, sigma)^T, ((1 - q) N(0, sigma) + q N(tau, sigma))^T), which is exactly the
 trade-off of T Poisson-subsampled Gaussian steps under add/remove (sigma in units
 of the clipping norm tau). Label-DP is the special case Psi(x, y) = x. The public

@@ -19,11 +19,11 @@ NEIGHBOURING = {
     ProtectedUnit.EXAMPLE: "add/remove one example",
     ProtectedUnit.FEATURES: (
         "add/remove one example's private features (simulation-based feature-DP, Definition 6 of "
-        "feature-dp.txt): the output is as likely as that of a simulator that knows every other example "
+        "Mahloujifar et al.): the output is as likely as that of a simulator that knows every other example "
         "and only the public columns of this one; public columns of that example may be revealed"
     ),
     ProtectedUnit.LABEL: (
-        "add/remove one example's label (simulation-based label-DP, Definition 6 of feature-dp.txt with "
+        "add/remove one example's label (simulation-based label-DP, Definition 6 of Mahloujifar et al. with "
         "Psi(x, y) = x): the simulator knows every other example and this one's features"
     ),
     ProtectedUnit.PATIENT: (
@@ -47,16 +47,17 @@ class Guarantee:
     releases: tuple[str, ...] = ()
     n: int = 0
     uncounted: tuple[str, ...] = ()  # releases that read private data but are NOT inside epsilon
+    declared: tuple[str, ...] = ()  # public knowledge the run was given, in words (e.g. a spec's bounds)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "unit", ProtectedUnit(self.unit))
-        for k in ("protected_columns", "public_columns", "releases", "uncounted"):
+        for k in ("protected_columns", "public_columns", "releases", "uncounted", "declared"):
             object.__setattr__(self, k, tuple(getattr(self, k)))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["unit"] = self.unit.value
-        for k in ("protected_columns", "public_columns", "releases", "uncounted"):
+        for k in ("protected_columns", "public_columns", "releases", "uncounted", "declared"):
             d[k] = list(d[k])
         return d
 
@@ -91,8 +92,9 @@ class Guarantee:
         lines = [head, f"Neighbouring datasets: {self.neighbouring}."]
         if exposed:
             lines.append(f"NOT protected: {exposed}.")
-        lines.append("Treated as public: the dataset size n and the declared support (column bounds, category "
-                     "lists); anything computed from the data outside the releases below is not covered.")
+        public = "; ".join(("the number of units n", *self.declared))
+        lines.append(f"Treated as public: {public}. Anything computed from the data outside the releases below is "
+                     "not covered.")
         if self.releases:
             lines.append("Releases composed: " + "; ".join(self.releases) + ".")
         if self.uncounted:

@@ -60,12 +60,14 @@ class PrivacyLedger:
     """Composes all private releases of a run over ``n`` private examples.
 
     ``delta`` defaults to 1/n^1.1 and must be < 1/n. Charges are kept in order;
-    training steps with the same (name, q, sigma) form one self-composed entry.
+    training steps with the same (name, q, sigma) form one self-composed entry. ``declared``: what the run
+    was given as public knowledge (a spec's bounds and categories, declared statistics), in words, for
+    the guarantee; nothing is claimed public that the run did not declare.
     """
 
     def __init__(self, n: int, delta: float | None = None, accountant: str = "pld",
                  unit: ProtectedUnit | str = ProtectedUnit.EXAMPLE, protected_columns: Iterable[str] = (),
-                 public_columns: Iterable[str] = ()) -> None:
+                 public_columns: Iterable[str] = (), declared: Iterable[str] = ()) -> None:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise PrivacyParameterError(f"the ledger needs the number of private examples n >= 1, got n = {n!r}")
         if accountant not in ACCOUNTANTS:
@@ -76,6 +78,7 @@ class PrivacyLedger:
         self.unit = ProtectedUnit(unit)
         self.protected_columns = tuple(protected_columns)
         self.public_columns = tuple(public_columns)
+        self.declared = tuple(declared)  # public knowledge the run was given (e.g. a spec's bounds), in words
         self._items: list[Entry | _Steps] = []
         self.uncounted: list[str] = []  # releases listed in the guarantee but outside epsilon
         self._steps: dict[tuple[str, float, float], _Steps] = {}
@@ -156,6 +159,7 @@ class PrivacyLedger:
             epsilon=self.epsilon(), delta=self.delta, unit=self.unit, protected_columns=self.protected_columns,
             public_columns=self.public_columns, neighbouring=NEIGHBOURING[self.unit], accountant=self.accountant,
             releases=tuple(e.description for e in self.entries), n=self.n, uncounted=tuple(self.uncounted),
+            declared=self.declared,
         )
 
     def calibrate_training_noise(self, sampling_rate: float, steps: int, target_epsilon: float,
@@ -179,12 +183,13 @@ class PrivacyLedger:
                               "event": event_to_json(x.event)})
         return {"version": STATE_VERSION, "n": self.n, "delta": self.delta, "accountant": self.accountant,
                 "unit": self.unit.value, "protected_columns": list(self.protected_columns),
-                "public_columns": list(self.public_columns), "entries": items, "uncounted": list(self.uncounted)}
+                "public_columns": list(self.public_columns), "declared": list(self.declared), "entries": items,
+                "uncounted": list(self.uncounted)}
 
     @classmethod
     def from_state_dict(cls, d: dict[str, Any]) -> PrivacyLedger:
         ledger = cls(d["n"], d["delta"], d["accountant"], ProtectedUnit(d["unit"]), d["protected_columns"],
-                     d["public_columns"])
+                     d["public_columns"], d.get("declared", ()))
         if "entries" not in d:  # the layout before version 1: events first, then step blocks
             d = {"entries": [{"kind": "event", **e} for e in d.get("events", [])]
                  + [{"kind": "sampled_gaussian", "name": k[0], "sampling_rate": k[1], "noise_multiplier": k[2],

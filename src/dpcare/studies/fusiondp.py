@@ -1,7 +1,7 @@
 """`dpcare benchmark fusiondp`: the comparison of FusionDP (Zeng et al., Figure 2) on a real table.
 
 Splits 10% public support set / 70% private training / 10% validation / 10% test
-(fusiondp.txt, Section 5.2). The imputer is fitted on the support set and fills
+(Zeng et al., Section 5.2). The imputer is fitted on the support set and fills
 the private columns of every training row from its public columns. For each
 method and epsilon a grid over (C, alpha, beta) is searched on the validation
 AUPRC with seed 0 (Appendix A.2); the best setting is then trained on every seed
@@ -44,7 +44,7 @@ FRACTIONS = {"public": 0.1, "train": 0.7, "val": 0.1, "test": 0.1}
 NONPRIVATE = {"sgd-org": "x", "sgd-hybrid": "x_hyb", "sgd-pub": "x_pub"}
 METHODS = (*NONPRIVATE, "dp-sgd", *HYBRID_METHODS.names())
 TUNING_NOTE = ("Hyperparameters were chosen on the private validation split; that choice is a release the "
-               "reported epsilon does not count (as in fusiondp.txt). Use --charge-tuning to include it.")
+               "reported epsilon does not count (as in the FusionDP paper, Zeng et al.). Use --charge-tuning to include it.")
 CHARGED_NOTE = ("Tuning was private and is counted: each seed trained all grid candidates under one calibrated "
                 "noise multiplier and picked one by a Gaussian-noised validation count; the epsilon covers all of it "
                 "(train + validation rows).")

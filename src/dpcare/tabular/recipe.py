@@ -80,13 +80,18 @@ def objective_for(settings: TabularSettings) -> Objective:
     return METHODS.get(settings.method).objective(settings)
 
 
+#: what a table's spec declares, in the guarantee's words
+DECLARED_SUPPORT = "the spec's declared column bounds and category lists"
+
+
 def ledger_terms(schema: TableSchema, unit: ProtectedUnit) -> dict[str, Any]:
-    """The unit, protected and public columns a run's ledger names."""
+    """The unit, protected and public columns a run's ledger names, and the spec as declared knowledge."""
     protected = {ProtectedUnit.FEATURES: schema.private_columns, ProtectedUnit.LABEL: [schema.target],
                  ProtectedUnit.EXAMPLE: []}[unit]
     public = {ProtectedUnit.FEATURES: [*schema.public_columns, schema.target],
               ProtectedUnit.LABEL: schema.feature_columns, ProtectedUnit.EXAMPLE: []}[unit]
-    return {"unit": unit, "protected_columns": tuple(protected), "public_columns": tuple(public)}
+    return {"unit": unit, "protected_columns": tuple(protected), "public_columns": tuple(public),
+            "declared": (DECLARED_SUPPORT,)}
 
 
 def training_rows(rows: int, seed: int, holdout: bool) -> int:
