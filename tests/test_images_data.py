@@ -14,7 +14,7 @@ from dpcare.images import (
     ImageSet,
     accuracy,
     compute_features,
-    fid,
+    count_images,
     fid_per_class,
     grid_size,
     load_digits,
@@ -24,6 +24,7 @@ from dpcare.images import (
     split_images,
     train_feature_net,
 )
+from dpcare.images.fid import fid
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +93,7 @@ def test_image_folder_with_classes(tmp_path):
 def test_image_folder_one_class_and_resize(tmp_path):
     _png(tmp_path / "a.png", (6, 6))
     _png(tmp_path / "b.png", (10, 12))
-    with pytest.raises(ValueError, match=r"a\.png is 6x6.*b\.png is 10x12"):
+    with pytest.raises(ValueError, match=r"a\.png is 6x6.*b\.png is 10x12.*declare a size"):
         load_image_folder(tmp_path)
     ds = load_image_folder(tmp_path, size=8, grayscale=True)
     assert ds.images.shape == (2, 1, 8, 8) and ds.classes == (tmp_path.name,)
@@ -109,6 +110,44 @@ def test_image_folder_errors(tmp_path):
     (tmp_path / "bad" / "broken.png").write_bytes(b"\x89PNG not really")
     with pytest.raises(ValueError, match=r"cannot read image .*broken\.png"):
         load_image_folder(tmp_path / "bad")
+
+
+def test_flat_folder_with_a_labels_csv(tmp_path):
+    for i in range(4):
+        _png(tmp_path / f"p{i}.png", (4, 4), value=60 * i)
+    (tmp_path / "labels.csv").write_text("file,label\np0.png,b\np1.png,a\np2.png,b\np3.png,a\n")
+    ds = load_image_folder(tmp_path, labels=tmp_path / "labels.csv", grayscale=True)
+    assert ds.classes == ("a", "b") and ds.labels.tolist() == [0, 0, 1, 1]
+    assert torch.equal(ds.images[0], load_image_folder(tmp_path, grayscale=True).images[1])  # p1 is the first 'a'
+    assert count_images(tmp_path, tmp_path / "labels.csv") == 4
+    declared = load_image_folder(tmp_path, labels=tmp_path / "labels.csv", classes=["b", "a", "c"])
+    assert declared.classes == ("b", "a", "c") and declared.labels.tolist() == [0, 0, 1, 1]
+    with pytest.raises(KeyError, match="unknown class 'b' in .*labels.csv; the declared classes are \\['a'\\]"):
+        load_image_folder(tmp_path, labels=tmp_path / "labels.csv", classes=["a"])
+
+
+@pytest.mark.parametrize("csv, match", [
+    ("name,label\np0.png,a\n", "needs the columns 'file'"),
+    ("file,label\n", "lists no images"),
+    ("file,label\np0.png,a\np9.png,a\n", "line 3: image .*p9.png does not exist"),
+    ("file,label\np0.png,a\np0.png,b\n", "line 3: p0.png is listed twice"),
+    ("file,label\np0.png,\n", "line 2: empty file or label"),
+    ("file,label\np0.png,a\n", "1 images of .* are not in .*labels.csv \\(e.g. p1.png\\)"),
+])
+def test_labels_csv_errors_are_named(tmp_path, csv, match):
+    for i in range(2):
+        _png(tmp_path / f"p{i}.png", (4, 4))
+    (tmp_path / "labels.csv").write_text(csv)
+    with pytest.raises(ValueError, match=match):
+        load_image_folder(tmp_path, labels=tmp_path / "labels.csv")
+
+
+def test_class_folders_against_declared_classes(tmp_path):
+    _png(tmp_path / "cat" / "a.png", (4, 4))
+    _png(tmp_path / "dog" / "b.png", (4, 4))
+    with pytest.raises(KeyError, match="unknown class 'dog' \\(a sub-folder of .*\\); the declared classes are"):
+        load_image_folder(tmp_path, classes=["cat", "bird"])
+    assert count_images(tmp_path) == 2 and count_images(tmp_path, classes=["dog", "cat"]) == 2
 
 
 def test_split_is_stratified_deterministic_disjoint():
@@ -222,7 +261,8 @@ def test_resize_is_per_image_and_checked(digits):
 
 
 def test_reference_images_match_the_generated_class_counts(splits):
-    from dpcare.workflows.diffusion import balanced_labels, matching_images
+    from dpcare.images.recipe import balanced_labels
+    from dpcare.studies.diffusion import matching_images
 
     train = splits["train"]  # split order groups the digits by class: the first rows are all zeros
     labels = balanced_labels(50, 10)

@@ -10,7 +10,13 @@ from types import MappingProxyType
 import numpy as np
 import torch
 
-from dpcare.exceptions import DataError, MissingDependencyError, MissingFileError, SettingsError
+from dpcare.exceptions import (
+    DataError,
+    MissingDependencyError,
+    MissingFileError,
+    SettingsError,
+    UnknownNameError,
+)
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 DEFAULT_FRACTIONS: Mapping[str, float] = MappingProxyType(
@@ -111,37 +117,112 @@ def _read_image(file: Path, mode: str, size: tuple[int, int] | None) -> np.ndarr
     return arr[:, :, None] if arr.ndim == 2 else arr
 
 
-def load_image_folder(path: str | Path, size: int | tuple[int, int] | None = None,
-                      grayscale: bool = False) -> ImageSet:
-    """PNG/JPEG images of a folder; sub-folders with images are classes (sorted by name).
-
-    Without sub-folders, all images form one class named after the folder. ``size`` (H = W, or
-    (H, W)) resizes every image (bicubic); without it all images must share one size.
-    ``grayscale`` gives 1 channel, else 3 (RGB).
-    """
+def _folder(path: str | Path) -> Path:
     root = Path(path)
     if not root.exists():
         raise MissingFileError(f"image folder {root} does not exist")
     if not root.is_dir():
         raise DataError(f"{root} is a file, not an image folder")
+    return root
+
+
+def _labels_csv(root: Path, labels: str | Path) -> dict[str, list[Path]]:
+    """Class -> files of a flat folder whose labels a CSV with columns ``file`` and ``label`` gives."""
+    import csv
+
+    table = Path(labels)
+    if not table.is_file():
+        raise MissingFileError(f"labels file {table} does not exist")
+    with table.open(newline="") as f:
+        reader = csv.DictReader(f)
+        columns = reader.fieldnames or []
+        if "file" not in columns or "label" not in columns:
+            raise DataError(f"{table} needs the columns 'file' (image path relative to {root}) and 'label', "
+                            f"has {columns}")
+        rows = list(reader)
+    if not rows:
+        raise DataError(f"{table} lists no images")
+    groups: dict[str, list[Path]] = {}
+    seen: set[Path] = set()
+    for i, row in enumerate(rows, start=2):  # line 1 is the header
+        name, label = (row["file"] or "").strip(), (row["label"] or "").strip()
+        if not name or not label:
+            raise DataError(f"{table} line {i}: empty file or label ({row})")
+        file = root / name
+        if file.suffix.lower() not in IMAGE_SUFFIXES:
+            raise DataError(f"{table} line {i}: {name} is not a PNG/JPEG file")
+        if not file.is_file():
+            raise MissingFileError(f"{table} line {i}: image {file} does not exist")
+        if file.resolve() in seen:
+            raise DataError(f"{table} line {i}: {name} is listed twice")
+        seen.add(file.resolve())
+        groups.setdefault(label, []).append(file)
+    unlisted = [p for p in _image_files(root) if p.resolve() not in seen]
+    if unlisted:
+        raise DataError(f"{len(unlisted)} images of {root} are not in {table} (e.g. {unlisted[0].name}): list them "
+                        "with their label, or move them out of the folder")
+    return {k: groups[k] for k in sorted(groups)}
+
+
+def image_groups(path: str | Path, labels: str | Path | None = None,
+                 classes: Sequence[str] | None = None) -> dict[str, list[Path]]:
+    """The image files of a folder by class, in class order, WITHOUT reading a pixel (a budget checks the
+    planned run against their count before any image is read).
+
+    Classes are the sub-folders that hold images (sorted by name), or, for a flat folder, the ``label``
+    column of the ``labels`` CSV (columns ``file``, ``label``; sorted), or else one class named after the
+    folder. ``classes`` declares the class names and their order: a class not declared is an error (a
+    declared class may have no image)."""
+    root = _folder(path)
+    if labels is not None:
+        groups = _labels_csv(root, labels)
+        where = f"in {labels}"
+    else:
+        subdirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+        groups = {d.name: files for d in subdirs if (files := _image_files(d))}
+        top = _image_files(root)
+        if groups and top:
+            raise DataError(f"{root} has both class sub-folders and {len(top)} images at the top "
+                            f"level (e.g. {top[0].name}): move them into a class folder")
+        if not groups:
+            if not top:
+                raise DataError(f"no PNG/JPEG images in {root} or its sub-folders")
+            groups = {root.resolve().name or "images": top}
+        where = f"(a sub-folder of {root})"
+    if classes is not None:
+        declared = tuple(str(c) for c in classes)
+        if not declared or len(set(declared)) != len(declared):
+            raise SettingsError(f"classes must be distinct names, got {list(declared)}")
+        unknown = [c for c in groups if c not in declared]
+        if unknown:
+            raise UnknownNameError(f"unknown class {unknown[0]!r} {where}; the declared classes are {list(declared)}")
+        groups = {c: groups.get(c, []) for c in declared}
+    return groups
+
+
+def count_images(path: str | Path, labels: str | Path | None = None, classes: Sequence[str] | None = None) -> int:
+    """How many images :func:`load_image_folder` would read (file names only: no pixel is read)."""
+    return sum(len(files) for files in image_groups(path, labels, classes).values())
+
+
+def load_image_folder(path: str | Path, size: int | tuple[int, int] | None = None,
+                      grayscale: bool = False, labels: str | Path | None = None,
+                      classes: Sequence[str] | None = None) -> ImageSet:
+    """PNG/JPEG images of a folder with their classes (see :func:`image_groups`: class sub-folders, or a
+    flat folder with a ``labels`` CSV, or one class).
+
+    ``size`` (H = W, or (H, W)) resizes every image (bicubic, each image on its own); without it all
+    images must share one size. ``grayscale`` gives 1 channel, else 3 (RGB).
+    """
+    root = _folder(path)
     if size is not None:
         size = (size, size) if isinstance(size, int) else tuple(size)
         if len(size) != 2 or any(int(s) < 1 for s in size):
             raise SettingsError(f"size must be a positive int or (H, W), got {size!r}")
         size = (int(size[0]), int(size[1]))
-    subdirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
-    groups = {d.name: _image_files(d) for d in subdirs}
-    groups = {name: files for name, files in groups.items() if files}
-    top = _image_files(root)
-    if groups and top:
-        raise DataError(f"{root} has both class sub-folders and {len(top)} images at the top "
-                         f"level (e.g. {top[0].name}): move them into a class folder")
-    if not groups:
-        if not top:
-            raise DataError(f"no PNG/JPEG images in {root} or its sub-folders")
-        groups = {root.resolve().name or "images": top}
+    groups = image_groups(root, labels, classes)
     mode = "L" if grayscale else "RGB"
-    arrays, labels, first = [], [], None
+    arrays, targets, first = [], [], None
     for label, files in enumerate(groups.values()):
         for file in files:
             arr = _read_image(file, mode, size)
@@ -150,12 +231,13 @@ def load_image_folder(path: str | Path, size: int | tuple[int, int] | None = Non
             elif arr.shape != first[1]:
                 raise DataError(
                     f"images differ in size: {first[0]} is {first[1][0]}x{first[1][1]} (HxW), "
-                    f"{file} is {arr.shape[0]}x{arr.shape[1]}; pass size=... to resize")
+                    f"{file} is {arr.shape[0]}x{arr.shape[1]}; declare a size to resize them to "
+                    "(size=..., --image-size)")
             arrays.append(arr)
-            labels.append(label)
+            targets.append(label)
     pixels = np.stack(arrays).transpose(0, 3, 1, 2)
     return ImageSet(images=_to_unit_range(pixels, 255.0),
-                    labels=torch.tensor(labels, dtype=torch.long),
+                    labels=torch.tensor(targets, dtype=torch.long),
                     classes=tuple(groups), source=f"image folder {root}")
 
 
