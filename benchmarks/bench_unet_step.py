@@ -1,6 +1,6 @@
 """DP steps of the diffusion U-Net relative to a non-private step, peak memory, and sampling speed.
 
-The U-Net of the diffusion benchmark's recipe (DiffusionRecipe: MNIST at 14x14, widths 32/64,
+The U-Net of the diffusion recipe's defaults (DiffusionSettings: 14x14 images, widths 32/64,
 class-conditional) on one fixed batch. Each mode
 runs in a fresh subprocess (clean peak RSS) with OMP_NUM_THREADS=1 and the glibc allocator setting.
 "fdp-alg1" runs the model twice per private example (l(x) - l(Psi(x))) plus the public batch.
@@ -28,13 +28,13 @@ def run_one(mode: str, batch: int, steps: int) -> dict:
 
     from dpcare.images.diffusion import DiffusionObjective, NoiseSchedule, sample
     from dpcare.images.unet import UNet
-    from dpcare.workflows.diffusion import DiffusionRecipe
+    from dpcare.images.settings import DiffusionSettings
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    recipe = DiffusionRecipe()
+    recipe = DiffusionSettings()
     size = recipe.image_size
-    model = UNet(1, size, recipe.widths, 10, recipe.emb_dim)
+    model = UNet(1, size, recipe.unet_widths, 10, recipe.emb_dim)
     schedule = NoiseSchedule(1000)
     if mode == "sampling":
         labels = torch.arange(batch) % 10

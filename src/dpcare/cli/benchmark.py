@@ -234,18 +234,20 @@ def benchmark_diffusion(
     blur_sigma: Annotated[float | None, typer.Option(help="sigma (pixels) of the public Gaussian blur")] = None,
     seed: Annotated[int, typer.Option(help="seed of splits, models and sampling")] = 0,
     quick: Annotated[bool, typer.Option(help="smoke-size run (8x8 digits, tiny U-Net, epsilon 8)")] = False,
-    out: Annotated[Path, typer.Option(help="results folder (finished methods are kept: rerun to resume)")] = Path(
-        "results/diffusion"),
+    out: Annotated[Path, typer.Option(help="run folder of the study (an interrupted study resumes when the same "
+                                           "command is rerun)")] = Path("results/diffusion"),
+    force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder when the study finishes")
+                     ] = False,
 ) -> None:
     """Non-private vs Public (blurred) vs DP vs FDP (DP-SGD) vs FDP (Alg. 1, with rejection of blurry
-    samples): FID on classifier features (feature-dp.txt, Section 6.3)."""
-    from dpcare.workflows.diffusion import DiffusionBenchmark, run_diffusion_benchmark
+    samples): FID on classifier features (Mahloujifar et al., Section 6.3), each method a `dpcare images` run."""
+    from dpcare.studies.diffusion import DiffusionStudy, run_diffusion_study
 
-    bench = DiffusionBenchmark.quick() if quick else DiffusionBenchmark(
-        dataset=dataset, epsilons=epsilon_list(epsilons))
-    overrides = {k: v for k, v in {"epochs": epochs, "dp_epochs": dp_epochs, "samples": samples,
-                                   "blur_sigma": blur_sigma}.items() if v is not None}
-    bench = replace(bench, seed=seed, recipe=replace(bench.recipe, **overrides))
-    run_diffusion_benchmark(bench, out)
+    study = DiffusionStudy.quick() if quick else DiffusionStudy(dataset=dataset, epsilons=epsilon_list(epsilons))
+    s = study.settings
+    s = replace(s, **{k: v for k, v in {"plain_epochs": epochs, "blur_sigma": blur_sigma}.items() if v is not None},
+                dp=s.dp.replace(epochs=dp_epochs) if dp_epochs is not None else s.dp)
+    study = replace(study, seed=seed, settings=s, samples=samples if samples is not None else study.samples)
+    run_diffusion_study(study, out, force=force)
     typer.echo((out / "table.md").read_text())
-    typer.echo(f"written: {out}/table.csv, table.md, samples.png, runs/<method>/samples.png")
+    typer.echo(f"written: {out}/table.csv, table.md, samples.png, run.json, runs/<method>/ (recipe run folders)")

@@ -236,31 +236,6 @@ def read_tsf(folder: Path) -> Run:
     return run
 
 
-def read_diffusion(folder: Path) -> Run:
-    run = Run(folder, "dpcare benchmark diffusion", headline=["FID"], config=read_json(folder / "config.json"),
-              figures=[("samples of every method", p) for p in _existing(folder / "samples.png")])
-    results = [read_json(p) for p in sorted((folder / "runs").glob("*/result.json"))]
-    order = list(pd.read_csv(folder / "table.csv")["method"]) if (folder / "table.csv").exists() else []
-    for r in sorted(results, key=lambda r: order.index(r["label"]) if r["label"] in order else len(order)):
-        info = r.get("info", {})
-        none = {"public": "NO formal guarantee: trained on blurred private images, which this model does not "
-                          "protect."}.get(r.get("kind"), "NO differential privacy guarantee (non-private).")
-        variants = [(r["label"], r)] + ([(f"{r['label']} + rejection", {**r, **r["rejection"]})]
-                                        if "rejection" in r else [])
-        for model, v in variants:
-            run.privacy.append(privacy_from_guarantee(model, info.get("guarantee"), info.get("ledger"), none_note=none))
-            per_class = list(v.get("fid_per_class", {}).values())
-            run.utility.append({"model": model, "FID": v.get("fid"),
-                                "mean per-class FID": sum(per_class) / len(per_class) if per_class else None,
-                                "acceptance rate": v.get("acceptance_rate")})
-        run.timing.append({"model": r["label"], "train seconds": r.get("seconds"),
-                           "images per second": r.get("images_per_second")})
-    run.not_protected = [("The public split (its images train the FID feature classifier and set the rejection "
-                          "threshold) is public data, outside every guarantee."),
-                         "FID is measured on features of a classifier trained on the public split, not Inception."]
-    return run
-
-
 def read_synth(folder: Path) -> Run:
     """``dpcare synth fit`` (synthesizer.json), with ``synth sample`` / ``synth evaluate`` outputs beside it."""
     state = _maybe(folder / "synthesizer.json")
@@ -310,8 +285,6 @@ def _has(folder: Path, *names: str) -> bool:
 
 
 WRITERS = (
-    Writer("dpcare benchmark diffusion", "config.json + runs/*/result.json",
-           lambda f: _has(f, "config.json", "runs/*/result.json"), read_diffusion),
     Writer("dpcare benchmark tsf", "config.json + */target/*.json",
            lambda f: _has(f, "config.json", "*/target/*.json"), read_tsf),
     Writer("dpcare benchmark dp2stage", "config.json + runs/*.json",
