@@ -303,3 +303,64 @@ def test_killed_train_command_resumes(tmp_path):
     a, b = read_manifest(tmp_path / "ref"), read_manifest(tmp_path / "b")
     assert a.metrics == b.metrics
     assert not (tmp_path / "b" / "checkpoints").exists()  # the noise generators' state is not released
+
+
+def test_bad_splits_are_refused_before_training_and_release_the_reservation(tmp_path, monkeypatch):
+    """A single-class or tiny evaluation split failed only after training; now it is refused before, and the
+    budget reservation of the refused run is cancelled (nothing was trained or written)."""
+    from dpcare.engine import Trainer as EngineTrainer
+
+    monkeypatch.setattr(EngineTrainer, "fit", lambda *a, **k: pytest.fail("trained before the split was checked"))
+    df = toy_table(200)
+    df["death"] = 0
+    df.loc[:3, "death"] = 1  # the test split (20 rows) will hold a single class
+    data, spec = write_inputs(tmp_path, df)
+    budget = tmp_path / "b.json"
+    assert runner.invoke(app, ["budget", "init", str(budget), "--epsilon", "5", "--delta", "0.01", "--dataset",
+                               "toy"]).exit_code == 0
+    r = runner.invoke(app, ["train", str(data), "--spec", str(spec), "--out", str(tmp_path / "o"), "--method",
+                            "dp-sgd", "--budget", str(budget)])
+    assert r.exit_code == 2 and "holds a single class of 'death'" in r.stderr, r.output
+    assert [x["status"] for x in json.loads(budget.read_text())["releases"]] == ["cancelled"]
+    tiny, _ = write_inputs(tmp_path, toy_table(60))
+    r = runner.invoke(app, ["train", str(tiny), "--spec", str(spec), "--out", str(tmp_path / "t")])
+    assert r.exit_code == 2 and "at least 10 are needed" in r.stderr
+    with pytest.raises(DataError, match="single class"):
+        fit(df, SCHEMA, TabularSettings(method="dp-sgd"))
+
+
+def test_a_run_that_fails_while_training_keeps_its_reservation(tmp_path, monkeypatch):
+    from dpcare.engine import Trainer as EngineTrainer
+
+    def crash(*a, **k):
+        raise RuntimeError("killed mid-training")
+
+    monkeypatch.setattr(EngineTrainer, "fit", crash)
+    data, spec = write_inputs(tmp_path)
+    budget = tmp_path / "b.json"
+    assert runner.invoke(app, ["budget", "init", str(budget), "--epsilon", "5", "--delta", "0.01", "--dataset",
+                               "toy"]).exit_code == 0
+    r = runner.invoke(app, ["train", str(data), "--spec", str(spec), "--out", str(tmp_path / "o"), "--method",
+                            "dp-sgd", "--budget", str(budget)])
+    assert isinstance(r.exception, RuntimeError)  # a bug, not a user error
+    assert [x["status"] for x in json.loads(budget.read_text())["releases"]] == ["reserved"]
+
+
+def test_a_resumed_run_takes_over_its_own_reservation(tmp_path):
+    """A killed run's reservation stays 'reserved'; the resumed run (same run id, from its staging folder)
+    takes it over instead of reserving again: the budget holds one release, done."""
+    from dpcare.privacy import Budget, guard_run
+    from dpcare.runs import RunFolder
+
+    budget = Budget.create(tmp_path / "b.json", epsilon=5.0, delta=0.01, dataset="toy")
+    settings = TabularSettings(method="dp-sgd", dp=DPSettings(epsilon=1.0, **FAST_DP), **SMALL)
+    planned = __import__("dpcare.tabular", fromlist=["plan"]).plan(SCHEMA, settings, 400)
+    run = RunFolder(tmp_path / "r", "tabular", settings.to_dict())
+    with pytest.raises(KeyboardInterrupt):
+        with guard_run(budget.path, planned, run_id=run.run_id, command="train"):
+            raise KeyboardInterrupt("killed")
+    again = RunFolder(tmp_path / "r", "tabular", settings.to_dict())
+    assert again.resumed and again.run_id == run.run_id
+    with guard_run(budget.path, planned, run_id=again.run_id, command="train"):
+        pass
+    assert [r.status for r in Budget.load(budget.path).releases] == ["done"]

@@ -40,14 +40,21 @@ def train(
     from dpcare.runs import RunFolder
     from dpcare.tabular import fit, plan
     from dpcare.tabular.audit import audit_split
-    from dpcare.tabular.recipe import check_imputer_inputs
+    from dpcare.exceptions import DPCareError
+    from dpcare.tabular.recipe import check_imputer_inputs, read_and_split
 
     schema = load_spec(spec)
     check_imputer_inputs(settings, public_data, imputer_file)
     planned = plan(schema, settings, count_rows(data))  # checks the method's needs before any row is read
     run = RunFolder(out, "tabular", settings.to_dict(), force=force, command="dpcare train")
     with guard_run(budget, planned, run_id=run.run_id, command="train", data=data) as held:
-        model = fit(data, schema, settings, public_data=public_data, imputer=imputer_file,
+        try:
+            frame, _ = read_and_split(data, schema, settings.dp.seed)  # bad values or splits: refused untrained
+        except DPCareError:
+            if held is not None:
+                held.refused = True
+            raise
+        model = fit(frame, schema, settings, public_data=public_data, imputer=imputer_file,
                     checkpoint_dir=run.checkpoint_dir)
         if held is not None:
             held.actual = model.ledger

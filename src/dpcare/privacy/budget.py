@@ -406,11 +406,15 @@ class Budget:
 
 @dataclass
 class Reservation:
-    """A reserved release; set ``actual`` to the run's final ledger to record it exactly on success."""
+    """A reserved release; set ``actual`` to the run's final ledger to record it exactly on success. A run
+    refused while it validates its input (bad values, a single-class split), before anything is trained or
+    written, sets ``refused = True``: it released nothing but an error message, and its reservation is
+    cancelled instead of counting."""
 
     budget: Budget
     release: Release
     actual: PrivacyLedger | None = None
+    refused: bool = False
 
 
 @contextmanager
@@ -418,7 +422,7 @@ def guard_run(budget_path: str | os.PathLike | None, planned: Planned, run_id: s
               command: str = "", data: str | os.PathLike | None = None) -> Iterator[Reservation | None]:
     """Reserve ``planned`` in the budget file before the body runs (raise BudgetExceededError before any
     private row is read), commit it (with ``reservation.actual`` if set) when the body succeeds, and leave
-    the reservation counting when it fails. ``budget_path`` None: no budget, yields None. ``data``: check
+    the reservation counting when it fails (cancelled only if the body set ``reservation.refused``). ``budget_path`` None: no budget, yields None. ``data``: check
     the budget's fingerprint first."""
     if budget_path is None:
         yield None
@@ -427,5 +431,10 @@ def guard_run(budget_path: str | os.PathLike | None, planned: Planned, run_id: s
     if data is not None:
         budget.verify_data(data)
     reservation = Reservation(budget, budget.reserve(planned, run_id, command))
-    yield reservation
+    try:
+        yield reservation
+    except BaseException:
+        if reservation.refused:
+            budget.cancel(reservation.release.run_id)
+        raise
     budget.commit(reservation.release.run_id, reservation.actual)

@@ -333,9 +333,8 @@ def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: T
     table: its rows are not in ``data``) or a fitted ``imputer``."""
     settings = settings or TabularSettings()
     check_imputer_inputs(settings, public_data, imputer)
+    frame, parts = read_and_split(data, schema, settings.dp.seed, holdout)
     imp = fit_imputer(schema, settings, public_data, imputer)  # public rows only
-    frame = load_table(data, schema)
-    parts = split_indices(len(frame), SPLITS if holdout else {"train": 1.0}, settings.dp.seed)
     train = frame.iloc[parts["train"]].reset_index(drop=True)
     model, encoder, result, _ = train_rows(train, schema, settings, imp, checkpoint_dir, progress)
     metrics = {}
@@ -351,6 +350,28 @@ def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: T
     if imp is not None:
         info["imputation"] = {"imputer": imp.name, "support_rows": getattr(imp, "support_rows", None)}
     return TabularModel(settings, encoder, model, result.guarantee, result.ledger, metrics, split, info)
+
+
+#: the smallest evaluation split scored (fewer rows give AUROC/AUPRC no meaning)
+MIN_EVALUATION_ROWS = 10
+
+
+def read_and_split(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, seed: int, holdout: bool = True
+                   ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """The validated table and its split, checked before anything is trained: every split large enough and,
+    with a hold-out, both evaluation splits holding at least two classes (else the run would fail only after
+    training)."""
+    frame = load_table(data, schema)
+    parts = split_indices(len(frame), SPLITS if holdout else {"train": 1.0}, seed)
+    for name in ("val", "test") if holdout else ():
+        rows = frame.iloc[parts[name]]
+        if len(rows) < MIN_EVALUATION_ROWS:
+            raise DataError(f"the {name} split has {len(rows)} rows (10% of {len(frame)}): at least "
+                            f"{MIN_EVALUATION_ROWS} are needed to score the model; use more rows or holdout=False")
+        if rows[schema.target].nunique() < 2:
+            raise DataError(f"the {name} split (10% of {len(frame)} rows, seed {seed}) holds a single class of "
+                            f"'{schema.target}': AUROC/AUPRC are undefined; use more rows or another seed")
+    return frame, parts
 
 
 def train_rows(train_df: pd.DataFrame, schema: TableSchema, settings: TabularSettings,
@@ -390,4 +411,4 @@ def with_method(settings: TabularSettings, method: str, **dp: Any) -> TabularSet
 
 __all__ = ["METHODS", "SPLITS", "TableMethod", "TabularModel", "TabularSettings", "check_imputer_inputs", "evaluate", "fit",
            "fit_imputer", "ledger_terms", "load_imputer", "metric_name", "objective_for", "plan",
-           "probabilities", "protected_text", "public_data", "tensors", "train_rows", "training_rows", "with_method"]
+           "probabilities", "protected_text", "public_data", "read_and_split", "tensors", "train_rows", "training_rows", "with_method"]
