@@ -9,7 +9,7 @@ from torch import nn
 
 from dpcare.data import TableSchema, load_table
 from dpcare.estimators import DPClassifier, PrivateTrainer, make_private
-from dpcare.exceptions import DataError, NotFittedError, PrivacyParameterError
+from dpcare.exceptions import DataError, NotFittedError, PrivacyParameterError, SettingsError
 from dpcare.settings import DPSettings
 from dpcare.tabular import TabularModel, TabularSettings, fit
 
@@ -68,7 +68,8 @@ def test_save_load_round_trip_and_dpcare_train_folders(fitted, tmp_path):
     rows = toy_table(20, seed=7)
     fitted.save(tmp_path / "clf")
     again = DPClassifier.load(tmp_path / "clf")
-    runtime = ("progress", "checkpoint_dir")  # how a fit runs, not what it learns: not saved
+    runtime = ("progress", "checkpoint_dir", "schema")  # how a fit runs, not what it learns (the spec is the model's)
+    assert again.schema == SCHEMA
     assert {k: v for k, v in again.get_params().items() if k not in runtime} == {
         k: v for k, v in fitted.get_params().items() if k not in runtime}
     assert np.array_equal(again.predict_proba(rows), fitted.predict_proba(rows))
@@ -157,7 +158,7 @@ def test_make_private_groups_protect_patients():
      "exactly one"),
     (nn.CrossEntropyLoss(reduction="none"), {"epsilon": 1.0, "delta": 0.01}, PrivacyParameterError, "1/n"),
     (nn.CrossEntropyLoss(reduction="none"), {"noise_multiplier": 0.0}, PrivacyParameterError, "sigma"),
-    (nn.CrossEntropyLoss(reduction="none"), {"epsilon": 1.0, "epoch": 3}, TypeError, "epoch"),
+    (nn.CrossEntropyLoss(reduction="none"), {"epsilon": 1.0, "epoch": 3}, SettingsError, "epoch"),
 ])
 def test_make_private_errors_are_clear(loss, kw, error, match):
     with pytest.raises(error, match=match):
@@ -167,3 +168,47 @@ def test_make_private_errors_are_clear(loss, kw, error, match):
 def test_make_private_needs_x_and_y():
     with pytest.raises(DataError, match=r"\['y'\]"):
         make_private(net(), nn.CrossEntropyLoss(reduction="none"), {"x": data()["x"]}, epsilon=1.0)
+
+
+# ---------------------------------------------------------------- scikit-learn conventions
+def test_fit_X_y_cross_val_score_and_a_pipeline():
+    """fit(X, y) with a frame and a Series, the spec in the constructor; cross_val_score clones and scores it;
+    a Pipeline routes clf__schema to fit."""
+    from sklearn.model_selection import cross_val_score
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    df = toy_table(300)
+    X, y = df.drop(columns="death"), df["death"]
+    clf = DPClassifier(schema=SCHEMA, method="dp-sgd", epsilon=2.0, **SMALL).fit(X, y)
+    assert clf.guarantee_.unit.value == "example" and 0 <= clf.score(X, y) <= 1
+    scores = cross_val_score(DPClassifier(schema=SCHEMA, method="non-private", holdout=False, **SMALL), X, y, cv=3)
+    assert scores.shape == (3,) and ((0 <= scores) & (scores <= 1)).all()
+    pipe = Pipeline([("keep", FunctionTransformer()), ("clf", DPClassifier(method="non-private", **SMALL))])
+    pipe.fit(X, y, clf__schema=SCHEMA)
+    assert pipe.predict(X.head(4)).shape == (4,)
+
+
+def test_fixable_mistakes_are_dpcare_errors():
+    from dpcare.exceptions import DPCareError, SpecError
+
+    df = toy_table(100)
+    with pytest.raises(SpecError, match="needs the table's privacy spec"):
+        DPClassifier(**SMALL).fit(df, None)
+    with pytest.raises(DataError, match="one label per row"):
+        DPClassifier(schema=SCHEMA, **SMALL).fit(df.drop(columns="death"), df["death"][:50])
+    with pytest.raises(DataError, match="already holds the target"):
+        DPClassifier(schema=SCHEMA, **SMALL).fit(df, df["death"])
+    fitted = DPClassifier(schema=SCHEMA, method="non-private", **SMALL).fit(toy_table(200))
+    with pytest.raises(DataError, match="score\\(\\) needs the true labels"):
+        fitted.score(df.drop(columns="death"))
+    with pytest.raises(DPCareError, match="method must be one of"):
+        DPClassifier(schema=SCHEMA, method="magic").fit(df)
+    x = torch.randn(10, 4)
+    with pytest.raises(DataError, match="different numbers of rows"):
+        make_private(nn.Linear(4, 2), nn.CrossEntropyLoss(reduction="none"), {"x": x, "y": torch.zeros(9).long()},
+                     epsilon=1.0)
+    x[0, 0] = float("nan")
+    with pytest.raises(DataError, match="NaN or infinite"):
+        make_private(nn.Linear(4, 2), nn.CrossEntropyLoss(reduction="none"), {"x": x, "y": torch.zeros(10).long()},
+                     epsilon=1.0)

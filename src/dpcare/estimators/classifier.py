@@ -18,7 +18,7 @@ from sklearn.metrics import accuracy_score
 
 from dpcare.data import TableSchema, load_spec, read_table
 from dpcare.data.tables import category_text
-from dpcare.exceptions import NotFittedError
+from dpcare.exceptions import DataError, NotFittedError, SpecError
 from dpcare.settings import DPSettings
 from dpcare.tabular.recipe import TabularModel, TabularSettings, fit
 
@@ -33,7 +33,8 @@ _DP_FIELDS = tuple(f.name for f in fields(DPSettings) if f.name != "unit")
 class DPClassifier(ClassifierMixin, BaseEstimator):
     """A differentially private tabular classifier.
 
-    Parameters are the fields of :class:`~dpcare.tabular.TabularSettings` (method "feature-dp", "dp-sgd",
+    ``schema``: the table's privacy spec (a TableSchema or a YAML/JSON path), or give it to ``fit``. Other
+    parameters are the fields of :class:`~dpcare.tabular.TabularSettings` (method "feature-dp", "dp-sgd",
     "label-dp", "non-private" or a fusion method; hidden, lr, alpha, beta, pad, ...) and of its
     :class:`~dpcare.settings.DPSettings` (epsilon, delta, accountant, clip_norm, adaptive_clip, batch_size,
     epochs, steps, seed), with the same names and defaults, plus ``holdout``: True trains as ``dpcare train``
@@ -46,7 +47,7 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
     non-private), ``result_`` (the :class:`~dpcare.tabular.TabularModel`), ``feature_names_in_``.
     """
 
-    def __init__(self, method=_REC.method, epsilon=_DP.epsilon, delta=_DP.delta, epochs=_REC.dp.epochs,
+    def __init__(self, schema=None, method=_REC.method, epsilon=_DP.epsilon, delta=_DP.delta, epochs=_REC.dp.epochs,
                  batch_size=_REC.dp.batch_size, clip_norm=_DP.clip_norm, adaptive_clip=_DP.adaptive_clip,
                  alpha=_REC.alpha, beta=_REC.beta, lr=_REC.lr, hidden=_REC.hidden, pad=_REC.pad,
                  public_batch_size=_REC.public_batch_size, public_pretrain_steps=_REC.public_pretrain_steps,
@@ -69,13 +70,23 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         return TabularSettings(**{k: p[k] for k in _RECIPE_FIELDS}, dp=dp)
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, df: Table, schema: TableSchema | str | os.PathLike, public_data: Table | None = None,
+    def fit(self, X: Table, y=None, schema: TableSchema | str | os.PathLike | None = None, public_data: Table | None = None,
             imputer=None) -> DPClassifier:
-        """Train on ``df`` (a DataFrame or a CSV/Parquet path) with its privacy spec (a TableSchema or a
-        YAML/JSON path). Fusion methods take ``public_data`` (a public support table) or a fitted ``imputer``.
-        Returns self."""
-        schema = schema if isinstance(schema, TableSchema) else load_spec(schema)
-        fitted = fit(df, schema, self.settings(), holdout=bool(self.holdout), public_data=public_data,
+        """Train on ``X`` (a DataFrame or a CSV/Parquet path) with its privacy spec; returns self.
+
+        scikit-learn style: ``fit(X, y)`` with the features in ``X`` and the target in ``y`` (a Series or
+        array), or ``fit(df)`` with the target column inside ``df``. The spec (a TableSchema or a YAML/JSON
+        path) comes from ``schema=`` here, the ``schema`` parameter of the constructor, or - for code written
+        before - the second positional argument (``fit(df, schema)``); it cannot be inferred, since which
+        columns are private and their public bounds are not a property of the data. Fusion methods take
+        ``public_data`` (a public support table) or a fitted ``imputer``."""
+        if isinstance(y, (TableSchema, str, os.PathLike)):  # fit(df, schema): the original signature
+            schema, y = y, None
+        spec = _spec(schema if schema is not None else self.schema)
+        frame = read_table(X)
+        if y is not None:
+            frame = _with_target(frame, y, spec)
+        fitted = fit(frame, spec, self.settings(), holdout=bool(self.holdout), public_data=public_data,
                      imputer=imputer, checkpoint_dir=self.checkpoint_dir, progress=self.progress)
         return self._set_fitted(fitted)
 
@@ -98,8 +109,14 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
 
     def score(self, df: Table, y=None, sample_weight=None) -> float:
         """Accuracy; ``y`` defaults to the target column of ``df`` (labels compared as category text)."""
-        truth = read_table(df)[self.encoder_.schema.target] if y is None else pd.Series(np.asarray(y))
-        return float(accuracy_score(truth.map(category_text), self.predict(df), sample_weight=sample_weight))
+        target = self.encoder_.schema.target
+        frame = read_table(df)
+        if y is None and target not in frame.columns:
+            raise DataError(f"score() needs the true labels: pass y, or a table with the target column '{target}'")
+        truth = frame[target] if y is None else pd.Series(np.asarray(y))
+        if len(truth) != len(frame):
+            raise DataError(f"y has {len(truth)} labels for {len(frame)} rows")
+        return float(accuracy_score(truth.map(category_text), self.predict(frame), sample_weight=sample_weight))
 
     # ------------------------------------------------------------------ persistence
     def save(self, folder: str | os.PathLike, force: bool = False) -> Path:
@@ -113,4 +130,24 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         s = fitted.settings
         params = {**{k: getattr(s, k) for k in _RECIPE_FIELDS}, **{k: getattr(s.dp, k) for k in _DP_FIELDS}}
         names = cls._get_param_names()
-        return cls(**{k: v for k, v in params.items() if k in names})._set_fitted(fitted)
+        return cls(schema=fitted.schema, **{k: v for k, v in params.items() if k in names})._set_fitted(fitted)
+
+
+def _spec(schema) -> TableSchema:
+    if schema is None:
+        raise SpecError("DPClassifier needs the table's privacy spec: DPClassifier(schema=...) or fit(X, y, "
+                        "schema=...) with a TableSchema or a YAML/JSON spec file; it cannot be inferred, since which "
+                        "columns are private and their public bounds and categories are not properties of the data "
+                        "(`dpcare datasets --export support2` writes an example spec)")
+    return schema if isinstance(schema, TableSchema) else load_spec(schema)
+
+
+def _with_target(frame: pd.DataFrame, y, spec: TableSchema) -> pd.DataFrame:
+    """The features with the target column ``y`` added (its name from the spec)."""
+    values = np.asarray(y)
+    if values.ndim != 1 or len(values) != len(frame):
+        raise DataError(f"y must hold one label per row of X: {len(frame)} rows, got shape {values.shape}")
+    if spec.target in frame.columns:
+        raise DataError(f"X already holds the target column '{spec.target}' and y was given too: pass one")
+    return frame.assign(**{spec.target: values})
+

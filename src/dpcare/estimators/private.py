@@ -98,11 +98,12 @@ def make_private(model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], 
     missing = [k for k in KEYS if k not in data]
     if missing:
         raise DataError(f"data lacks the keys {missing}: pass {{'x': inputs, 'y': targets}} (got {sorted(data)})")
+    _check_tensors(data, groups)
     allowed = set(TrainConfig.__dataclass_fields__) - {"target_epsilon"}  # that one is epsilon=
     unknown = sorted(set(config) - allowed)
     if unknown:
-        raise TypeError(f"unknown training settings {unknown}; make_private takes epsilon= and the fields of "
-                        f"TrainConfig: {sorted(allowed)}")
+        raise SettingsError(f"unknown training settings {unknown}; make_private takes epsilon= and the fields of "
+                            f"TrainConfig: {sorted(allowed)}")
     unit = ProtectedUnit.PATIENT if groups is not None else ProtectedUnit.EXAMPLE
     ledger = PrivacyLedger(_units(data, groups), delta=delta, accountant=accountant, unit=unit)
     objective = LossObjective(loss_fn)
@@ -115,3 +116,20 @@ def make_private(model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], 
 def _units(data: Mapping[str, Tensor], groups: Tensor | None) -> int:
     """Privacy units: rows, or distinct patients in ``groups``."""
     return len(torch.unique(groups)) if groups is not None else next(iter(data.values())).shape[0]
+
+
+def _check_tensors(data: Mapping[str, Tensor], groups: Tensor | None) -> None:
+    """One row per example in every tensor (and in ``groups``), no NaN or infinity: refused before training."""
+    rows = {k: (v.shape[0] if isinstance(v, Tensor) and v.dim() else None) for k, v in data.items()}
+    bad = sorted(k for k, r in rows.items() if r is None)
+    if bad:
+        raise DataError(f"data[{bad[0]!r}] is not a tensor with one row per example")
+    if len(set(rows.values())) != 1:
+        raise DataError(f"the tensors of data have different numbers of rows: {rows}")
+    for k, v in data.items():
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            raise DataError(f"data[{k!r}] holds {int((~torch.isfinite(v)).sum())} NaN or infinite values")
+    if groups is not None and tuple(groups.shape) != (next(iter(rows.values())),):
+        raise DataError(f"groups must hold one patient label per row: shape ({next(iter(rows.values()))},), got "
+                        f"{tuple(groups.shape)}")
+
