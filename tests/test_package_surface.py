@@ -269,7 +269,7 @@ def test_third_party_parse_errors_of_user_files_are_dpcare_errors(tmp_path):
     from dpcare.exceptions import DataError, SettingsError, SpecError
 
     (tmp_path / "spec.json").write_text("{not json")
-    with pytest.raises(SpecError, match="spec.json cannot be parsed"):
+    with pytest.raises(SpecError, match="spec.json, line 1: not valid JSON"):
         load_spec(tmp_path / "spec.json")
     (tmp_path / "t.csv").write_text("a,b\n1,2\n1,2,3,4\n")
     with pytest.raises(DataError, match="t.csv cannot be parsed as CSV"):

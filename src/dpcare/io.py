@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable
@@ -25,8 +26,23 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], mode: str
     return path
 
 
+def strict_json(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float replaced by None: JSON has no NaN or Infinity (Python's json
+    module writes them, and other readers reject the file)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    if hasattr(obj, "item") and hasattr(obj, "dtype") and getattr(obj, "ndim", 1) == 0:  # numpy scalars
+        return strict_json(obj.item())
+    return obj
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    return atomic_write(path, lambda f: json.dump(obj, f, indent=2, default=str))
+    """Strict JSON (NaN and infinity written as null), atomically."""
+    return atomic_write(path, lambda f: json.dump(strict_json(obj), f, indent=2, default=str, allow_nan=False))
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
@@ -35,7 +51,8 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
 
 def write_json_lines(path: str | os.PathLike, rows: Iterable[Any]) -> Path:
     """One JSON object per line (UTF-8 kept as is), written atomically."""
-    return write_text(path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows))
+    return write_text(path, "".join(json.dumps(strict_json(r), ensure_ascii=False, default=str, allow_nan=False) + "\n"
+                                    for r in rows))
 
 
 def torch_save(path: str | os.PathLike, obj: Any) -> Path:

@@ -41,6 +41,7 @@ def train(
     from dpcare.tabular import fit, plan
     from dpcare.tabular.audit import audit_split
     from dpcare.exceptions import DPCareError
+    from dpcare.io import strict_json
     from dpcare.tabular.recipe import check_imputer_inputs, read_and_split
 
     schema = load_spec(spec)
@@ -66,7 +67,7 @@ def train(
     row = {"method": settings.method, **{k: v for k, v in model.metrics.items() if k.startswith("test")},
            "epsilon": model.guarantee.epsilon if model.guarantee else math.inf,
            "delta": model.guarantee.delta if model.guarantee else 0.0}
-    typer.echo(json.dumps(row, indent=2, default=_json_float))
+    typer.echo(json.dumps(strict_json(row), indent=2))  # a non-private run's epsilon prints as null
     if model.guarantee:
         typer.echo(model.guarantee.describe())
     if audit:
@@ -98,6 +99,3 @@ def predict(
     write_text(out, frame.to_csv(index=False))
     typer.echo(f"{len(frame)} predictions written to {out}")
 
-
-def _json_float(x):
-    return "inf" if isinstance(x, float) and math.isinf(x) else str(x)

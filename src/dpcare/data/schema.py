@@ -143,6 +143,8 @@ class TableSchema:
                 raise SpecError(f"target '{target.get('name')}' cannot have role {target['role']!r}: whether the "
                                  "label is protected is chosen by the method (label-dp, dp-sgd), not the spec")
             cols.append(_column({"kind": "categorical", **target, "role": "target"}))
+        if not isinstance(d["columns"], list):
+            raise SpecError(f"'columns' must be a list of column mappings (name, kind, role, ...), got {d['columns']!r}")
         for c in d["columns"]:
             if not isinstance(c, dict):
                 raise SpecError(f"each column must be a mapping, got {c!r}")
@@ -176,9 +178,17 @@ def load_spec(path: str | Path) -> TableSchema:
         raise SpecError(f"spec file {path}: use .yaml, .yml or .json")
     try:
         d = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise SpecError(f"spec file {path} cannot be parsed: {err}") from None
-    return TableSchema.from_dict(d)
+    except json.JSONDecodeError as err:
+        raise SpecError(f"spec file {path}, line {err.lineno}: not valid JSON ({err.msg})") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise SpecError(f"spec file {path}{where}: not valid YAML ({problem})") from None
+    try:
+        return TableSchema.from_dict(d)
+    except SpecError as err:
+        raise SpecError(f"spec file {path}: {err}") from None
 
 
 class _PlainDumper(yaml.SafeDumper):

@@ -24,6 +24,7 @@ def read_table(source: str | Path | pd.DataFrame) -> pd.DataFrame:
         raise DataError(f"data file {path} is empty")
     suffix = path.suffix.lower()
     if suffix in (".csv", ".txt"):
+        _check_header(path)
         try:
             return pd.read_csv(path)
         except pd.errors.EmptyDataError:
@@ -31,8 +32,27 @@ def read_table(source: str | Path | pd.DataFrame) -> pd.DataFrame:
         except pd.errors.ParserError as err:
             raise DataError(f"data file {path} cannot be parsed as CSV: {err}") from None
     if suffix in (".parquet", ".pq"):
-        return pd.read_parquet(path)
+        frame = pd.read_parquet(path)
+        if frame.columns.duplicated().any():
+            raise DataError(f"data file {path} names the columns {sorted(set(frame.columns[frame.columns.duplicated()]))} "
+                            "more than once")
+        return frame
     raise DataError(f"data file {path}: unknown format {suffix!r} (use .csv or .parquet)")
+
+
+def _check_header(path: Path) -> None:
+    """pandas renames a repeated CSV column to 'age.1' without a word: a repeated name is an error instead."""
+    import csv
+
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), [])
+    seen, repeated = set(), []
+    for name in header:
+        if name in seen and name not in repeated:
+            repeated.append(name)
+        seen.add(name)
+    if repeated:
+        raise DataError(f"data file {path} names the columns {repeated} more than once in its header")
 
 
 def count_rows(source: str | Path) -> int:
