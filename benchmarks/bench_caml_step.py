@@ -1,6 +1,6 @@
 """DP-SGD step of the CAML note coder (fast clipping backend) relative to a non-private step, and peak memory.
 
-CAML (dpcare.text.caml: embedding 100, 50 filters of width 10, 50 labels, vocabulary 5,000) on one fixed
+CAML (dpcare.text.classify.caml: embedding 100, 50 filters of width 10, 50 labels, vocabulary 5,000) on one fixed
 batch of random token ids, 1,000 tokens per note (a quarter of the notes padded from position 600),
 multi-hot targets, BCE summed over the labels. Each mode runs in a fresh subprocess (clean peak RSS)
 with OMP_NUM_THREADS=1 and the glibc allocator setting.
@@ -20,8 +20,8 @@ def run_one(mode: str, batch: int, steps: int) -> dict:
     import torch
 
     from dpcare.engine import Objective
-    from dpcare.text.caml import CAML
-    from dpcare.text.multilabel import per_example_bce
+    from dpcare.text.classify.caml import CAML
+    from dpcare.text.classify.multilabel import per_example_bce
 
     class MultiLabelLoss(Objective):
         name, private = "multi-label", mode != "non-private"

@@ -3,8 +3,8 @@ of the SAME trainable parameters (the issue's targets: DP-LoRA <= 1.1x, DP-Full 
 
 What is compared, one pair per row:
 
-* ``lora``: peft LoRA (rank 8, alpha 16) on the query/value projections (:func:`dpcare.text.finetune.apply_mode`
-  "dp-lora"; MiniLM: :func:`dpcare.text.token_ner.apply_token_mode`, the classifier head trained too). The
+* ``lora``: peft LoRA (rank 8, alpha 16) on the query/value projections (:func:`dpcare.text.lm.finetune.apply_mode`
+  "dp-lora"; MiniLM: :func:`dpcare.text.lm.token_ner.apply_token_mode`, the classifier head trained too). The
   non-private step trains the same adapters.
 * ``full``: every parameter (the output layer untied from the input embeddings, as in both modes of
   ``apply_mode``).
@@ -15,12 +15,12 @@ as ``finetune(layers=2)``), and all-MiniLM-L6-v2 token classification (7 BIO tag
 
 A step on one fixed batch of ``--batch`` real rows (default 8), each exactly 128 tokens:
 
-* SmolLM2: generative-NER rows of ``generate_corpus(10, seed=0)`` (:func:`~dpcare.text.finetune.make_examples`,
+* SmolLM2: generative-NER rows of ``generate_corpus(10, seed=0)`` (:func:`~dpcare.text.lm.finetune.make_examples`,
   note windows of 32 tokens), the rows of at least 128 tokens cut to their first 128 (prompt, about 76
-  tokens, then the start of the entity list); loss :class:`~dpcare.text.finetune.TargetLoss` (mean NLL over
+  tokens, then the start of the entity list); loss :class:`~dpcare.text.lm.finetune.TargetLoss` (mean NLL over
   the target tokens; per-row position ids except for prefix tuning).
-* MiniLM: BIO windows of 126 word pieces plus [CLS] and [SEP] (:func:`~dpcare.text.token_ner.bio_examples`),
-  loss :class:`~dpcare.text.token_ner.TokenNERLoss`.
+* MiniLM: BIO windows of 126 word pieces plus [CLS] and [SEP] (:func:`~dpcare.text.lm.token_ner.bio_examples`),
+  loss :class:`~dpcare.text.lm.token_ner.TokenNERLoss`.
 
 A non-private step is the engine's mean gradient over the batch and an Adam update; a DP step is the engine's
 clipped per-row gradient sum (each row its own unit, no micro-batching) plus Gaussian noise (sigma 1) and the
@@ -68,7 +68,7 @@ def notes() -> list:
 
 def smollm2_batch(tokenizer, batch: int) -> dict:
     """``batch`` generative-NER rows of exactly ROWS tokens (rows cycled if there are fewer)."""
-    from dpcare.text.finetune import encode, make_examples
+    from dpcare.text.lm.finetune import encode, make_examples
 
     examples = make_examples(notes(), "ner", tokenizer, window=32, stride=32)
     data = encode(examples, tokenizer)
@@ -81,7 +81,7 @@ def smollm2_batch(tokenizer, batch: int) -> dict:
 
 def minilm_batch(tokenizer, batch: int) -> dict:
     """``batch`` BIO windows of exactly ROWS positions, [CLS] and [SEP] included (cycled if fewer)."""
-    from dpcare.text.token_ner import bio_examples, encode_windows
+    from dpcare.text.lm.token_ner import bio_examples, encode_windows
 
     windows = [w for w in bio_examples(notes(), tokenizer, window=ROWS - 2, stride=ROWS - 2)
                if len(w.ids) == ROWS]
@@ -91,14 +91,14 @@ def minilm_batch(tokenizer, batch: int) -> dict:
 def build(model_key: str, trainable: str, private: bool, batch: int):
     """(model set up for ``trainable``, objective, fixed batch)."""
     if model_key == "minilm":
-        from dpcare.text.token_ner import TokenNERLoss, apply_token_mode, bio_tags, load_minilm
+        from dpcare.text.lm.token_ner import TokenNERLoss, apply_token_mode, bio_tags, load_minilm
 
         tags = bio_tags()
         net, tokenizer = load_minilm(len(tags), tags=tags)
         model = apply_token_mode(net, "dp-lora" if trainable == "lora" else "dp-full")
         return model, TokenNERLoss(private), minilm_batch(tokenizer, batch)
     from dpcare.lm import load_causal_lm
-    from dpcare.text.finetune import TargetLoss, apply_mode
+    from dpcare.text.lm.finetune import TargetLoss, apply_mode
 
     causal, tokenizer = load_causal_lm("smollm2", layers=int(model_key.split(":")[1]))
     model = apply_mode(causal, "dp-" + trainable)  # "dp-full" and "non-private" set up the same parameters

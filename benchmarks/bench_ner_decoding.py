@@ -23,7 +23,7 @@ import torch
 
 from dpcare.lm import load_causal_lm
 from dpcare.text import generate_corpus
-from dpcare.text.generative_ner import ConstrainedDecoder, _Batch, note_windows
+from dpcare.text.lm.generative_ner import ConstrainedDecoder, _Batch, note_windows
 
 
 def main() -> None:

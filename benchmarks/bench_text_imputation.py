@@ -24,7 +24,7 @@ import torch
 
 from dpcare.lm import load_causal_lm
 from dpcare.text import SpanMasker, generate_corpus
-from dpcare.text.imputation import DEFAULTS, PREFIX, SpanImputer, clean_value, left_context
+from dpcare.text.views.imputation import DEFAULTS, PREFIX, SpanImputer, clean_value, left_context
 
 
 def naive_values(model, tok, imp: SpanImputer, notes) -> list[list[str]]:

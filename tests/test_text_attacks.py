@@ -12,7 +12,7 @@ from torch import nn
 
 from dpcare.exceptions import DataError
 from dpcare.text import Note, check_spans, generate_corpus
-from dpcare.text.attacks import (
+from dpcare.text.lm.attacks import (
     _virtual_tokens,
     canary_audit,
     canary_scores,
@@ -24,7 +24,7 @@ from dpcare.text.attacks import (
     note_losses,
     patient_ids,
 )
-from dpcare.text.finetune import TargetLoss, apply_mode, encode, make_examples
+from dpcare.text.lm.finetune import TargetLoss, apply_mode, encode, make_examples
 
 SUMMARY = {"task": "summarisation"}
 

@@ -7,9 +7,9 @@ from grad_reference import assert_same_clipped_sums, reference
 
 from dpcare.engine.fast_clipping import clipped_sum_fast, unsupported_reason
 from dpcare.engine.functorch_backend import clipped_sum_functorch
-from dpcare.text import vocab as V
-from dpcare.text.caml import CAML
-from dpcare.text.multilabel import per_example_bce
+from dpcare.text.classify import vocab as V
+from dpcare.text.classify.caml import CAML
+from dpcare.text.classify.multilabel import per_example_bce
 
 BACKENDS = {"fast": clipped_sum_fast, "functorch": clipped_sum_functorch}
 

@@ -85,7 +85,7 @@ def test_phi_never_appears_outside_phi_spans(corpus):
 def test_mimic_notes_carry_the_real_codes_of_their_stay(corpus):
     import simple_icd_10_cm as cm
 
-    from dpcare.text.sources import clif_demo_folder
+    from dpcare.text.corpus.sources import clif_demo_folder
 
     root = clif_demo_folder()
     dx = pd.read_parquet(root / "clif_hospital_diagnosis.parquet")
@@ -150,8 +150,8 @@ def test_deterministic_with_a_seed_and_bounded_by_n_notes():
 
 
 def test_treatment_names_come_from_the_drug_dictionary():
-    from dpcare.text import phrases
-    from dpcare.text.sources import TYPICAL_TREATMENTS
+    from dpcare.text.corpus import phrases
+    from dpcare.text.corpus.sources import TYPICAL_TREATMENTS
 
     for names in TYPICAL_TREATMENTS.values():
         for name in names:

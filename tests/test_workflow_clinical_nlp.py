@@ -1,5 +1,7 @@
-"""`dpcare benchmark clinical-nlp` on a tiny GPT-2 saved as a local model folder: the grid, resuming, the
-tables, the patient split, and what the held-out side sees (bit-identical when the training notes change)."""
+"""`dpcare benchmark clinical-nlp` (dpcare.studies.clinical_nlp) on a tiny GPT-2 saved as a local model folder:
+the grid, the run folder (run.json read by the report, one run per folder, resume by rerun from the staging
+folder's journal, --tables-only on a finished folder), the patient split, and what the held-out side sees
+(bit-identical when the training notes change)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from dpcare.exceptions import DataError, SpecError
+from dpcare.exceptions import DataError, SettingsError, SpecError
+from dpcare.runs import read_manifest
+from dpcare.runs.folder import staging_path
+from dpcare.studies import clinical_nlp as cnb
 from dpcare.text import generate_corpus
 from dpcare.text.spans import Note
-from dpcare.workflows import clinical_nlp_benchmark as cnb
 from lm_fixtures import tiny_gpt2
 
 
@@ -91,8 +95,8 @@ def _digest(model: torch.nn.Module) -> str:
 def test_the_held_out_side_never_sees_the_training_notes(tiny_folder, corpus, tmp_path, monkeypatch):
     """The attack's reference model, the non-members and the test notes are bit-identical when every
     training note's text changes; the fine-tuned model is not (the change reached training)."""
-    import dpcare.text.attacks as attacks
-    import dpcare.text.finetune as finetune
+    import dpcare.text.lm.attacks as attacks
+    import dpcare.text.lm.finetune as finetune
 
     bench = small(tiny_folder, canaries=4)
     split = cnb.split_patients(corpus, bench.held_out, 0)
@@ -162,14 +166,47 @@ def test_a_grid_runs_resumes_and_refuses_other_settings(tiny_folder, bert_folder
                  "LiRA", "Clip-norm ablation", "| warmup-p80 |"):
         assert part in md, part
     assert (out / "sweep.png").stat().st_size > 0
-    # resuming runs nothing new; other settings are refused
-    before = (out / "runs.jsonl").read_text()
-    cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
-    assert (out / "runs.jsonl").read_text() == before
-    with pytest.raises(SpecError, match="other settings"):
+    m = read_manifest(out)
+    assert m.kind == "study:clinical-nlp" and {a["file"] for a in m.attacks} >= {"attacks/lira.json",
+                                                                                 "attacks/canaries.json"}
+    lora = next(e for e in m.models if e["name"] == "ner dp-lora eps=1.0")
+    assert lora["guarantee"]["unit"] == "patient" and lora["guarantee"]["epsilon"] <= 1.0 + 1e-6
+    assert not (out / "checkpoints").exists()  # the split notes are not released with the folder
+    from dpcare.report import write_report
+
+    html = write_report([out], tmp_path / "report.html").read_text()
+    assert "LiRA" in html and "canary" in html and "ner dp-lora eps=1.0" in html
+    # a finished folder holds one run: a second run into it is refused
+    with pytest.raises(SettingsError, match="not empty"):
+        cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
+
+
+def test_an_interrupted_study_resumes_from_its_staging_journal(tiny_folder, corpus, tmp_path, monkeypatch):
+    """A failing cell leaves the finished ones in the staging folder's journal; the same call trains only the
+    rest, other settings are refused while it is unfinished, and the finished folder has run.json."""
+    bench = small(tiny_folder, modes=("base",), tasks=("ner", "summarisation"))
+    out = tmp_path / "run"
+    real, calls = cnb.run_cell, []
+
+    def failing(task, *args):
+        calls.append(task)
+        if task == "summarisation":
+            raise RuntimeError("interrupted")
+        return real(task, *args)
+
+    monkeypatch.setattr(cnb, "run_cell", failing)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
+    journal = staging_path(out) / "runs.jsonl"
+    assert [json.loads(line)["task"] for line in journal.read_text().splitlines()] == ["ner"] and not out.exists()
+    with pytest.raises(SettingsError, match="other settings"):
         cnb.run_clinical_nlp(replace(bench, epochs=2.0), out, notes=corpus, progress=False)
-    with pytest.raises(SpecError, match="other settings"):
-        cnb.run_clinical_nlp(replace(bench, held_out=0.5), out, progress=False)
+    calls.clear()
+    monkeypatch.setattr(cnb, "run_cell", lambda task, *a: (calls.append(task), real(task, *a))[1])
+    table = cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
+    assert calls == ["summarisation"] and set(table["task"]) == {"ner", "summarisation"}
+    assert read_manifest(out).kind == "study:clinical-nlp" and not staging_path(out).exists()
+    assert len((out / "runs.jsonl").read_text().splitlines()) == 2
 
 
 def test_tables_only_tabulates_the_finished_runs_and_trains_nothing(tiny_folder, corpus, tmp_path):
@@ -178,10 +215,17 @@ def test_tables_only_tabulates_the_finished_runs_and_trains_nothing(tiny_folder,
         cnb.run_clinical_nlp(small(tiny_folder, modes=("base",), tasks=("ner",)), out, notes=corpus,
                              progress=False, train=False)
     cnb.run_clinical_nlp(small(tiny_folder, modes=("base",), tasks=("ner",)), out, notes=corpus, progress=False)
-    before = (out / "runs.jsonl").read_text()
+    before, run_id = (out / "runs.jsonl").read_text(), read_manifest(out).run_id
     table = cnb.run_clinical_nlp(small(tiny_folder, modes=("base", "dp-lora"), tasks=("ner",)), out, notes=corpus,
                                  progress=False, train=False)
     assert (out / "runs.jsonl").read_text() == before  # nothing trained
-    assert list(table["mode"]) == ["base"]
+    assert list(table["mode"]) == ["base"] and table.attrs["folder"] == str(out)
     md = (out / "table.md").read_text()
     assert "| base | 0 (never trained) |" in md and "| dp-lora | 3 | - | - |" in md
+    m = read_manifest(out)  # the same run, its manifest rewritten from the journal
+    assert m.run_id == run_id and [e["name"] for e in m.models] == ["ner base"]
+    assert m.models[0]["guarantee"] is None and "never fine-tuned" in m.models[0]["note"]
+    from dpcare.report import collect
+
+    run = collect(out)
+    assert [a.name for a in run.attacks][0].startswith("LOSS") and run.attacks[0].curves

@@ -15,7 +15,7 @@ from dpcare.text import SpanMasker, generate_corpus
 from dpcare.text.spans import Note
 from dpcare.workflows import fusion_text_benchmark as ftb
 from dpcare.workflows.fusion_text_data import PLACEHOLDER, TextViews, label_set, prepare_text_views
-from dpcare.workflows.journal import read_journal
+from dpcare.studies.grid import read_journal
 
 
 class LabelImputer:

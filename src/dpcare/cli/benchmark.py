@@ -125,14 +125,18 @@ def benchmark_clinical_nlp(
                                                      "30 blocks peaks near 7 GB at 2)")] = 2,
     quick: Annotated[bool, typer.Option(help="smoke-size run (12 notes, 1 block, 1 epoch, epsilon 3, 4 canaries; "
                                              "other options but modes, tasks and workers ignored)")] = False,
-    tables_only: Annotated[bool, typer.Option(help="write the tables and plot from the runs already in OUT's "
-                                                   "journal; train nothing (missing cells show as '-')")] = False,
-    out: Annotated[Path, typer.Option(help="results folder (rerun to resume)")] = Path("results/clinical-nlp"),
+    tables_only: Annotated[bool, typer.Option(help="rewrite the tables, plot and run.json of the finished folder OUT "
+                                                   "(or an unfinished one's staging folder) from its journal; train "
+                                                   "nothing (missing cells show as '-')")] = False,
+    out: Annotated[Path, typer.Option(help="run folder of the study (an interrupted study resumes when the same "
+                                           "command is rerun)")] = Path("results/clinical-nlp"),
+    force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder when the study finishes")
+                     ] = False,
 ) -> None:
     """Fine-tuning a causal LM on clinical notes: NER F1 and ROUGE-L of non-private, DP-Full, DP-LoRA and
     DP-Prefix at epsilon 3, and membership-inference AUC at epsilon 1, 3, 8 (dp-lora-clinical-nlp.txt,
     Tables 1 and 2)."""
-    from dpcare.workflows.clinical_nlp_benchmark import ClinicalNLPBenchmark, run_clinical_nlp
+    from dpcare.studies.clinical_nlp import ClinicalNLPBenchmark, run_clinical_nlp
 
     split = lambda text: tuple(x.strip() for x in text.split(",") if x.strip())
     bench = ClinicalNLPBenchmark.quick() if quick else ClinicalNLPBenchmark(
@@ -146,9 +150,10 @@ def benchmark_clinical_nlp(
         from dpcare.text import read_jsonl
 
         corpus = read_jsonl(notes)
-    run_clinical_nlp(bench, out, notes=corpus, train=not tables_only)
-    typer.echo((out / "table.md").read_text())
-    typer.echo(f"written: {out}/table.md, table.csv, runs.csv, sweep.png, roc.json, guarantees.json, data/split.json")
+    folder = Path(run_clinical_nlp(bench, out, notes=corpus, train=not tables_only, force=force).attrs["folder"])
+    typer.echo((folder / "table.md").read_text())
+    typer.echo(f"written: {folder}/table.md, table.csv, runs.csv, sweep.png, roc.json, guarantees.json, "
+               "attacks/, data/split.json, run.json")
 
 
 @app.command("dp2stage")

@@ -20,6 +20,8 @@ app = typer.Typer(help="Clinical notes: generate, mask, fine-tune a language mod
 
 NotesArg = Annotated[Path, typer.Argument(help="notes as JSONL (note_id, patient_id, text, ...)")]
 ModelArg = Annotated[Path, typer.Argument(help="a folder written by `dpcare text finetune --out`")]
+ForceOption = Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder whole when the run "
+                                                           "finishes (default: refuse it)")]
 
 
 @app.command("generate")
@@ -47,7 +49,7 @@ def mask(
     public view only; a span the masker misses stays in it (check the recall on annotated notes)."""
     from dpcare.io import write_json_lines
     from dpcare.text import read_jsonl
-    from dpcare.text.masking import SpanMasker
+    from dpcare.text.views.masking import SpanMasker
 
     corpus = read_jsonl(notes)
     masked = SpanMasker(placeholder=placeholder).mask_many(corpus)
@@ -58,7 +60,8 @@ def mask(
 @app.command("finetune")
 def finetune(
     notes: NotesArg,
-    out: Annotated[Path, typer.Option(help="folder: weights.safetensors, finetune.json, guarantee.json")],
+    out: Annotated[Path, typer.Option(help="run folder: weights.safetensors, finetune.json, guarantee.json, run.json; "
+                                           "rerun the same command to resume an interrupted run")],
     task: Annotated[str, typer.Option(help="ner (generative, JSON list of spans) or summarisation")] = "ner",
     mode: Annotated[str, typer.Option(help="dp-lora, dp-full, dp-prefix or non-private")] = "dp-lora",
     epsilon: Annotated[float | None, typer.Option(help="target epsilon (private modes)")] = 3.0,
@@ -78,11 +81,11 @@ def finetune(
                                              "an error)")] = 128,
     seed: Annotated[int, typer.Option(help="seed of sampling, noise and adapters")] = 0,
     physical_batch: Annotated[int, typer.Option(help="rows per forward/backward pass (memory only)")] = 8,
-    checkpoint_dir: Annotated[Path | None, typer.Option(help="checkpoint here; an existing one is resumed")] = None,
+    force: ForceOption = False,
     budget: BudgetOption = None,
 ) -> None:
     """Fine-tune a causal LM on notes, the PATIENT as the privacy unit (every window of every note of a
-    patient clipped together); save the trained weights and print the guarantee."""
+    patient clipped together); save the trained weights as a run folder and print the guarantee."""
     from dpcare.privacy import (
         NEIGHBOURING,
         Guarantee,
@@ -91,11 +94,11 @@ def finetune(
         default_delta,
         guard_run,
     )
+    from dpcare.runs import RunFolder
     from dpcare.text import read_jsonl
-    from dpcare.text.finetune import FinetuneMode, check_mode_privacy
-    from dpcare.text.finetune import finetune as run_finetune
-    from dpcare.text.saved import save_finetuned
-    from dpcare.workflows.clinical_nlp_benchmark import adaptive_clip
+    from dpcare.text.lm.finetune import FinetuneMode, adaptive_clip, check_mode_privacy
+    from dpcare.text.lm.finetune import finetune as run_finetune
+    from dpcare.text.lm.saved import finetune_manifest, save_finetuned
 
     clipping = adaptive_clip(clip_variant)  # None for the fixed C; an unknown variant is an error
     parsed = FinetuneMode.parse(mode)
@@ -109,15 +112,21 @@ def finetune(
     planned = Guarantee(epsilon=epsilon, delta=delta if delta is not None else default_delta(patients), n=patients,
                         unit=ProtectedUnit.PATIENT, neighbouring=NEIGHBOURING[ProtectedUnit.PATIENT]
                         ) if parsed.private else None
-    with guard_run(budget, planned, command="text finetune", data=notes) as held:
+    settings = {"task": task, "mode": mode, "epsilon": epsilon, "delta": delta, "model": model, "layers": layers,
+                "epochs": epochs, "batch_size": batch_size, "lr": lr, "clip": clip, "clip_variant": clip_variant,
+                "window": window, "stride": stride, "seed": seed}
+    run = RunFolder(out, "text-finetune", settings, force=force, command="dpcare text finetune")
+    with guard_run(budget, planned, run_id=run.run_id, command="text finetune", data=notes) as held:
         net, _, info = run_finetune(
             read_jsonl(notes), task, parsed, epsilon=epsilon, delta=delta, model=model, layers=layers or None, epochs=epochs,
             batch_size=batch_size, lr=lr, clip_norm=clip, seed=seed, window=window, stride=stride or None,
-            checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, progress=True,
-            max_physical_batch=physical_batch, adaptive_clip=clipping)
+            checkpoint_dir=run.checkpoint_dir, progress=True, max_physical_batch=physical_batch,
+            adaptive_clip=clipping)
         if held is not None:
             held.actual = PrivacyLedger.from_state_dict(info["ledger"])
-    save_finetuned(net, info, out)
+    save_finetuned(net, info, run.staging)
+    run.finish(finetune_manifest(info, settings, data={"path": str(notes), "patients": info["patients"],
+                                                       "notes": info["notes"], "rows": info["rows"]}))
     typer.echo(f"{info['mode']} {task}: {info['patients']} patients, {info['notes']} notes, {info['rows']} rows, "
                f"{info['steps']} steps, {info['trainable_parameters']:,} trainable parameters")
     typer.echo(info["guarantee_text"])
@@ -155,8 +164,8 @@ def ner(
 
     from dpcare.text import read_jsonl, write_jsonl
     from dpcare.text.evaluation import span_scores
-    from dpcare.text.generative_ner import extract_entities_many
-    from dpcare.text.saved import load_finetuned
+    from dpcare.text.lm.generative_ner import extract_entities_many
+    from dpcare.text.lm.saved import load_finetuned
 
     net, tokenizer, meta = load_finetuned(model_dir)
     r = meta["recipe"]
@@ -186,8 +195,8 @@ def summarise(
     from dpcare.progress import progress
     from dpcare.text import read_jsonl
     from dpcare.text.evaluation import rouge_l
-    from dpcare.text.saved import load_finetuned
-    from dpcare.text.summaries import write_summary
+    from dpcare.text.lm.saved import load_finetuned
+    from dpcare.text.lm.summaries import write_summary
 
     net, tokenizer, meta = load_finetuned(model_dir)
     if meta["recipe"]["task"] != "summarisation":

@@ -75,21 +75,6 @@ def _existing(*paths: Path) -> list[Path]:
     return [p for p in paths if p.exists()]
 
 
-# --------------------------------------------------------------------------- dpcare text finetune
-def read_text_finetune(folder: Path) -> Run:
-    """``dpcare text finetune``: one fine-tuned language model (the recipe, its guarantee and ledger)."""
-    meta = read_json(folder / "finetune.json")
-    recipe, info = meta["recipe"], meta["info"]
-    model = f"{recipe['task']} {recipe['mode']}"
-    privacy = privacy_from_guarantee(model, info.get("guarantee"), info.get("ledger"),
-                                     none_note="NO differential privacy guarantee (non-private fine-tuning).")
-    config = {**recipe, **{k: info.get(k) for k in ("patients", "notes", "rows", "steps", "sampling_rate",
-                                                     "noise_multiplier", "clip_norm", "trainable_parameters")}}
-    return Run(folder, "dpcare text finetune", [privacy], config=config,
-               notes=["No utility or attack is measured at fine-tuning: `dpcare text ner` / `summarise` score "
-                      "notes with gold annotations; the benchmark attacks its models."])
-
-
 # --------------------------------------------------------------------------- benchmarks
 def read_fusiondp_text(folder: Path) -> Run:
     from dpcare.workflows.fusion_text_benchmark import METRICS
@@ -111,46 +96,6 @@ def read_fusiondp_text(folder: Path) -> Run:
         run.utility.append({"model": model, **{f"test {k}": r[k] for k in METRICS}, "seeds": r["seeds"]})
     run.not_protected = [("Sensitive spans the masker missed are part of the public view: no guarantee covers them "
                           "(see the masker's recall in data/data.json).")]
-    return run
-
-
-def read_clinical_nlp(folder: Path) -> Run:
-    """``dpcare benchmark clinical-nlp``: one model per (task, mode, epsilon, clip variant) of the table; the
-    attacks (scores of seed 0) and canary audits of the generative NER models."""
-    from dpcare.workflows.clinical_nlp_benchmark import UTILITY
-
-    table = pd.read_csv(folder / "table.csv")
-    guarantees, roc = read_json(folder / "guarantees.json"), read_json(folder / "roc.json")
-    run = Run(folder, "dpcare benchmark clinical-nlp", headline=["ner_f1", "rougeL_f1", "perplexity"],
-              config=read_json(folder / "settings.json"),
-              figures=[("NER F1 and attack AUC against epsilon", p) for p in _existing(folder / "sweep.png")])
-    attacks = {a: Attack(f"{name} membership attack on patients (held-out patients as non-members)")
-               for a, name in (("loss", "LOSS"), ("reference", "Reference-calibrated (base model) LOSS"),
-                               ("lira", "LiRA (shadow models)"))}
-    audit = Attack("One-run audit with canary patients (empirical epsilon lower bound)")
-    for r in table.to_dict("records"):
-        eps, variant = r["target_epsilon"], r.get("variant", "fixed")
-        key = f"{r['task']}|{r['mode']}@{'None' if not math.isfinite(eps) else eps}" + (
-            "" if variant == "fixed" else f"|{variant}")
-        model = key.replace("|", " ").replace("@None", "").replace("@", " eps=")
-        none = ("the pre-trained model, never fine-tuned: it reads no private note" if r["mode"] == "base"
-                else "NO differential privacy guarantee (non-private fine-tuning).")
-        run.privacy.append(privacy_from_guarantee(model, guarantees.get(key), none_note=none))
-        run.utility.append({"model": model, **{k: r[k] for k in UTILITY if k in r and not pd.isna(r[k])},
-                            "seeds": r["seeds"]})
-        run.timing.append({"model": model, "fit seconds (mean)": r.get("fit_s")})
-        for a, attack in attacks.items():
-            if not pd.isna(r.get(f"mia_{a}_auc", math.nan)):
-                attack.rows.append({"model": model, "AUC": r[f"mia_{a}_auc"],
-                                    "TPR @ 1% FPR": r.get(f"mia_{a}_tpr_at_1pct_fpr")})
-                if a in roc.get(key, {}):
-                    attack.curves[model] = (roc[key][a]["members"], roc[key][a]["nonmembers"])
-        if not pd.isna(r.get("canary_epsilon_lower_bound", math.nan)):
-            audit.rows.append({"model": model, "claimed epsilon": r.get("epsilon"),
-                               "audited lower bound": r["canary_epsilon_lower_bound"]})
-    run.attacks = [a for a in (*attacks.values(), audit) if a.rows]
-    run.not_protected = ["The notes are GENERATED (grounded in real records); results say nothing of real notes.",
-                         "The base model's pre-training data are public and outside every guarantee."]
     return run
 
 
@@ -289,12 +234,8 @@ WRITERS = (
            lambda f: _has(f, "config.json", "*/target/*.json"), read_tsf),
     Writer("dpcare benchmark dp2stage", "config.json + runs/*.json",
            lambda f: _has(f, "config.json", "runs/*.json"), read_dp2stage),
-    Writer("dpcare benchmark clinical-nlp", "settings.json + roc.json + runs.jsonl + data/split.json",
-           lambda f: _has(f, "settings.json", "roc.json", "runs.jsonl", "data/split.json"), read_clinical_nlp),
     Writer("dpcare benchmark fusiondp-text", "settings.json + guarantees.json + paired.csv",
            lambda f: _has(f, "settings.json", "guarantees.json", "paired.csv"), read_fusiondp_text),
-    Writer("dpcare text finetune", "finetune.json + weights.safetensors",
-           lambda f: _has(f, "finetune.json", "weights.safetensors"), read_text_finetune),
     Writer("dpcare synth fit / evaluate", "synthesizer.json or *.report.json",
            lambda f: _has(f, "synthesizer.json") or _has(f, "*.report.json"), read_synth),
 )

@@ -1,10 +1,16 @@
-"""Clinical-note corpora: GENERATED discharge summaries grounded in real records (MIMIC-IV demo,
-SUPPORT2, RHC) with gold PHI / problem-treatment-test / ICD / summary annotations, and readers for
-real corpora a user supplies (MIMIC-III NOTEEVENTS, i2b2 2010 and 2014, BRAT, JSONL)."""
+"""Clinical notes, one subpackage per concern:
 
-from dpcare.text.corpus import generate_corpus, load_jsonl, save_jsonl
-from dpcare.text.imputation import SpanImputer
-from dpcare.text.masking import MaskedNote, SpanMasker, evaluate_masker
+    text/corpus/    GENERATED discharge summaries grounded in real records (MIMIC-IV demo, SUPPORT2, RHC)
+                    with gold PHI / problem-treatment-test / ICD / summary annotations
+    text/views/     the public views of a note: masking of the sensitive spans, LM imputation of the masks
+    text/lm/        private fine-tuning of causal LMs, generative NER, summaries, attacks, saved models
+    text/classify/  note classification (ICD coding with CAML) on public word vectors
+
+and shared here: ``spans`` (Note, Span), ``readers`` (real corpora a user supplies: MIMIC-III NOTEEVENTS,
+i2b2 2010 and 2014, BRAT, JSONL) and ``evaluation`` (span F1, ROUGE-L, perplexity).
+"""
+
+from dpcare.text.corpus.generator import generate_corpus, load_jsonl, save_jsonl
 from dpcare.text.readers import (
     read_brat,
     read_i2b2_2010,
@@ -27,6 +33,8 @@ from dpcare.text.spans import (
     mask_phi,
     phi_leaks,
 )
+from dpcare.text.views.imputation import SpanImputer
+from dpcare.text.views.masking import MaskedNote, SpanMasker, evaluate_masker
 
 __all__ = [
     "ENTITY_LABELS", "GENERATED_PHI", "PHI_TYPES", "MaskedNote", "Note", "Span", "SpanImputer", "SpanMasker",

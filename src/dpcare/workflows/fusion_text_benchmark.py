@@ -1,7 +1,7 @@
 """`dpcare benchmark fusiondp-text`: the nine methods of fusiondp.txt (Table 1) on clinical notes.
 
 ICD coding (the K most frequent codes, binary cross-entropy per code, summed over the codes) with
-the CAML backbone on public word vectors (``dpcare.text.caml``), on the three views of
+the CAML backbone on public word vectors (``dpcare.text.classify.caml``), on the three views of
 ``fusion_text_data``. The methods are the tabular family's objectives with a multi-label loss:
 SGD-ORG / SGD-Hybrid / SGD-Pub (non-private, on x / x_hyb / x_pub), DP-SGD (every note of a patient
 protected), and Naive Fusion, Naive Fusion-Pub, Feature-DP, Calibrated Fusion and FusionDP
@@ -35,8 +35,8 @@ from dpcare.methods import DPSGD, NonPrivate
 from dpcare.methods.fusion import HYBRID_METHODS
 from dpcare.privacy import PrivacyLedger, ProtectedUnit
 from dpcare.progress import progress as tqdm
-from dpcare.text.caml import CAML
-from dpcare.text.multilabel import choose_threshold, multilabel_metrics, per_example_bce
+from dpcare.text.classify.caml import CAML
+from dpcare.text.classify.multilabel import choose_threshold, multilabel_metrics, per_example_bce
 from dpcare.workflows.fusion_text_data import TextViews
 from dpcare.studies.grid import append_run, check_settings, parallel_results, read_journal
 
@@ -347,7 +347,7 @@ def run_fusiondp_text(bench: TextFusionBenchmark, out_dir: str | os.PathLike, no
     """The whole benchmark: notes (default: ``bench.n_notes`` generated ones), their three views
     (``out_dir/data``, resumable), then every run (``out_dir/runs.jsonl``, resumable)."""
     from dpcare.text import generate_corpus
-    from dpcare.text.imputation import SpanImputer
+    from dpcare.text.views.imputation import SpanImputer
     from dpcare.workflows.fusion_text_data import prepare_text_views
 
     bench.validate()

@@ -4,8 +4,8 @@
     x_pub  the note with sensitive spans masked   Psi(x): the public features, one <mask> per span
     x_hyb  the note with every mask filled by an LM that saw only x_pub (the hybrid note)
 
-The masker (``dpcare.text.masking``) finds the sensitive spans; the imputer
-(``dpcare.text.imputation``) fills them from the masked text alone. Token ids come from a
+The masker (``dpcare.text.views.masking``) finds the sensitive spans; the imputer
+(``dpcare.text.views.imputation``) fills them from the masked text alone. Token ids come from a
 vocabulary of PUBLIC resources only (``safe_vocabulary``: stop-words, clinical wording, drug names,
 ICD-10-CM descriptions), so that no note, private or masked, decides which words the model knows;
 the embedding starts from public word2vec vectors. The ICD label set is the K most frequent codes
@@ -28,17 +28,17 @@ import torch
 
 from dpcare.exceptions import DataError, SpecError
 from dpcare.io import torch_save, write_json
-from dpcare.text.masking import MaskedNote, SpanMasker
-from dpcare.text.multilabel import LabelSet
+from dpcare.text.views.masking import MaskedNote, SpanMasker
+from dpcare.text.classify.multilabel import LabelSet
 from dpcare.text.spans import Note
-from dpcare.text.vocab import Vocab, tokenize, word_vectors
+from dpcare.text.classify.vocab import Vocab, tokenize, word_vectors
 from dpcare.timeseries.windows import split_patients
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
 SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
-#: the public text of a masked span: tokenised as <mask> (``dpcare.text.vocab.tokenize``)
+#: the public text of a masked span: tokenised as <mask> (``dpcare.text.classify.vocab.tokenize``)
 PLACEHOLDER = "[**{label}**]"
 
 
@@ -62,8 +62,8 @@ class TextViews:
 
 
 def public_vocabulary() -> Vocab:
-    """The vocabulary of public resources (``dpcare.text.safe_words.safe_vocabulary``)."""
-    from dpcare.text.safe_words import safe_vocabulary
+    """The vocabulary of public resources (``dpcare.text.views.safe_words.safe_vocabulary``)."""
+    from dpcare.text.views.safe_words import safe_vocabulary
 
     return Vocab(sorted(w for w in safe_vocabulary() if tokenize(w) == [w]))
 
@@ -174,7 +174,7 @@ def prepare_text_views(notes: Sequence[Note], out_dir: str | os.PathLike, *, top
     labels = label_set(parts["train"], top_k, codes)
     masker = masker or SpanMasker(placeholder=PLACEHOLDER)
     if imputer is None:
-        from dpcare.text.imputation import SpanImputer
+        from dpcare.text.views.imputation import SpanImputer
 
         imputer = SpanImputer(progress=progress)
     masked, hybrid = {}, {}
@@ -189,7 +189,7 @@ def prepare_text_views(notes: Sequence[Note], out_dir: str | os.PathLike, *, top
     views.info["imputation"] = stats
     views.info["settings"] = settings
     if any(n.phi for n in parts["test"]):  # gold PHI (generated notes): how much the masker finds
-        from dpcare.text.masking import evaluate_masker
+        from dpcare.text.views.masking import evaluate_masker
 
         scores = evaluate_masker(masker, parts["test"][:300], show_progress=False)
         views.info["masker"] = scores.to_dict(orient="records")

@@ -2,7 +2,7 @@
 
 The notes are GENERATED, not real clinical notes: their facts (ICD-10-CM diagnoses, medications,
 labs, vitals, age, sex, admission type, length of stay, disposition) come from real records
-(MIMIC-IV demo stays, SUPPORT2 and RHC rows, see dpcare.text.sources) and their identifiers
+(MIMIC-IV demo stays, SUPPORT2 and RHC rows, see dpcare.text.corpus.sources) and their identifiers
 (names, dates, record numbers, hospitals, phones, addresses) from Faker. Each note carries its
 patient id: the privacy unit downstream.
 """
@@ -19,9 +19,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from dpcare.exceptions import MissingDependencyError, SettingsError, UnknownNameError
-from dpcare.text import phrases as P
-from dpcare.text.builder import NoteBuilder, Styler
-from dpcare.text.sources import SOURCES, Code, Record, Treatment, load_records
+from dpcare.text.corpus import phrases as P
+from dpcare.text.corpus.builder import NoteBuilder, Styler
+from dpcare.text.corpus.sources import SOURCES, Code, Record, Treatment, load_records
 from dpcare.text.spans import Note, name_parts, phi_leaks, phi_pattern
 
 ERAS = {"mimic_demo": (2008, 2022), "support2": (1989, 1994), "rhc": (1989, 1994)}

@@ -4,7 +4,7 @@ epsilon 1, 3, 8 and non-private).
 
 The privacy unit is the PATIENT. Every attack scores a patient by :func:`note_losses`: the next-token NLL
 of the model over ALL target tokens (and EOS) of all the fine-tuning rows of all the patient's notes
-(:func:`dpcare.text.finetune.make_examples`: NER windows or summarisation pairs; pass the task, labels,
+(:func:`dpcare.text.lm.finetune.make_examples`: NER windows or summarisation pairs; pass the task, labels,
 window and stride used for fine-tuning), divided by their number: a token-weighted mean, so a patient's
 longer targets weigh more than short ones, and an entity seen by two overlapping NER windows counts twice,
 as in training.
@@ -47,7 +47,7 @@ from dpcare.audit.lira import LiraResult
 from dpcare.audit.metrics import attack_metrics
 from dpcare.audit.one_run import OneRunAudit, one_run_audit
 from dpcare.exceptions import DataError, SettingsError
-from dpcare.text.finetune import (
+from dpcare.text.lm.finetune import (
     Example,
     TargetLoss,
     _max_positions,

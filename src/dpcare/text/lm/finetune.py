@@ -16,7 +16,7 @@ its exact per-example gradient), and the full modes UNTIE the output layer from 
 copy of the tied matrix, trained separately; the fast backend refuses a parameter shared by two layers)
 and pass per-row position ids so GPT-2's position embedding sees the batch dimension.
 
-Examples (:func:`make_examples`): NER windows of the note (:mod:`dpcare.text.generative_ner`), or one
+Examples (:func:`make_examples`): NER windows of the note (:mod:`dpcare.text.lm.generative_ner`), or one
 summarisation pair per note (prompt: the hospital course; target: the discharge diagnoses and summary).
 Rows are prompt tokens, target tokens and EOS, right-padded, with an attention mask. The loss of a row
 is the MEAN next-token NLL over its target tokens and EOS (``reduction="sum"``: their sum), so a
@@ -43,7 +43,7 @@ from dpcare.engine.trainer import TrainConfig, Trainer
 from dpcare.exceptions import DataError, PrivacyParameterError, SpecError, UnknownNameError
 from dpcare.lm import load_causal_lm, trim_right_padding
 from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
-from dpcare.text.generative_ner import ner_prompt, ner_target, note_windows, spans_in
+from dpcare.text.lm.generative_ner import ner_prompt, ner_target, note_windows, spans_in
 from dpcare.text.spans import ENTITY_LABELS, Note
 from dpcare.token_loss import token_nll
 
@@ -53,6 +53,26 @@ QV_TARGETS = (("q_proj", "v_proj"), ("c_attn",), ("query_key_value",), ("query",
 #: starting learning rates per mode (not tuned)
 DEFAULT_LR = {"non-private": 5e-5, "dp-full": 1e-4, "dp-lora": 2e-3, "dp-prefix": 1e-2}
 SUMMARY_INSTRUCTION = "Summarise the hospital course: list the discharge diagnoses, then a short summary."
+
+
+#: clip-norm variants: the fixed setting, adaptive clipping at the median throughout training, and a private
+#: warm-up to the 80th percentile with C frozen afterwards (the paper's recipe made private)
+CLIP_VARIANTS = ("fixed", "adaptive-median", "warmup-p80")
+#: std of the noise on the clip count: the paper's default (expected batch / 20) is for batches of hundreds; with
+#: a few patients per step it would leave the split accounting (2 sigma_b > sigma) nothing for the gradient
+COUNT_NOISE = 2.0
+
+
+def adaptive_clip(variant: str) -> AdaptiveClip | None:
+    """The :class:`~dpcare.engine.adaptive_clip.AdaptiveClip` of a clip variant (None: the fixed clip norm)."""
+    if variant == "fixed":
+        return None
+    if variant == "adaptive-median":
+        return AdaptiveClip(target_quantile=0.5, lr=0.2, count_noise=COUNT_NOISE)
+    if variant == "warmup-p80":
+        return AdaptiveClip(target_quantile=0.8, lr=0.3, count_noise=COUNT_NOISE, warmup_steps=10,
+                            freeze_after_warmup=True)
+    raise UnknownNameError(f"unknown clip variant {variant!r}; choose from {list(CLIP_VARIANTS)}")
 
 
 class FinetuneMode(str, Enum):

@@ -1,11 +1,12 @@
-"""Saving and loading a causal LM fine-tuned by :func:`dpcare.text.finetune.finetune`.
+"""Saving and loading a causal LM fine-tuned by :func:`dpcare.text.lm.finetune.finetune`.
 
 A saved folder holds the TRAINED parameters only (``weights.safetensors``: the LoRA factors, the prefix, or
 every parameter with the untied output layer) and ``finetune.json``: the recipe that rebuilds the rest (the
 base model, the blocks kept, the mode and its adapter sizes, the task, labels and windows) with the run's
 guarantee, ledger and loss history. Loading rebuilds the base model, applies the mode and copies the saved
 parameters in; a weights file that does not match the recipe exactly is an error, never a partial load.
-Every file is written atomically.
+Every file is written atomically. ``dpcare text finetune`` writes them into a run folder
+(:mod:`dpcare.runs`) whose ``run.json`` (:func:`finetune_manifest`) is what ``dpcare report`` reads.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from torch import nn
 
 from dpcare.exceptions import DataError, MissingFileError
 from dpcare.io import atomic_write, write_json
+from dpcare.runs import Manifest
 
 FORMAT = 1
 WEIGHTS = "weights.safetensors"
 META = "finetune.json"
-#: what rebuilds the model and its inputs (``info`` keys of :func:`~dpcare.text.finetune.finetune`)
+#: what rebuilds the model and its inputs (``info`` keys of :func:`~dpcare.text.lm.finetune.finetune`)
 RECIPE = ("task", "mode", "model", "layers", "lora_rank", "lora_alpha", "prefix_tokens", "labels", "window",
           "stride")
 
@@ -53,6 +55,20 @@ def save_finetuned(model: nn.Module, info: dict[str, Any], folder: str | os.Path
     return folder
 
 
+def finetune_manifest(info: dict[str, Any], settings: dict[str, Any] | None = None,
+                      data: dict[str, Any] | None = None) -> Manifest:
+    """run.json of a fine-tuning run: the fine-tuned model with its guarantee and ledger (none: non-private),
+    the recipe and training figures in ``settings["info"]``, the files."""
+    m = Manifest(settings=dict(settings or {}), data=data or {}, files={"weights": WEIGHTS, "recipe": META})
+    m.add_model(f"{info['task']} {info['mode']}", info.get("guarantee"), info.get("ledger"),
+                note="" if info.get("guarantee") else "NO differential privacy guarantee (non-private fine-tuning).")
+    m.settings["info"] = {k: info.get(k) for k in (*RECIPE, "patients", "notes", "rows", "steps", "sampling_rate",
+                                                   "noise_multiplier", "clip_norm", "trainable_parameters")}
+    m.notes.append("No utility or attack is measured at fine-tuning: `dpcare text ner` / `summarise` score notes "
+                   "with gold annotations; the clinical-nlp study attacks its models.")
+    return m
+
+
 def read_meta(folder: str | os.PathLike) -> dict[str, Any]:
     """``finetune.json`` of a saved folder; errors name a folder that is not one."""
     import json
@@ -72,7 +88,7 @@ def load_finetuned(folder: str | os.PathLike):
     from safetensors.torch import load_file
 
     from dpcare.lm import load_causal_lm
-    from dpcare.text.finetune import apply_mode
+    from dpcare.text.lm.finetune import apply_mode
 
     meta = read_meta(folder)
     r = meta["recipe"]

@@ -1,5 +1,5 @@
 """Summaries written by a fine-tuned causal LM (greedy decoding of the summarisation prompt of
-:func:`dpcare.text.finetune.summary_prompt`) and their ROUGE-L against the notes' reference summaries."""
+:func:`dpcare.text.lm.finetune.summary_prompt`) and their ROUGE-L against the notes' reference summaries."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from torch import nn
 from dpcare.exceptions import DataError, SettingsError
 from dpcare.progress import progress as tqdm
 from dpcare.text.evaluation import rouge_l
-from dpcare.text.finetune import summary_prompt
+from dpcare.text.lm.finetune import summary_prompt
 from dpcare.text.spans import Note
 
 

@@ -1,6 +1,6 @@
 """Token-classification NER with a BERT encoder (all-MiniLM-L6-v2 by default) through the DP engine
 (dp-lora-clinical-nlp.txt, Part 2): BIO tags over problem / treatment / test, modes ``non-private``,
-``dp-full`` and ``dp-lora`` (see :mod:`dpcare.text.finetune`), the PATIENT as the privacy unit.
+``dp-full`` and ``dp-lora`` (see :mod:`dpcare.text.lm.finetune`), the PATIENT as the privacy unit.
 
 Tags. ``O``, then ``B-type`` and ``I-type`` for each label in order (:func:`bio_tags`). A note is cut into
 word pieces by the FAST tokenizer (offset mapping); a piece overlapping a gold entity span is ``B-`` if it
@@ -19,7 +19,7 @@ and otherwise starts one (an I- without B-); ``O`` closes the open span. A span 
 piece's start to its last piece's end in the note.
 
 Loss (:class:`TokenNERLoss`). Per window, the MEAN token cross-entropy over its scored pieces (as
-:class:`~dpcare.text.finetune.TargetLoss`; ``reduction="sum"``: the sum). Every window of every note of a
+:class:`~dpcare.text.lm.finetune.TargetLoss`; ``reduction="sum"``: the sum). Every window of every note of a
 patient carries the patient's group id (``Trainer.fit(groups=...)``), so the engine clips the patient's
 summed gradient; ``batch_size`` is the expected number of patients per step.
 
@@ -61,7 +61,7 @@ from dpcare.lm import trim_right_padding, under_torch_func
 from dpcare.privacy import PrivacyLedger, ProtectedUnit
 from dpcare.progress import quiet_loading
 from dpcare.text.evaluation import span_scores
-from dpcare.text.finetune import (
+from dpcare.text.lm.finetune import (
     FinetuneMode,
     _max_positions,
     apply_mode,

@@ -20,7 +20,7 @@ cannot rewrite a whole note, so each slot is filled from its left context and a 
 (plausible, not diverse), and one slot's value does not inform the next (a name repeated in a
 note may be filled differently).
 
-The imputer reads only the PUBLIC part of a :class:`~dpcare.text.masking.MaskedNote` (``text`` and
+The imputer reads only the PUBLIC part of a :class:`~dpcare.text.views.masking.MaskedNote` (``text`` and
 ``slots``), never ``private``: the model's input cannot contain a masked span (tests plant canaries).
 """
 
@@ -38,7 +38,7 @@ from typing import Any
 
 from dpcare.exceptions import DataError, MissingDependencyError, SpecError
 from dpcare.progress import progress as show_progress
-from dpcare.text.masking import MaskedNote
+from dpcare.text.views.masking import MaskedNote
 
 # generic public values of each type, used when the model gives nothing usable
 DEFAULTS: dict[str, str] = {

@@ -16,7 +16,7 @@ from typing import Any
 
 from dpcare.exceptions import DataError, MissingDependencyError
 from dpcare.progress import progress
-from dpcare.text.safe_words import (
+from dpcare.text.views.safe_words import (
     CLINICAL_ACRONYMS,
     CLINICAL_CODES,
     CLINICAL_WORDS,

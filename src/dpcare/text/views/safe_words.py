@@ -2,7 +2,7 @@
 
 ``safe_vocabulary()`` is the lower-cased union of spaCy's English stop-words, the curated lists
 below (section headers, clinical words, letter-digit codes, units), every word of the wording in
-``dpcare.text.phrases`` (lab, vital, drug and problem names), the one-word names of the drug
+``dpcare.text.corpus.phrases`` (lab, vital, drug and problem names), the one-word names of the drug
 dictionary (drug-named-entity-recognition) and the ICD-10-CM description words; common first and
 last names and month and weekday names are taken out again (curated words and stop-words stay).
 ``CLINICAL_ACRONYMS`` are matched in upper case only. A safe word only vetoes a weak cue (an entity
@@ -16,7 +16,7 @@ import re
 from functools import cache
 
 from dpcare.exceptions import MissingDependencyError
-from dpcare.text import phrases as P
+from dpcare.text.corpus import phrases as P
 
 
 def _set(block: str) -> frozenset[str]:
@@ -86,7 +86,7 @@ def words(text: str) -> set[str]:
 
 
 def phrase_words() -> set[str]:
-    """Every word of the wording ``dpcare.text.phrases`` holds (headers, labs, vitals, drugs...)."""
+    """Every word of the wording ``dpcare.text.corpus.phrases`` holds (headers, labs, vitals, drugs...)."""
     texts: list[str] = [*P.TITLES, *P.CONDITION, *P.BRANDS, *P.BRANDS.values()]
     texts += [h for hs in P.HEADERS.values() for h in hs]
     texts += [n for table in (P.LABS, P.VITALS) for names, _ in table.values() for n in names]
