@@ -266,3 +266,52 @@ def test_cli_init_and_show(tmp_path):
     assert r.exit_code == 2 and "delta must be" in r.output
     r = runner.invoke(app, ["budget", "show", str(tmp_path / "missing.json")])
     assert r.exit_code == 2 and "no budget file" in r.output
+
+
+# ------------------------------------------------------------- the invariants, fast (the slow tests use processes)
+def test_two_budget_objects_loaded_before_either_reserves_do_not_both_pass(tmp_path):
+    """Each object holds a snapshot from before the other's reservation: the check must use a fresh read under
+    the lock, never the snapshot (red when reserve() checked self instead of the fresh read, checked)."""
+    total = (gaussian_ledger(1).epsilon() + gaussian_ledger(2).epsilon()) / 2  # one fits, two do not
+    first, second = Budget.load(new_budget(tmp_path, epsilon=total).path), Budget.load(tmp_path / "budget.json")
+    first.reserve(gaussian_ledger(), run_id="a", command="test")
+    with pytest.raises(BudgetExceededError):
+        second.reserve(gaussian_ledger(), run_id="b", command="test")
+    assert [r.run_id for r in Budget.load(tmp_path / "budget.json").releases] == ["a"]
+
+
+def test_read_check_and_write_happen_inside_one_lock(tmp_path, monkeypatch):
+    """Every file read and write of a reservation happens while the lock is held (a read-check-write outside
+    the lock lets two processes pass the same check)."""
+    budget = new_budget(tmp_path)
+    events, held = [], {"now": False}
+    real_flock, real_load, real_write = budget_module.fcntl.flock, Budget.load, Budget._write
+
+    def flock(f, op):
+        held["now"] = op == budget_module.fcntl.LOCK_EX
+        events.append("lock" if held["now"] else "unlock")
+        return real_flock(f, op)
+
+    def load(cls, path):
+        events.append(f"read{'' if held['now'] else ' OUTSIDE'}")
+        return real_load.__func__(cls, path)
+
+    def write(self):
+        events.append(f"write{'' if held['now'] else ' OUTSIDE'}")
+        return real_write(self)
+
+    monkeypatch.setattr(budget_module.fcntl, "flock", flock)
+    monkeypatch.setattr(Budget, "load", classmethod(load))
+    monkeypatch.setattr(Budget, "_write", write)
+    budget.reserve(gaussian_ledger(), run_id="a", command="test")
+    assert events == ["lock", "read", "write", "unlock"]
+
+
+def test_a_commit_protecting_a_weaker_unit_than_the_budget_is_refused(tmp_path):
+    """A patient budget, a patient-level reservation, then an actual ledger that protects only rows: the commit
+    must not record it as if it protected patients."""
+    budget = new_budget(tmp_path, unit="patient")
+    budget.reserve(gaussian_ledger(unit="patient"), run_id="a", command="test")
+    with pytest.raises(PrivacyParameterError, match="does not imply"):
+        budget.commit("a", gaussian_ledger(unit="example"))
+    assert [r.status for r in Budget.load(budget.path).releases] == ["reserved"]

@@ -81,7 +81,7 @@ def test_text_fusion_imputer_and_public_views_do_not_depend_on_the_private_spans
     from dataclasses import replace
 
     from dpcare.text import SpanMasker, generate_corpus
-    from dpcare.workflows.fusion_text_data import PLACEHOLDER, prepare_text_views
+    from dpcare.text.classify.data import PLACEHOLDER, prepare_text_views
 
     notes = [replace(n, phi=()) for n in generate_corpus(30, seed=2)]
     masked = SpanMasker(ner=False, placeholder=PLACEHOLDER).mask_many(notes)

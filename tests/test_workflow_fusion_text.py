@@ -13,8 +13,8 @@ import torch
 from dpcare.exceptions import DataError, SpecError
 from dpcare.text import SpanMasker, generate_corpus
 from dpcare.text.spans import Note
-from dpcare.workflows import fusion_text_benchmark as ftb
-from dpcare.workflows.fusion_text_data import PLACEHOLDER, TextViews, label_set, prepare_text_views
+from dpcare.studies import fusiondp_text as ftb
+from dpcare.text.classify.data import PLACEHOLDER, TextViews, label_set, prepare_text_views
 from dpcare.studies.grid import read_journal
 
 

@@ -80,7 +80,7 @@ def benchmark_fusiondp_text(
 ) -> None:
     """The nine FusionDP methods on clinical notes: ICD coding with CAML under feature-level DP of
     the sensitive spans (fusiondp.txt, Section 5.3, Table 1)."""
-    from dpcare.workflows.fusion_text_benchmark import TextFusionBenchmark, run_fusiondp_text
+    from dpcare.studies.fusiondp_text import TextFusionBenchmark, run_fusiondp_text
 
     bench = TextFusionBenchmark.quick() if quick else TextFusionBenchmark(
         n_notes=n_notes, top_k=top_k, epsilons=epsilon_list(epsilons),

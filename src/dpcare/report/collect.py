@@ -77,8 +77,8 @@ def _existing(*paths: Path) -> list[Path]:
 
 # --------------------------------------------------------------------------- benchmarks
 def read_fusiondp_text(folder: Path) -> Run:
-    from dpcare.workflows.fusion_text_benchmark import METRICS
-
+    METRICS = ("f1_micro", "f1_macro", "precision_micro", "precision_macro", "recall_micro", "recall_macro",
+               "auc_micro", "auc_macro")  # those of the text FusionDP study
     settings = read_json(folder / "settings.json")
     table = pd.read_csv(folder / "table.csv")
     guarantees = read_json(folder / "guarantees.json")

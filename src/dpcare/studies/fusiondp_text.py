@@ -37,7 +37,7 @@ from dpcare.privacy import PrivacyLedger, ProtectedUnit
 from dpcare.progress import progress as tqdm
 from dpcare.text.classify.caml import CAML
 from dpcare.text.classify.multilabel import choose_threshold, multilabel_metrics, per_example_bce
-from dpcare.workflows.fusion_text_data import TextViews
+from dpcare.text.classify.data import TextViews
 from dpcare.studies.grid import append_run, check_settings, parallel_results, read_journal
 
 NONPRIVATE = {"sgd-org": "x", "sgd-hybrid": "x_hyb", "sgd-pub": "x_pub"}
@@ -348,7 +348,7 @@ def run_fusiondp_text(bench: TextFusionBenchmark, out_dir: str | os.PathLike, no
     (``out_dir/data``, resumable), then every run (``out_dir/runs.jsonl``, resumable)."""
     from dpcare.text import generate_corpus
     from dpcare.text.views.imputation import SpanImputer
-    from dpcare.workflows.fusion_text_data import prepare_text_views
+    from dpcare.text.classify.data import prepare_text_views
 
     bench.validate()
     if lm != "smollm2" and not (Path(lm) / "config.json").is_file():
