@@ -183,6 +183,27 @@ def test_guarantee_n_is_the_images_the_engine_samples(folder, monkeypatch):
     assert plan(tiny("public"), n) is None and plan(tiny("non-private"), n) is None
 
 
+def test_an_interrupted_fit_resumes_to_the_same_model(tmp_path, monkeypatch):
+    """Killed during the FDP phase (after the public model trained in the run), the same fit with the same
+    checkpoint folder resumes: the public model from its checkpoint, and ends with the same weights."""
+    data, settings = digits(30), tiny("fdp-alg1", epochs=2.0)
+    reference = fit(data, settings, progress=False)
+    real_step, armed = recipe.Trainer.private_step, [True]
+
+    def killed(self, *args, **kwargs):
+        if armed and self.step_count == 2:
+            armed.clear()
+            raise KeyboardInterrupt("simulated kill")
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(recipe.Trainer, "private_step", killed)
+    with pytest.raises(KeyboardInterrupt):
+        fit(data, settings, checkpoint_dir=str(tmp_path), progress=False)
+    assert (tmp_path / "public" / "checkpoint.pt").exists()
+    again = fit(data, settings, checkpoint_dir=str(tmp_path), progress=False)
+    assert torch.equal(params(again.unet), params(reference.unet)) and again.guarantee == reference.guarantee
+
+
 def test_save_load_round_trip_and_sampling(tmp_path):
     data = digits(10)
     model = fit(data, tiny("dp", batch_size=8), public_images=digits(5, classes=(2, 3)), progress=False)
