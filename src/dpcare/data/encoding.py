@@ -94,7 +94,8 @@ class TableEncoder:
         no_budget = stats_epsilon is None and stats_noise_multiplier is None
         if need_dp and (ledger is None or no_budget):
             raise SpecError(f"protected numeric columns {[c.name for c in need_dp]} have no declared bounds: "
-                             "declare bounds in the spec, or pass a ledger and stats_epsilon for a DP estimate")
+                            "declare bounds in the spec, or give a DP budget for their estimate (--stats-epsilon "
+                            "on the command line, stats_epsilon= in Python)")
         sigma = self._stats_sigma(len(need_dp), ledger, stats_epsilon, stats_noise_multiplier) if need_dp else None
         rng = np.random.default_rng(seed)
         self.stats = {}

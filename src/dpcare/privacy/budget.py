@@ -223,8 +223,8 @@ class Budget:
                      _now())
         with _locked(budget.path):
             if budget.path.exists() and not force:
-                raise DPCareError(f"a budget file already exists at {budget.path} (its releases would be "
-                                      f"lost; pass force to overwrite)")
+                raise DPCareError(f"a budget file already exists at {budget.path} (its releases would be lost; "
+                                  "`dpcare budget init --force` or Budget.create(..., force=True) overwrites it)")
             budget._write()
         return budget
 
