@@ -211,8 +211,9 @@ def _scores(evaluator: FidEvaluator, net, images: torch.Tensor, labels: torch.Te
     return {"fid": evaluator(images), "fid_per_class": per_class}
 
 
-def _mean(per_class: dict[str, float]) -> float:
-    return float(np.nanmean(list(per_class.values())))
+def _mean(per_class: dict[str, float | None]) -> float:
+    """Mean per-class FID over the classes that have one (NaN, or null once written to JSON: < 2 images)."""
+    return float(np.nanmean([math.nan if v is None else v for v in per_class.values()]))
 
 
 def _rows(result: dict) -> list[dict]:
