@@ -18,7 +18,7 @@ def test_help_explains_every_command():
     for cmd in ("train", "demo", "account", "datasets"):
         assert cmd in r.output
     r = runner.invoke(app, ["train", "--help"])
-    assert "--spec" in r.output and "--epsilon" in r.output and "expected private batch" in r.output
+    assert "--spec" in r.output and "--epsilon" in r.output and "expected units per step" in r.output and "--clip" in r.output
 
 
 def test_account_epsilon_both_accountants():
