@@ -42,7 +42,9 @@ class _Option:
         kind = _TYPES[self.rule.kind]
         annotation = kind | None if self.rule.none else kind
         help_text = self.rule.help + (f" [{self.rule.allowed()}]" if self.rule.kind == "choice" else "")
-        option = typer.Option(self.flag, help=help_text)
+        # a flag has its off switch too (--impute/--no-impute): a setting that defaults to on can be turned off
+        names = f"{self.flag}/--no-{self.flag[2:]}" if self.rule.kind == "flag" else self.flag
+        option = typer.Option(names, help=help_text)
         return inspect.Parameter(self.param, inspect.Parameter.KEYWORD_ONLY, default=self.default,
                                  annotation=Annotated[annotation, option])
 
