@@ -19,7 +19,7 @@ def windows(batch: int):
     import torch
 
     try:
-        from dpcare.workflows.tsf import prepare_tsf
+        from dpcare.timeseries.recipe import prepare_tsf
 
         ws = prepare_tsf("mimic_demo").part("train")
         data = {k: v[:batch] for k, v in ws.tensors().items()}

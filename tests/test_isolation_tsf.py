@@ -1,24 +1,33 @@
-"""Isolation of the forecasting workflow's selection step from the training patients.
+"""Isolation of the forecasting recipe's public parts: the defences' selection step, the standardisation
+statistics under DP-SGD, and the patient split.
 
 tests/test_workflow_tsf.py already checks that changing TEST patients leaves every model bit-identical,
 that fitted statistics read training patients only, and that the defences receive exactly the
 validation windows. This adds the other direction: with declared statistics (those DP-SGD requires),
 changing the values of the TRAINING patients leaves the validation windows that the defences' epoch
-selection reads bit-identical.
+selection reads bit-identical. And for ``fit`` on a user's events: the statistics DP-SGD standardises with
+and the split (a function of the patient ids and the seed) do not move when private values, times or stay
+lengths change.
 """
+
+import json
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from dpcare.workflows import tsf
-from dpcare.workflows.tsf import TsfRecipe, prepare_tsf, train_methods
+from dpcare.studies.tsf import train_methods
+from dpcare.timeseries import ForecastSettings, user_dataset
+from dpcare.timeseries import recipe as tsf
+from dpcare.timeseries.recipe import fit, prepare_tsf
 
 VARS = ("hr", "sbp", "temp")
 DECLARED = {"hr": (85.0, 20.0), "sbp": (120.0, 25.0), "temp": (37.0, 0.8)}
 WINDOW = {"input_len": 4, "output_len": 2, "stride": 2}
-TINY = TsfRecipe(d_model=8, n_heads=2, epochs=1, batch_size=8, aug_epochs=1, aug_candidates=4)
+BASE = ForecastSettings()
+TINY = ForecastSettings(d_model=8, n_heads=2, baseline_epochs=1, baseline_batch_size=8, aug_epochs=1,
+                        aug_candidates=4, dp=BASE.dp.replace(seed=1))
 
 
 def events(shift=None, patients=20, hours=12, seed=0):
@@ -52,7 +61,7 @@ def selection_input(monkeypatch, ev, declared):
 
     monkeypatch.setattr(tsf, "retrain_with_augmentation", spy)
     with pytest.raises(Selected):
-        train_methods(data.part("train"), data.part("validation"), ["zoo"], TINY, data.standardizer, seed=1)
+        train_methods(data.part("train"), data.part("validation"), ["zoo"], TINY, data.standardizer)
     return data, seen
 
 
@@ -69,3 +78,50 @@ def test_selection_reads_bit_identical_validation_windows_when_training_patients
     _, fb = selection_input(monkeypatch, changed, None)
     assert not torch.equal(fa["validation"]["x"], fb["validation"]["x"])
     # fails if prepare_tsf fits the statistics on the training patients although they are declared (checked)
+
+
+SPEC = {"name": "toy", "step": "hour", "window": WINDOW, "default_variables": list(VARS),
+        "variables": {v: {"center": c, "scale": s} for v, (c, s) in DECLARED.items()}}
+
+
+def fit_input(monkeypatch, tmp_path, ev):
+    """``fit`` with DP-SGD on ``ev``: the standardizer and the split the private training receives."""
+    (tmp_path / "spec.yaml").write_text(json.dumps(SPEC))
+    ev.to_csv(tmp_path / "events.csv", index=False)
+    seen = {}
+
+    def spy(train, settings, standardizer, patients, progress, checkpoint_dir):
+        seen["center"], seen["scale"] = dict(standardizer.center), dict(standardizer.scale)
+        seen["source"], seen["patients"] = standardizer.source, patients
+        raise Selected
+
+    real = tsf.prepare_tsf
+
+    def keep(*args, **kwargs):
+        seen["splits"] = (data := real(*args, **kwargs)).splits
+        return data
+
+    monkeypatch.setattr(tsf, "dp_sgd", spy)
+    monkeypatch.setattr(tsf, "prepare_tsf", keep)
+    with pytest.raises(Selected):
+        fit(user_dataset(tmp_path / "events.csv", "canonical", tmp_path / "spec.yaml"), TINY, progress=False)
+    return seen
+
+
+def test_dp_sgd_statistics_and_split_do_not_move_with_private_values(monkeypatch, tmp_path):
+    a = fit_input(monkeypatch, tmp_path, events(patients=30))
+    changed = events(patients=30, shift={f"p{i}": 40.0 * (i + 1) for i in range(30)})
+    b = fit_input(monkeypatch, tmp_path, changed)
+    assert a["source"] == b["source"] == "declared"
+    assert a["center"] == b["center"] == {v: c for v, (c, _) in DECLARED.items()}
+    assert a["scale"] == b["scale"]
+    assert a["splits"] == b["splits"] and a["patients"] == b["patients"]
+    # shorter stays: fewer patients have a window, yet the split (over every patient id) stays the same
+    cut = changed["patient_id"].isin([f"p{i}" for i in range(0, 30, 3)])  # a third of the patients: no window
+    short = changed[(changed["time"] < 5) | ~cut]
+    c = fit_input(monkeypatch, tmp_path, short)
+    windowed = prepare_tsf("toy", events=short, variables=VARS, step="hour", declared=DECLARED, **WINDOW).splits
+    assert windowed != a["splits"]  # splitting the patients that have a window would move
+    assert c["splits"] == a["splits"] and c["patients"] == a["patients"]
+    # seen red with two planted leaks (checked): prepare_tsf labelling statistics fitted on the training
+    # patients "declared", and splitting the patients that have a window instead of every patient id

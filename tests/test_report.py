@@ -18,11 +18,12 @@ from dpcare.data import TableSchema
 from dpcare.io import write_json
 from dpcare.privacy import PrivacyLedger, ProtectedUnit, gaussian_event
 from dpcare.report import UnknownRunFolder, collect, write_report
-from dpcare.runs import attach_attack, read_manifest
+from dpcare.runs import Manifest, RunFolder, attach_attack, read_manifest
 from dpcare.settings import DPSettings
 from dpcare.tabular import TabularSettings, fit
 from dpcare.tabular.audit import audit_split
-from dpcare.timeseries.recipe import loss_attack_report
+from dpcare.timeseries.attacks import LOSS_TITLE, attack_row, loss_attack_report
+from dpcare.timeseries.recipe import NO_GUARANTEE
 
 PNG = re.compile(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)">')
 
@@ -118,15 +119,23 @@ def test_ledger_state_lines_and_roc_from_scores(tmp_path):
     assert "<td>Gaussian</td><td>—</td><td class=n>4</td><td class=n>1</td>" in table
     assert "<td>Poisson-sampled Gaussian</td><td class=n>0.05</td><td class=n>1.1</td><td class=n>40</td>" in table
 
+
+def test_tsf_study_folder_roc_from_scores(tmp_path):
+    """A `dpcare benchmark tsf` folder (its run.json as the study writes it; the study end to end:
+    tests/test_workflow_tsf.py): the LOSS ROC drawn from the saved scores, no guarantee for the baseline."""
+    from dpcare.audit import attack_payload
+
     rng = np.random.default_rng(0)
-    tsf = tmp_path / "tsf"  # the keys of tsf_benchmark's target files
-    write_json(tsf / "config.json", {"datasets": ["toy"], "shadows": 0})
     train, test = rng.exponential(1.0, 50), rng.exponential(1.2, 50)
-    write_json(tsf / "toy" / "target" / "baseline.json", {
-        "label": "baseline", "data": "toy", "seconds": 1.5, "test_mse": 0.9, "train_mse": 0.5,
-        "validation_mse": 0.8, "loss_attack": loss_attack_report(train, test, bootstrap=10), "info": {},
-        "roc": {"members": (-train).tolist(), "nonmembers": (-test).tolist()}})
-    html = write_report([tsf], tmp_path / "t.html").read_text()
+    run = RunFolder(tmp_path / "tsf", "study:tsf", {"datasets": ["toy"], "shadows": 0},
+                    command="dpcare benchmark tsf")
+    manifest = Manifest(headline=["test MSE"])
+    manifest.add_model("toy: baseline", None, note=NO_GUARANTEE)
+    manifest.metrics.append({"model": "toy: baseline", "test MSE": 0.9, "validation MSE": 0.8, "train MSE": 0.5})
+    row = attack_row("toy: baseline", loss_attack_report(train, test, bootstrap=10))
+    manifest.attacks = [run.attack("loss", attack_payload(LOSS_TITLE, [row], {"toy: baseline": (-train, -test)}))]
+    run.finish(manifest)
+    html = write_report([tmp_path / "tsf"], tmp_path / "t.html").read_text()
     attacks = section(html, "Attacks")
     assert "plot the run saved" not in attacks and len(pngs(attacks)) == 1
     assert "NO formal guarantee" in section(html, "Privacy guarantee")

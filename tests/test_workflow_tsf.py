@@ -1,5 +1,6 @@
-"""The forecasting workflow: what each step may read, patient-level DP-SGD, attacks on untouched
-test patients, LiRA shadows, the resumable benchmark and its command line."""
+"""The forecasting recipe's training functions and the study on them: what each step may read,
+patient-level DP-SGD, attacks on untouched test patients, LiRA shadows, the resumable benchmark (a run
+folder with run.json) and its command line."""
 
 import json
 import os
@@ -10,23 +11,22 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from typer.testing import CliRunner
 
-import dpcare.workflows.tsf as tsf
-from dpcare.timeseries import user_dataset
-from dpcare.workflows.tsf import (
-    TsfRecipe,
-    lira_report,
-    method_labels,
-    prepare_tsf,
-    train_dp_sgd,
-    train_methods,
-)
-from dpcare.workflows.tsf_benchmark import TsfBenchmark, run_tsf_benchmark
+import dpcare.timeseries.recipe as tsf
+from dpcare.cli import app
+from dpcare.runs import read_manifest
+from dpcare.studies.tsf import TsfBenchmark, method_labels, run_tsf_benchmark, train_methods
+from dpcare.timeseries import ForecastSettings, user_dataset
+from dpcare.timeseries.attacks import lira_report
+from dpcare.timeseries.recipe import prepare_tsf, train_dp_sgd, with_method
 
 VARS = ("hr", "sbp", "temp")
 DECLARED = {"hr": (85.0, 20.0), "sbp": (120.0, 25.0), "temp": (37.0, 0.8)}
 WINDOW = {"input_len": 4, "output_len": 2, "stride": 2}
-TINY = TsfRecipe(d_model=8, n_heads=2, epochs=2, batch_size=8, dp_epochs=2, aug_epochs=2, aug_candidates=8)
+BASE = ForecastSettings()
+TINY = ForecastSettings(d_model=8, n_heads=2, baseline_epochs=2, baseline_batch_size=8, aug_epochs=2, aug_candidates=8,
+                        dp=BASE.dp.replace(epochs=2))
 
 
 def events(patients=25, hours=14, seed=0, shift=None):
@@ -77,9 +77,9 @@ def test_declared_statistics_are_used_as_declared():
 def test_dp_sgd_refuses_statistics_fitted_on_the_data():
     data = prepared(declared=None)
     with pytest.raises(ValueError, match="declared standardisation"):
-        train_dp_sgd(data.part("train"), TINY, 3.0, data.standardizer)
+        train_dp_sgd(data.part("train"), TINY, data.standardizer)
     with pytest.raises(ValueError, match="epsilon"):
-        train_dp_sgd(data.part("train"), TINY, 0.0, prepared().standardizer)
+        with_method(TINY, "dp-sgd", epsilon=0.0)
 
 
 def test_changing_test_patients_leaves_every_trained_model_bit_identical():
@@ -89,8 +89,9 @@ def test_changing_test_patients_leaves_every_trained_model_bit_identical():
     changed = prepared(events(shift={p: 50.0 for p in data.splits["test"]}))
     assert not torch.equal(changed.part("test").x, data.part("test").x)
     labels = ["baseline", "dp-sgd eps=3", "zoo", "zoo_pca", "mixup"]
-    a = train_methods(data.part("train"), data.part("validation"), labels, TINY, data.standardizer, seed=1)
-    b = train_methods(changed.part("train"), changed.part("validation"), labels, TINY, changed.standardizer, seed=1)
+    seeded = with_method(TINY, "baseline", seed=1)
+    a = train_methods(data.part("train"), data.part("validation"), labels, seeded, data.standardizer)
+    b = train_methods(changed.part("train"), changed.part("validation"), labels, seeded, changed.standardizer)
     for lab in labels:
         assert torch.equal(params(a[lab][0]), params(b[lab][0])), lab
 
@@ -113,11 +114,11 @@ def test_defences_select_on_validation_windows_only(monkeypatch):
 def test_dp_sgd_is_patient_level_with_the_right_sampling_rate():
     data = prepared()
     train = data.part("train")
-    model, info = train_dp_sgd(train, TINY, 3.0, data.standardizer)
+    model, info = train_dp_sgd(train, TINY, data.standardizer)
     g = info["guarantee"]
     patients = len(train.patients())
     assert g["unit"] == "patient" and g["n"] == patients
-    assert g["epsilon"] <= 3.0 + 1e-9
+    assert g["epsilon"] <= TINY.dp.epsilon + 1e-9
     assert info["sampling_rate"] == pytest.approx(round(TINY.dp_sampling_rate * patients) / patients)
     assert "patient" in info["guarantee_text"]
     assert len(train) > patients  # several windows per patient: the unit is not the window
@@ -143,30 +144,60 @@ def test_benchmark_attacks_test_patients_shadows_avoid_validation_and_resume(tmp
     path = tmp_path / "events.parquet"
     events().to_parquet(path)
     ds = user_dataset(path, "canonical", spec)
+    fast = with_method(TINY, "dp-sgd", accountant="rdp")  # RDP: fast calibration
     bench = TsfBenchmark(datasets=(ds,), methods=("baseline", "dp-sgd", "mixup"), epsilons=(3.0,), shadows=2,
-                         workers=1, recipe=TINY)
-    table = run_tsf_benchmark(bench, tmp_path / "out", progress=False)
+                         workers=1, settings=fast, bootstrap=20, patient_draws=20)
+    out = tmp_path / "out"
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(*a, **k):
+        raise Interrupted
+
+    with monkeypatch.context() as m:  # an interruption after every model and shadow was trained
+        m.setattr("dpcare.studies.tsf.lira_report", interrupt)
+        with pytest.raises(Interrupted):
+            run_tsf_benchmark(bench, out, progress=False)
+    staging = tmp_path / ".out.partial"
+    assert not out.exists() and (staging / "toy" / "target").is_dir()
+
+    def no_training(*a, **k):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr("dpcare.studies.tsf.train_methods", no_training)
+    monkeypatch.setattr("dpcare.studies.tsf.run_shadow", no_training)
+    table = run_tsf_benchmark(bench, out, progress=False)  # the rerun resumes in the staging folder
     assert list(table["method"]) == ["baseline", "dp-sgd eps=3", "mixup"]
     data = prepare_tsf(ds)
-    for f in (tmp_path / "out" / "toy" / "target").glob("*.json"):
+    for f in (out / "toy" / "target").glob("*.json"):
         r = json.loads(f.read_text())
         assert r["nonmember_patients"] == sorted(data.splits["test"]), f.name
         assert not set(r["nonmember_patients"]) & set(data.splits["validation"])
         assert r["member_patients"] == sorted(data.splits["train"])
     for k in range(2):
-        members = json.loads((tmp_path / "out" / "toy" / "shadows" / f"shadow_{k}.json").read_text())["members"]
+        members = json.loads((out / "toy" / "shadows" / f"shadow_{k}.json").read_text())["members"]
         assert set(members) <= set(data.splits["train"] + data.splits["test"])
         assert len(members) == len(data.splits["train"] + data.splits["test"]) // 2
     assert np.isfinite(table["lira_auc"]).all()
-    assert (tmp_path / "out" / "roc-loss-toy.png").exists() and (tmp_path / "out" / "roc-lira-toy.png").exists()
-
-    def no_training(*a, **k):
-        raise AssertionError("a finished run was trained again")
-
-    monkeypatch.setattr("dpcare.workflows.tsf_benchmark.train_methods", no_training)
-    monkeypatch.setattr("dpcare.workflows.tsf_benchmark.run_shadow", no_training)
-    again = run_tsf_benchmark(bench, tmp_path / "out", progress=False)
-    pd.testing.assert_frame_equal(again, table)
+    assert (out / "roc-loss-toy.png").exists() and (out / "roc-lira-toy.png").exists()
+    assert not (out / "checkpoints").exists() and not staging.exists()
+    # run.json: every model, its guarantee (DP-SGD only), test MSE, and both attacks with their scores
+    m = read_manifest(out)
+    assert m.kind == "study:tsf" and [e["name"] for e in m.models] == [f"toy: {lab}" for lab in table["method"]]
+    g = m.models[1]["guarantee"]
+    assert g["unit"] == "patient" and g["n"] == len(data.part("train").patients()) and m.models[0]["guarantee"] is None
+    assert [r["test MSE"] for r in m.metrics] == pytest.approx(list(table["test_mse"]))
+    attacks = {a["file"]: json.loads((out / a["file"]).read_text()) for a in m.attacks}
+    assert set(attacks) == {"attacks/loss.json", "attacks/lira.json"}
+    assert [r["AUC"][0] for r in attacks["attacks/loss.json"]["rows"]] == pytest.approx(list(table["loss_auc"]))
+    assert [r["AUC"][0] for r in attacks["attacks/lira.json"]["rows"]] == pytest.approx(list(table["lira_auc"]))
+    html = tmp_path / "report.html"
+    r = CliRunner().invoke(app, ["report", str(out), "--out", str(html)])
+    assert r.exit_code == 0, r.output
+    assert "LiRA membership attack" in html.read_text()
+    with pytest.raises(ValueError, match="not empty"):  # a finished study is not run into again
+        run_tsf_benchmark(bench, out, progress=False)
 
 
 def test_bad_inputs_are_named():

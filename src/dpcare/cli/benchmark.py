@@ -205,13 +205,15 @@ def benchmark_tsf(
     alpha: Annotated[float | None, typer.Option(help="ZOO interpolation weight alpha in [0, 1]")] = None,
     seed: Annotated[int, typer.Option(help="seed of splits, models and shadows")] = 0,
     quick: Annotated[bool, typer.Option(help="smoke-size run (tiny model, epsilon 3, 2 shadows)")] = False,
-    out: Annotated[Path, typer.Option(help="results folder (finished models are kept: rerun to resume)")] = Path(
+    out: Annotated[Path, typer.Option(help="run folder of the study (rerun the same command to resume)")] = Path(
         "results/tsf"),
+    force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder when the study finishes")
+                     ] = False,
 ) -> None:
     """Baseline vs DP-SGD (per patient) vs ZOO, ZOO-PCA, MixUp under LOSS and LiRA attacks
     (embedding-augmentation-mia-tsf.txt, Table 1, with real accounting)."""
+    from dpcare.studies.tsf import TsfBenchmark, run_tsf_benchmark
     from dpcare.timeseries import user_dataset
-    from dpcare.workflows.tsf_benchmark import TsfBenchmark, run_tsf_benchmark
 
     bench = TsfBenchmark.quick() if quick else TsfBenchmark(shadows=shadows)
     names = tuple(d.strip() for d in datasets.split(",") if d.strip())
@@ -219,14 +221,17 @@ def benchmark_tsf(
         if spec is None:
             raise SettingsError("--events needs --spec (declared center/scale per variable, step and window)")
         names = (user_dataset(events, layout, spec),)
-    overrides = {k: v for k, v in {"epochs": epochs, "dp_epochs": dp_epochs, "aug_epochs": aug_epochs,
-                                   "alpha": alpha}.items() if v is not None}
+    s = bench.settings
+    overrides = {k: v for k, v in {"baseline_epochs": epochs, "aug_epochs": aug_epochs, "alpha": alpha}.items()
+                 if v is not None}
+    dp = {"seed": seed} | ({"epochs": dp_epochs} if dp_epochs is not None else {})
     bench = replace(bench, datasets=names, methods=tuple(m.strip() for m in methods.split(",")),
                     epsilons=bench.epsilons if quick else epsilon_list(epsilons),
-                    workers=workers, seed=seed, recipe=replace(bench.recipe, **overrides))
-    run_tsf_benchmark(bench, out)
+                    workers=workers, settings=replace(s, **overrides, dp=s.dp.replace(**dp)))
+    run_tsf_benchmark(bench, out, force=force)
     typer.echo((out / "table.md").read_text())
-    typer.echo(f"written: {out}/table.csv, table.md, roc-loss-*.png, roc-lira-*.png, <data>/target, <data>/shadows")
+    typer.echo(f"written: {out}/table.csv, table.md, run.json, attacks/, roc-loss-*.png, roc-lira-*.png, "
+               "<data>/target, <data>/shadows")
 
 
 @app.command("diffusion")

@@ -143,44 +143,6 @@ def read_dp2stage(folder: Path) -> Run:
     return run
 
 
-def read_tsf(folder: Path) -> Run:
-    run = Run(folder, "dpcare benchmark tsf", headline=["test MSE"], config=read_json(folder / "config.json"))
-    loss = Attack("LOSS membership attack (training windows vs test patients' windows)")
-    lira = Attack("LiRA membership attack (online)")
-    for data_dir in sorted(p.parent for p in folder.glob("*/target")):
-        name = data_dir.name
-        intervals = _maybe(data_dir / "patient_intervals.json") or {}
-        lira_json = _maybe(data_dir / "lira.json") or {}
-        for p in sorted((data_dir / "target").glob("*.json")):
-            t = read_json(p)
-            model = f"{name}: {t['label']}"
-            info = t.get("info", {})
-            run.privacy.append(privacy_from_guarantee(
-                model, info.get("guarantee"), info.get("ledger"), none_note="NO formal guarantee (a non-private model: the baseline or "
-                                                        "an augmentation defence)."))
-            run.utility.append({"model": model, **{f"{s} MSE": t.get(f"{s}_mse") for s in ("test", "validation", "train")}})
-            run.timing.append({"model": model, "seconds": t.get("seconds")})
-            ci = intervals.get(t["label"], {})
-            loss.rows.append(_attack_row(model, t["loss_attack"], **{"AUC 95% interval (patients)": ci.get("loss"),
-                                                                      "TPR/FPR at tau": t["loss_attack"].get("priv")}))
-            if "roc" in t:
-                loss.curves[model] = (t["roc"]["members"], t["roc"]["nonmembers"])
-            if t["label"] in lira_json:
-                r = lira_json[t["label"]]
-                lira.rows.append(_attack_row(model, r["online"], **{"AUC 95% interval (patients)": ci.get("lira"),
-                                                                    "shadows": r.get("shadows")}))
-        lira.saved_plots += _existing(folder / f"roc-lira-{name}.png")
-        data = _maybe(data_dir / "data.json") or {}
-        if data.get("standardisation") == "fitted":
-            run.not_protected.append(f"{name}: standardisation statistics were fitted on the training patients, a "
-                                     "release outside every guarantee (DP-SGD refuses them; only non-private models "
-                                     "use them).")
-    run.attacks = [a for a in (loss, lira) if a.rows]
-    run.not_protected.append("Augmentation defences (ZOO, ZOO-PCA, MixUp) and the baseline give NO formal guarantee: "
-                             "their empirical attack results are not a bound.")
-    return run
-
-
 def read_synth(folder: Path) -> Run:
     """``dpcare synth fit`` (synthesizer.json), with ``synth sample`` / ``synth evaluate`` outputs beside it."""
     state = _maybe(folder / "synthesizer.json")
@@ -230,8 +192,6 @@ def _has(folder: Path, *names: str) -> bool:
 
 
 WRITERS = (
-    Writer("dpcare benchmark tsf", "config.json + */target/*.json",
-           lambda f: _has(f, "config.json", "*/target/*.json"), read_tsf),
     Writer("dpcare benchmark dp2stage", "config.json + runs/*.json",
            lambda f: _has(f, "config.json", "runs/*.json"), read_dp2stage),
     Writer("dpcare benchmark fusiondp-text", "settings.json + guarantees.json + paired.csv",

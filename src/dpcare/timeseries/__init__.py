@@ -1,47 +1,32 @@
-"""Clinical time series: event tables, bundled data, binning, standardisation and windows."""
+"""Clinical time series: event tables, bundled data, binning, standardisation and windows; the forecasting
+recipe (:mod:`dpcare.timeseries.recipe`: fit a forecaster on a hospital's events, save, load, forecast) and
+its membership attacks (:mod:`dpcare.timeseries.attacks`).
 
-from dpcare.timeseries.binning import BinnedStays, Standardizer, bin_events
-from dpcare.timeseries.datasets import (
-    DATASETS,
-    TimeSeriesDataset,
-    load_events,
-    mimic_demo_events,
-    pbcseq_events,
-    user_dataset,
-)
-from dpcare.timeseries.events import (
-    EVENT_COLUMNS,
-    read_clif,
-    read_meds,
-    read_mimic_csv,
-    validate_events,
-)
-from dpcare.timeseries.windows import (
-    WindowSet,
-    check_patient_splits,
-    make_windows,
-    split_patients,
-    windows_for,
-)
+Names load on first use, so ``dpcare.timeseries.settings`` (what the command line needs) imports no torch.
+"""
 
-__all__ = [
-    "DATASETS",
-    "EVENT_COLUMNS",
-    "BinnedStays",
-    "Standardizer",
-    "TimeSeriesDataset",
-    "WindowSet",
-    "bin_events",
-    "check_patient_splits",
-    "load_events",
-    "make_windows",
-    "mimic_demo_events",
-    "pbcseq_events",
-    "read_clif",
-    "read_meds",
-    "read_mimic_csv",
-    "split_patients",
-    "user_dataset",
-    "validate_events",
-    "windows_for",
-]
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    **dict.fromkeys(("BinnedStays", "Standardizer", "bin_events"), "binning"),
+    **dict.fromkeys(("DATASETS", "TimeSeriesDataset", "events_dataset", "load_events", "mimic_demo_events",
+                     "patient_ids", "pbcseq_events", "user_dataset"), "datasets"),
+    **dict.fromkeys(("EVENT_COLUMNS", "read_clif", "read_meds", "read_mimic_csv", "validate_events"), "events"),
+    **dict.fromkeys(("WindowSet", "check_patient_splits", "make_windows", "split_patients", "split_sizes",
+                     "windows_for"), "windows"),
+    **dict.fromkeys(("ForecastModel", "fit", "plan"), "recipe"),
+    "ForecastSettings": "settings",
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = sorted(_LAZY)

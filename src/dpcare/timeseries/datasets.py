@@ -15,9 +15,21 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from dpcare.exceptions import MissingDependencyError, MissingFileError, SpecError, UnknownNameError
+from dpcare.exceptions import (
+    DataError,
+    MissingDependencyError,
+    MissingFileError,
+    SpecError,
+    UnknownNameError,
+)
 from dpcare.timeseries.binning import Standardizer
-from dpcare.timeseries.events import read_clif, read_meds, validate_events
+from dpcare.timeseries.events import (
+    _ids_as_str,
+    _parquet_names,
+    read_clif,
+    read_meds,
+    validate_events,
+)
 
 PBCSEQ_LABS = ("bili", "chol", "albumin", "alk.phos", "ast", "platelet", "protime")
 
@@ -70,10 +82,22 @@ class TimeSeriesDataset:
     declared: dict[str, tuple[float, float]]
     source: str = ""
     licence: str = ""
+    patients: Callable[[], list[str]] | None = None  # the patient ids alone (no event read); None: from the events
 
     def load(self, variables: Iterable[str] | None = None) -> pd.DataFrame:
         """Events of ``variables`` (default: the spec's default variables)."""
         return self.loader(variables=list(self.variables if variables is None else variables))
+
+    def patient_ids(self) -> list[str]:
+        """Every patient of the data set (sorted), whether or not she has a forecasting window: the
+        population the recipe splits. Read from the id column(s) alone where the files allow it, so that
+        a budget is checked on this count before any event is read."""
+        ids = self.patients() if self.patients is not None else self.loader(variables=None)["patient_id"]
+        return sorted({str(p) for p in ids})
+
+    def undeclared(self, variables: Iterable[str] | None = None) -> list[str]:
+        """The variables (default: the spec's) without a declared center and scale."""
+        return [v for v in (self.variables if variables is None else variables) if v not in self.declared]
 
     def standardizer(self) -> Standardizer:
         return Standardizer.declared(self.declared)
@@ -106,40 +130,126 @@ def load_events(path: Path | str, layout: str = "canonical", variables: Iterable
     return events
 
 
-def user_dataset(path: Path | str, layout: str, spec: Path | str) -> TimeSeriesDataset:
-    """A data set from a user's files and a spec YAML in the bundled format (name, step, window,
-    default_variables, variables with DECLARED center/scale; source and licence optional)."""
+def patient_ids(path: Path | str, layout: str = "canonical") -> list[str]:
+    """The distinct patient ids of a user's event files, read from the id column alone (no time, variable
+    or value is read): ``patient_id`` of a canonical CSV/Parquet, ``subject_id`` of MEDS, ``patient_id`` of
+    CLIF's ``clif_hospitalization.parquet`` (every listed patient)."""
+    if layout not in LAYOUTS:
+        raise UnknownNameError(f"unknown event layout {layout!r}; choose one of {LAYOUTS}")
+    path = Path(path)
+    if not path.exists():
+        raise MissingFileError(f"no such file or folder: {path}")
+    if layout == "meds":
+        files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
+        if not files:
+            raise DataError(f"{path}: the folder holds no .parquet file")
+        ids = pd.concat([_id_column(f, "subject_id") for f in files], ignore_index=True)
+        column = "subject_id"
+    elif layout == "clif":
+        ids, column = _id_column(path / "clif_hospitalization.parquet", "patient_id"), "patient_id"
+    else:
+        ids, column = _id_column(path, "patient_id"), "patient_id"
+    if len(ids) == 0:
+        raise DataError(f"{path}: the event table is empty (no patient id)")
+    return sorted(set(_ids_as_str(ids, column)))
+
+
+def _id_column(path: Path, column: str) -> pd.Series:
+    if not path.exists():
+        raise MissingFileError(f"no such file: {path}")
+    if path.suffix in (".parquet", ".pq"):
+        names = _parquet_names(path)
+        if column not in names:
+            raise DataError(f"{path}: missing column '{column}'; columns present: {names}")
+        return pd.read_parquet(path, columns=[column])[column]
+    header = list(pd.read_csv(path, nrows=0).columns)
+    if column not in header:
+        raise DataError(f"{path}: missing column '{column}'; columns present: {header}")
+    return pd.read_csv(path, usecols=[column])[column]
+
+
+def read_spec(spec: Path | str | dict) -> tuple[dict, str]:
+    """A time-series spec (YAML file or its dict) and where it came from, for messages."""
+    if isinstance(spec, dict):
+        return spec, "(given spec)"
     spec_path = Path(spec)
     if not spec_path.exists():
         raise MissingFileError(f"no such spec file: {spec_path}")
+    try:
+        return yaml.safe_load(spec_path.read_text()), str(spec_path)
+    except yaml.YAMLError as err:
+        raise SpecError(f"time-series spec {spec_path} is not valid YAML ({err})") from None
+
+
+def user_dataset(path: Path | str, layout: str, spec: Path | str | dict) -> TimeSeriesDataset:
+    """A data set from a user's files and a spec (YAML file or dict) in the bundled format (name, step,
+    window, default_variables, variables with DECLARED center/scale; source and licence optional)."""
+    values, where = read_spec(spec)
 
     def loader(variables=None):
         return load_events(path, layout, variables)
 
-    return _parse_spec(yaml.safe_load(spec_path.read_text()), loader, str(spec_path))
+    return _parse_spec(values, loader, where, patients=lambda: patient_ids(path, layout))
 
 
-def _from_spec(file: str, loader: Callable[..., pd.DataFrame]) -> TimeSeriesDataset:
+def events_dataset(events: pd.DataFrame, spec: Path | str | dict | None = None,
+                   name: str = "events") -> TimeSeriesDataset:
+    """A data set from an event table in memory (canonical columns, see validate_events). With ``spec``
+    (the user_dataset format) its step, window, variables and declared statistics; without, every
+    variable, hourly steps, 24 in / 24 out / stride 4 and NO declared statistics (non-private methods only:
+    they standardise with statistics of the training patients)."""
+    table = validate_events(events)
+
+    def loader(variables=None):
+        return table if variables is None else table[table["variable"].isin(list(variables))]
+
+    ids = lambda: table["patient_id"].tolist()  # noqa: E731
+    if spec is not None:
+        values, where = read_spec(spec)
+        return _parse_spec(values, loader, where, patients=ids)
+    return TimeSeriesDataset(name=name, loader=loader, variables=tuple(sorted(table["variable"].unique())),
+                             step="hour", input_len=24, output_len=24, stride=4, declared={}, patients=ids)
+
+
+def _from_spec(file: str, loader: Callable[..., pd.DataFrame],
+               patients: Callable[[], list[str]] | None = None) -> TimeSeriesDataset:
     spec = yaml.safe_load((resources.files("dpcare.data") / "specs" / file).read_text())
-    return _parse_spec(spec, loader, file)
+    return _parse_spec(spec, loader, file, patients)
 
 
-def _parse_spec(spec: dict, loader: Callable[..., pd.DataFrame], where: str) -> TimeSeriesDataset:
+WINDOW_KEYS = ("input_len", "output_len", "stride")
+
+
+def _parse_spec(spec: dict, loader: Callable[..., pd.DataFrame], where: str,
+                patients: Callable[[], list[str]] | None = None) -> TimeSeriesDataset:
     needed = ["name", "step", "window", "default_variables", "variables"]
     missing = [k for k in needed if not isinstance(spec, dict) or k not in spec]
     if missing:
         raise SpecError(f"time-series spec {where} lacks {missing} (needs {needed})")
-    bad = [k for k, v in spec["variables"].items() if not {"center", "scale"} <= set(v or {})]
+    if not isinstance(spec["variables"], dict) or not spec["variables"]:
+        raise SpecError(f"time-series spec {where}: 'variables' must map each variable to its center and scale")
+    bad = [k for k, v in spec["variables"].items() if not isinstance(v, dict) or not {"center", "scale"} <= set(v)]
     if bad:
         raise SpecError(f"time-series spec {where}: variables {bad} need a declared center and scale")
-    declared = {k: (float(v["center"]), float(v["scale"])) for k, v in spec["variables"].items()}
+    window = spec["window"]
+    if not isinstance(window, dict) or sorted(window) != sorted(WINDOW_KEYS):
+        raise SpecError(f"time-series spec {where}: 'window' must give exactly {list(WINDOW_KEYS)}, got {window!r}")
+    try:
+        declared = {str(k): (float(v["center"]), float(v["scale"])) for k, v in spec["variables"].items()}
+        window = {k: int(v) for k, v in window.items()}
+    except (TypeError, ValueError) as err:
+        raise SpecError(f"time-series spec {where}: center, scale and window lengths must be numbers ({err})") from None
+    defaults = spec["default_variables"]
+    if not isinstance(defaults, list) or not defaults:
+        raise SpecError(f"time-series spec {where}: 'default_variables' must be a non-empty list")
     return TimeSeriesDataset(
-        name=spec["name"], loader=loader, variables=tuple(spec["default_variables"]),
+        name=str(spec["name"]), loader=loader, variables=tuple(str(v) for v in defaults),
         step=spec["step"], declared=declared, source=" ".join(str(spec.get("source", "")).split()),
-        licence=str(spec.get("licence", "")), **{k: int(v) for k, v in spec["window"].items()})
+        licence=str(spec.get("licence", "")), patients=patients, **window)
 
 
 DATASETS: dict[str, TimeSeriesDataset] = {
-    "mimic_demo": _from_spec("mimic_demo_ts.yaml", mimic_demo_events),
+    "mimic_demo": _from_spec("mimic_demo_ts.yaml", mimic_demo_events,
+                             lambda: patient_ids(clif_demo_folder(), "clif")),
     "pbcseq": _from_spec("pbcseq_ts.yaml", pbcseq_events),
 }

@@ -61,7 +61,8 @@ def _parse_times(s: pd.Series, time_unit: str) -> tuple[pd.Series, bool]:
         parsed, is_dt = s, True
     else:
         numbers = pd.to_numeric(s, errors="coerce")
-        if bool(numbers.notna().sum() == s.notna().sum()):
+        # all numbers, or mostly: then the few that are not are the unreadable ones (not the numbers)
+        if bool(numbers.notna().sum() == s.notna().sum()) or numbers.notna().sum() > s.notna().sum() / 2:
             parsed, is_dt = numbers.astype("float64") * TIME_UNITS[time_unit], False
         else:
             parsed, is_dt = _parse_datetimes(s), True

@@ -107,6 +107,17 @@ def make_windows(binned: BinnedStays, input_len: int = 24, output_len: int = 24,
                      start=np.concatenate(starts).astype(np.int64), variables=binned.variables)
 
 
+def split_sizes(patients: int, fractions: Sequence[float] = (0.64, 0.16, 0.20)) -> list[int]:
+    """How many of ``patients`` patients each split of :func:`split_patients` holds: a function of the
+    count and the fractions only (the seed decides who, not how many)."""
+    frac = np.asarray(fractions, dtype=float)
+    if (frac <= 0).any() or abs(frac.sum() - 1) > 1e-6:
+        raise SettingsError(f"fractions must be positive and sum to 1, got {list(fractions)}")
+    bounds = np.round(np.cumsum(frac) * patients).astype(int)
+    bounds[-1] = patients
+    return np.diff(np.r_[0, bounds]).astype(int).tolist()
+
+
 def split_patients(patient_ids: Iterable[str], fractions: Sequence[float] = (0.64, 0.16, 0.20),
                    seed: int = 0, names: Sequence[str] = ("train", "validation", "test"),
                    ) -> dict[str, list[str]]:
@@ -114,14 +125,9 @@ def split_patients(patient_ids: Iterable[str], fractions: Sequence[float] = (0.6
     if len(fractions) != len(names) or len(set(names)) != len(names):
         raise SettingsError(f"need one fraction per distinct split name, got {list(fractions)} "
                             f"for {list(names)}")
-    frac = np.asarray(fractions, dtype=float)
-    if (frac <= 0).any() or abs(frac.sum() - 1) > 1e-6:
-        raise SettingsError(f"fractions must be positive and sum to 1, got {list(fractions)}")
     ids = sorted({str(p) for p in patient_ids})
     order = np.random.default_rng(seed).permutation(len(ids))
-    bounds = np.round(np.cumsum(frac) * len(ids)).astype(int)
-    bounds[-1] = len(ids)
-    parts = np.split(order, bounds[:-1])
+    parts = np.split(order, np.cumsum(split_sizes(len(ids), fractions))[:-1])
     empty = [n for n, part in zip(names, parts) if len(part) == 0]
     if empty:
         raise DataError(f"split(s) {empty} would be empty: {len(ids)} patients are too few "

@@ -1,0 +1,392 @@
+"""``dpcare benchmark tsf``: Baseline, patient-level DP-SGD, ZOO, ZOO-PCA and MixUp on real ICU and
+visit data, attacked by LOSS (the paper's) and LiRA (stronger; the paper has none), built on the
+forecasting recipe (:mod:`dpcare.timeseries.recipe`).
+
+The study keeps the paper's protocol: the patients that have a window are split 64/16/20, every model of
+the table trains on the training patients, the defences select on the validation patients, the attacks
+use the TEST patients' windows as non-members (never used for training or selection of a target); LiRA
+shadows train with the same recipe on random halves of the train + test patients.
+
+A run folder (``RunFolder(out, "study:tsf")``): each target model's result and each shadow's losses are
+JSON files in its staging folder while it runs; rerunning the same settings resumes there and skips what
+exists. ``run.json`` (every model's guarantee, test MSE, the LOSS and LiRA attack files) is written last.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from dpcare.audit import attack_payload, clustered_auc_interval, plot_roc
+from dpcare.exceptions import PrivacyParameterError, SettingsError, UnknownNameError
+from dpcare.io import torch_save, write_json
+from dpcare.progress import progress as tqdm
+from dpcare.runs import Manifest, RunFolder
+from dpcare.timeseries import Standardizer, TimeSeriesDataset, WindowSet, windows_for
+from dpcare.timeseries.attacks import (
+    LIRA_TITLE,
+    LOSS_TITLE,
+    PATIENT_CI,
+    PRIV,
+    attack_row,
+    lira_report,
+    loss_attack_report,
+)
+from dpcare.timeseries.recipe import (
+    DEFENCES,
+    METHODS,
+    NO_GUARANTEE,
+    ForecastSettings,
+    TsfData,
+    new_model,
+    prepare_tsf,
+    train_baseline,
+    train_defended,
+    train_dp_sgd,
+    window_losses,
+    with_method,
+)
+
+
+@dataclass
+class TsfBenchmark:
+    datasets: tuple = ("mimic_demo", "pbcseq")  # names of bundled sets or TimeSeriesDataset objects
+    methods: tuple[str, ...] = METHODS
+    epsilons: tuple[float, ...] = (1.0, 3.0, 8.0)
+    shadows: int = 8
+    workers: int = 2  # parallel shadow processes: no effect on the results
+    bootstrap: int = 200  # resamples of windows for the attacks' intervals
+    patient_draws: int = 500  # resamples of patients for the AUC intervals
+    settings: ForecastSettings = field(default_factory=ForecastSettings)  # its dp.seed: splits, models, shadows
+
+    @property
+    def seed(self) -> int:
+        return self.settings.dp.seed
+
+    @classmethod
+    def quick(cls) -> TsfBenchmark:
+        """Smoke size: tiny model, few epochs, one epsilon, 2 shadows (minutes on a laptop CPU)."""
+        base = ForecastSettings()
+        settings = replace(base, d_model=16, n_heads=2, baseline_epochs=2, aug_epochs=2, aug_candidates=32,
+                           dp=base.dp.replace(epochs=4))
+        return cls(epsilons=(3.0,), shadows=2, settings=settings)
+
+    def config(self) -> dict[str, Any]:
+        """What decides the results (the run folder's settings: a rerun with the same ones resumes)."""
+        names = [d.name if isinstance(d, TimeSeriesDataset) else d for d in self.datasets]
+        return {"datasets": names, "methods": list(self.methods), "epsilons": list(self.epsilons),
+                "shadows": self.shadows, "bootstrap": self.bootstrap, "patient_draws": self.patient_draws,
+                "settings": self.settings.to_dict()}
+
+    def validate(self) -> list[str]:
+        """The labels of the models to train (checks methods, epsilons and shadows)."""
+        if not self.epsilons or any(not (isinstance(e, (int, float)) and math.isfinite(e) and e > 0)
+                                    for e in self.epsilons):
+            raise PrivacyParameterError(f"epsilons must be finite numbers > 0, got epsilons = {list(self.epsilons)}")
+        if self.shadows < 0:
+            raise SettingsError(f"shadows must be >= 0, got shadows = {self.shadows}")
+        return method_labels(self.methods, self.epsilons)
+
+
+# --------------------------------------------------------------------------- training the table's models
+def method_labels(methods: Iterable[str], epsilons: Iterable[float]) -> list[str]:
+    """One label per trained model: DP-SGD once per epsilon ('dp-sgd eps=3')."""
+    labels = []
+    for m in methods:
+        if m not in METHODS:
+            raise UnknownNameError(f"unknown method {m!r}; choose from {METHODS}")
+        labels += [f"dp-sgd eps={e:g}" for e in epsilons] if m == "dp-sgd" else [m]
+    return labels
+
+
+def _epsilon_of(label: str) -> float | None:
+    return float(label.split("=")[1]) if label.startswith("dp-sgd") else None
+
+
+def needs_baseline(label: str) -> bool:
+    return label == "baseline" or label in DEFENCES
+
+
+def train_methods(train: WindowSet, validation: WindowSet, labels: Sequence[str], settings: ForecastSettings,
+                  standardizer: Standardizer, progress: bool = False, baseline=None,
+                  checkpoint_root: str | None = None) -> dict[str, tuple[Any, dict]]:
+    """Train every labelled model on ``train`` with the recipe (defences start from one shared Baseline;
+    seed: ``settings.dp.seed``). With ``checkpoint_root``, the Baseline and DP-SGD runs checkpoint in
+    sub-folders and resume."""
+
+    def ckpt(name: str) -> str | None:
+        return None if checkpoint_root is None else str(Path(checkpoint_root) / name.replace(" ", "_"))
+
+    out: dict[str, tuple[Any, dict]] = {}
+    if baseline is None and any(needs_baseline(lab) for lab in labels):
+        baseline = train_baseline(train, settings, progress, ckpt("baseline"))
+    for lab in labels:
+        eps = _epsilon_of(lab)
+        if eps is not None:
+            out[lab] = train_dp_sgd(train, with_method(settings, "dp-sgd", epsilon=eps), standardizer,
+                                    progress=progress, checkpoint_dir=ckpt(lab))
+        elif lab == "baseline":
+            out[lab] = (baseline, {})
+        else:
+            out[lab] = train_defended(baseline, train, validation, with_method(settings, lab), progress)
+    return out
+
+
+@dataclass
+class ShadowTask:
+    """One LiRA shadow: train every labelled model on a random half of the population's patients."""
+
+    train: WindowSet
+    validation: WindowSet
+    population: WindowSet
+    labels: list[str]
+    settings: ForecastSettings  # its dp.seed: the shadow's seed
+    standardizer: Standardizer
+    members: list[str] = field(default_factory=list)
+
+
+def run_shadow(task: ShadowTask) -> dict[str, list[float]]:
+    """Population losses of each of the shadow's models (runs in a worker process)."""
+    torch.set_num_threads(1)
+    models = train_methods(task.train, task.validation, task.labels, task.settings, task.standardizer)
+    return {lab: window_losses(m, task.population).tolist() for lab, (m, _) in models.items()}
+
+
+# --------------------------------------------------------------------------- the study
+def _population(data: TsfData) -> tuple[WindowSet, np.ndarray, list[str]]:
+    """Train + test windows (validation excluded: defences select on it) and target membership."""
+    patients = sorted(data.splits["train"] + data.splits["test"])
+    pop = windows_for(data.windows, patients)
+    return pop, np.isin(pop.patient, data.splits["train"]), patients
+
+
+def _target(data: TsfData, labels: list[str], bench: TsfBenchmark, folder: Path, checkpoints: Path,
+            progress: bool) -> dict[str, dict]:
+    """Train (or reload) each target model; record test MSE, the LOSS attack and population losses."""
+    results = {lab: _read(folder / f"{_slug(lab)}.json") for lab in labels}
+    todo = [lab for lab, r in results.items() if r is None]
+    if todo:
+        train, val, test = data.part("train"), data.part("validation"), data.part("test")
+        pop, _, _ = _population(data)
+        baseline = (_baseline(train, bench, folder, checkpoints, progress)
+                    if any(needs_baseline(lab) for lab in todo) else None)
+        for lab in todo:
+            t0 = time.perf_counter()
+            (model, info), = train_methods(train, val, [lab], bench.settings, data.standardizer, progress, baseline,
+                                           str(checkpoints)).values()
+            # members: the training windows; non-members: the TEST patients' windows (never selected on)
+            tr, te = window_losses(model, train), window_losses(model, test)
+            results[lab] = {"label": lab, "data": data.name, "seconds": time.perf_counter() - t0,
+                            "test_mse": float(te.mean()), "train_mse": float(tr.mean()),
+                            "validation_mse": float(window_losses(model, val).mean()),
+                            "loss_attack": loss_attack_report(tr, te, bench.bootstrap), "info": info,
+                            "population_losses": window_losses(model, pop).tolist(),
+                            "roc": {"members": (-tr).tolist(), "nonmembers": (-te).tolist()},
+                            "member_patients": train.patients(), "nonmember_patients": test.patients()}
+            write_json(folder / f"{_slug(lab)}.json", results[lab])
+    return results
+
+
+def _baseline(train: WindowSet, bench: TsfBenchmark, folder: Path, checkpoints: Path, progress: bool):
+    """The target Baseline, trained once and kept (the defences all start from it)."""
+    path = folder / "baseline.pt"
+    model = new_model(bench.settings, train)
+    if path.exists():
+        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        return model.eval()
+    model = train_baseline(train, bench.settings, progress, str(checkpoints / "baseline"))
+    torch_save(path, model.state_dict())
+    return model
+
+
+def _shadows(data: TsfData, labels: list[str], bench: TsfBenchmark, folder: Path, progress: bool):
+    """Shadow models on random halves of the population's patients; returns losses [S, n] per label and
+    the membership matrix [S, n]."""
+    pop, _, patients = _population(data)
+    rng = np.random.default_rng(bench.seed + 1000)
+    halves = [sorted(rng.permutation(patients)[: len(patients) // 2].tolist()) for _ in range(bench.shadows)]
+    val = data.part("validation")
+    tasks, paths = [], []
+    for k, half in enumerate(halves):
+        path = folder / f"shadow_{k}.json"
+        cached = _read(path)
+        if cached is not None and cached["members"] == half and set(labels) <= set(cached["losses"]):
+            continue
+        settings = replace(bench.settings, dp=bench.settings.dp.replace(seed=bench.seed + 1 + k))
+        tasks.append(ShadowTask(windows_for(data.windows, half), val, pop, labels, settings, data.standardizer, half))
+        paths.append(path)
+    if tasks:
+        bar = tqdm(total=len(tasks), desc=f"{data.name} shadows", disable=not progress)
+        if bench.workers > 1:
+            with ProcessPoolExecutor(bench.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                for task, path, losses in zip(tasks, paths, pool.map(run_shadow, tasks)):
+                    write_json(path, {"members": task.members, "losses": losses})
+                    bar.update(1)
+        else:
+            for task, path in zip(tasks, paths):
+                write_json(path, {"members": task.members, "losses": run_shadow(task)})
+                bar.update(1)
+        bar.close()
+    cached = [_read(folder / f"shadow_{k}.json") for k in range(bench.shadows)]
+    shadow_in = np.stack([np.isin(pop.patient, c["members"]) for c in cached])
+    return {lab: np.array([c["losses"][lab] for c in cached]) for lab in labels}, shadow_in
+
+
+@dataclass
+class _Parts:
+    """What run.json gathers over the data sets."""
+
+    manifest: Manifest = field(default_factory=lambda: Manifest(headline=["test MSE"]))
+    loss_rows: list[dict] = field(default_factory=list)
+    loss_curves: dict[str, tuple] = field(default_factory=dict)
+    lira_rows: list[dict] = field(default_factory=list)
+    lira_curves: dict[str, tuple] = field(default_factory=dict)
+    plots: dict[str, list[str]] = field(default_factory=lambda: {"loss": [], "lira": []})
+
+
+def run_tsf_benchmark(bench: TsfBenchmark, out_dir: str | Path, progress: bool = True,
+                      force: bool = False) -> pd.DataFrame:
+    """Train, attack and tabulate every method on every data set; a run folder with run.json."""
+    labels = bench.validate()
+    run = RunFolder(out_dir, "study:tsf", bench.config(), force=force, command="dpcare benchmark tsf")
+    run.write_json("config.json", bench.config())
+    rows, parts = [], _Parts()
+    for dataset in bench.datasets:
+        data = prepare_tsf(dataset, seed=bench.seed)
+        name = data.name
+        run.write_json(f"{name}/data.json", data.summary())
+        targets = _target(data, labels, bench, run.path(f"{name}/target"), Path(run.checkpoint_dir) / name, progress)
+        lira = {}
+        train_patients, test_patients = data.part("train").patient, data.part("test").patient
+        patient_ci = {lab: {"loss": clustered_auc_interval(t["roc"]["members"], train_patients, t["roc"]["nonmembers"],
+                                                           test_patients, bench.patient_draws)}
+                      for lab, t in targets.items()}
+        if bench.shadows >= 2:
+            shadow_losses, shadow_in = _shadows(data, labels, bench, run.path(f"{name}/shadows"), progress)
+            pop, target_in, _ = _population(data)
+            lira = {lab: lira_report(np.array(targets[lab]["population_losses"]), target_in, shadow_losses[lab],
+                                     shadow_in, bench.bootstrap) for lab in labels}
+            for lab, r in lira.items():
+                patient_ci[lab]["lira"] = clustered_auc_interval(r["scores"]["members"], pop.patient[target_in],
+                                                                 r["scores"]["nonmembers"], pop.patient[~target_in],
+                                                                 bench.patient_draws)
+            run.write_json(f"{name}/lira.json", {lab: {k: v for k, v in r.items() if k != "scores"}
+                                                  for lab, r in lira.items()})
+        run.write_json(f"{name}/patient_intervals.json", patient_ci)
+        for lab in labels:
+            rows.append(_row(data, targets[lab], lira.get(lab), patient_ci[lab]))
+        _plots(data.name, targets, lira, run)
+        _gather(parts, data, [targets[lab] for lab in labels], lira, patient_ci)
+    table = pd.DataFrame(rows)
+    run.write_text("table.csv", table.to_csv(index=False))
+    run.write_text("table.md", markdown(table, bench))
+    run.finish(_manifest(parts, run))
+    return table
+
+
+def _gather(parts: _Parts, data: TsfData, targets: list[dict], lira: dict[str, dict], patient_ci: dict) -> None:
+    """One data set's models, metrics, timing and attack rows for run.json."""
+    m = parts.manifest
+    for t in targets:
+        model, info, ci = f"{data.name}: {t['label']}", t.get("info", {}), patient_ci[t["label"]]
+        m.add_model(model, info.get("guarantee"), info.get("ledger"), note="" if info.get("guarantee") else NO_GUARANTEE)
+        m.metrics.append({"model": model, **{f"{s} MSE": t.get(f"{s}_mse") for s in ("test", "validation", "train")}})
+        m.timing.append({"model": model, "seconds": t.get("seconds")})
+        parts.loss_rows.append(attack_row(model, t["loss_attack"], **{PATIENT_CI: ci["loss"],
+                                                                       PRIV: t["loss_attack"]["priv"]}))
+        parts.loss_curves[model] = (t["roc"]["members"], t["roc"]["nonmembers"])
+        if t["label"] in lira:
+            r = lira[t["label"]]
+            parts.lira_rows.append(attack_row(model, r["online"], **{PATIENT_CI: ci["lira"], "shadows": r["shadows"]}))
+            parts.lira_curves[model] = (r["scores"]["members"], r["scores"]["nonmembers"])
+    parts.plots["loss"].append(f"roc-loss-{data.name}.png")
+    if lira:
+        parts.plots["lira"].append(f"roc-lira-{data.name}.png")
+    if data.standardizer.source != "declared":
+        m.not_protected.append(f"{data.name}: standardisation statistics were fitted on the training patients, a "
+                               "release outside every guarantee (DP-SGD refuses them; only non-private models use "
+                               "them).")
+
+
+def _manifest(parts: _Parts, run: RunFolder) -> Manifest:
+    m = parts.manifest
+    m.attacks = [run.attack("loss", attack_payload(LOSS_TITLE, parts.loss_rows, parts.loss_curves,
+                                                   plots=parts.plots["loss"]))]
+    if parts.lira_rows:
+        m.attacks.append(run.attack("lira", attack_payload(LIRA_TITLE, parts.lira_rows, parts.lira_curves,
+                                                           plots=parts.plots["lira"])))
+    m.not_protected += [
+        "Augmentation defences (ZOO, ZOO-PCA, MixUp) and the baseline give NO formal guarantee: their empirical "
+        "attack results are not a bound.",
+        "The study's files name the member and non-member patients of every target and shadow (patient "
+        "identifiers): keep the folder as private as the events."]
+    m.files = {"table": "table.md", "csv": "table.csv", "config": "config.json"}
+    return m
+
+
+def _row(data: TsfData, target: dict, lira: dict | None, patient_ci: dict) -> dict:
+    la = target["loss_attack"]
+    eps = target["info"].get("guarantee", {}).get("epsilon")
+    row = {"data": data.name, "method": target["label"], "epsilon": eps, "test_mse": target["test_mse"],
+           "priv": la["priv"], "tpr": la["tpr"], "fpr": la["fpr"], "loss_auc": la["auc"],
+           "loss_auc_patient_ci": _interval(patient_ci["loss"]), "loss_tpr_1pct": la["tpr_at_1pct_fpr"],
+           "loss_tpr_01pct": la["tpr_at_0.1pct_fpr"], "seconds": target["seconds"]}
+    if lira:
+        row |= {"lira_auc": lira["online"]["auc"], "lira_auc_patient_ci": _interval(patient_ci["lira"]),
+                "lira_tpr_1pct": lira["online"]["tpr_at_1pct_fpr"],
+                "lira_offline_auc": lira["offline"]["auc"], "shadows": lira["shadows"]}
+    return row
+
+
+def _plots(name: str, targets: dict[str, dict], lira: dict[str, dict], run: RunFolder) -> None:
+    plot_roc({lab: (np.array(t["roc"]["members"]), np.array(t["roc"]["nonmembers"])) for lab, t in targets.items()},
+             run.path(f"roc-loss-{name}.png"), title=f"LOSS attack, {name} (test patients)")
+    if lira:
+        plot_roc({lab: (np.array(r["scores"]["members"]), np.array(r["scores"]["nonmembers"]))
+                  for lab, r in lira.items()}, run.path(f"roc-lira-{name}.png"), title=f"LiRA (online), {name}")
+
+
+def markdown(table: pd.DataFrame, bench: TsfBenchmark) -> str:
+    cols = ["data", "method", "epsilon", "test_mse", "priv", "loss_auc", "loss_auc_patient_ci", "loss_tpr_1pct",
+            "lira_auc", "lira_auc_patient_ci", "lira_tpr_1pct"]
+    cols = [c for c in cols if c in table]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in table.iterrows():
+        lines.append("| " + " | ".join(_fmt(r[c]) for c in cols) + " |")
+    note = (f"\nShadows per LiRA: {bench.shadows}. AUC intervals: 95% bootstrap over PATIENTS (a patient's windows "
+            "are correlated). epsilon: patient-level (add/remove one patient with all windows), "
+            "from the run's ledger; empty = no formal guarantee (augmentation gives none).\n")
+    return "\n".join(lines) + note
+
+
+def _interval(ci: list[float]) -> str:
+    return f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return "" if np.isnan(v) else f"{v:.4g}"
+    return "" if v is None else str(v)
+
+
+def _slug(label: str) -> str:
+    return label.replace(" ", "_").replace("=", "")
+
+
+def _read(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+__all__ = ["ShadowTask", "TsfBenchmark", "method_labels", "needs_baseline", "run_shadow", "run_tsf_benchmark",
+           "train_methods"]

@@ -1,0 +1,474 @@
+"""The forecasting recipe: a forecaster of a patient's next hours (or visits) of vitals and labs, trained on
+a hospital's own events. ``fit`` -> :class:`ForecastModel` (``save`` / ``load`` a run folder, ``forecast``
+new patients' events). Methods (:data:`METHODS`): ``baseline`` (non-private), ``dp-sgd`` (patient-level
+DP-SGD, the only one with a guarantee) and the embedding-space augmentation defences ``zoo``, ``zoo_pca``
+and ``mixup`` (zoo-tsf-spec.md: empirical, NO formal guarantee).
+
+Data flow and what each step may read:
+- the population is every patient of the data set, read from the id column alone (its count is public:
+  the budget is checked on it before any event is read); the split (train / validation / test patients)
+  is a function of the patient ids and the seed only, never of a value, time or stay length;
+- windows come from stays; a patient without a window of ``input_len + output_len`` steps has none;
+- standardisation uses DECLARED public statistics (bundled sets, the user's spec), or statistics fitted
+  on the training patients only; DP-SGD refuses fitted statistics (they would be an uncounted release);
+- DP-SGD samples training PATIENTS (Poisson), clips the sum of a patient's window gradients as one, and
+  its expected batch is ``dp_sampling_rate`` x the training patients of the split (a public count);
+  delta defaults to 1/P^1.1 over those P training patients;
+- defences select epochs on the VALIDATION patients; the attacks use the training windows (members) and
+  the TEST patients' windows (non-members), which no selection step has seen.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from dpcare.engine import TrainConfig, Trainer
+from dpcare.exceptions import DataError, SettingsError, SpecError, UnknownNameError
+from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, default_delta
+from dpcare.runs import Manifest, RunFolder, read_manifest
+from dpcare.timeseries.augment import (
+    AugmentConfig,
+    embed_windows,
+    embedding_losses,
+    retrain_with_augmentation,
+)
+from dpcare.timeseries.binning import BinnedStays, Standardizer, bin_events
+from dpcare.timeseries.datasets import DATASETS, TimeSeriesDataset, events_dataset, load_events
+from dpcare.timeseries.events import validate_events
+from dpcare.timeseries.model import Forecaster, masked_mse
+from dpcare.timeseries.objective import ForecastLoss
+from dpcare.timeseries.settings import (
+    DEFENCES,
+    METHODS,
+    ForecastSettings,
+    dp_batch_size,
+    with_method,
+)
+from dpcare.timeseries.windows import (
+    WindowSet,
+    check_patient_splits,
+    make_windows,
+    split_patients,
+    split_sizes,
+    windows_for,
+)
+
+SPLIT_NAMES = ("train", "validation", "test")
+FRACTIONS = (0.64, 0.16, 0.20)
+CLIP_Z = 6.0  # z-scores are clipped to +-CLIP_Z (a fixed rule)
+KIND = "forecast"
+MODEL_FILE, SPLIT_FILE = "model.pt", "split.json"
+NO_GUARANTEE = ("NO formal guarantee (a non-private model: the baseline or an augmentation defence; the defences' "
+                "attack results are empirical, not a bound).")
+
+
+# --------------------------------------------------------------------------- data
+@dataclass
+class TsfData:
+    """Standardised windows of every patient, the patient splits and how values were scaled."""
+
+    name: str
+    windows: WindowSet
+    splits: dict[str, list[str]]
+    standardizer: Standardizer
+    step: str
+    window: dict[str, int] = field(default_factory=dict)
+
+    def part(self, split: str) -> WindowSet:
+        return windows_for(self.windows, self.splits[split])
+
+    @property
+    def n_vars(self) -> int:
+        return len(self.windows.variables)
+
+    def summary(self) -> dict:
+        with_windows = set(self.windows.patients())
+        return {"data": self.name, "variables": list(self.windows.variables), "step": self.step,
+                "windows": {s: len(self.part(s)) for s in SPLIT_NAMES},
+                "patients": {s: len(self.splits[s]) for s in SPLIT_NAMES},
+                "patients_with_windows": {s: len(with_windows & set(self.splits[s])) for s in SPLIT_NAMES},
+                "input_len": int(self.windows.x.shape[1]), "output_len": int(self.windows.y.shape[1]),
+                "standardisation": self.standardizer.source}
+
+
+def prepare_tsf(dataset: str | TimeSeriesDataset = "mimic_demo", events: pd.DataFrame | None = None,
+                variables: Sequence[str] | None = None, step: str | None = None, input_len: int | None = None,
+                output_len: int | None = None, stride: int | None = None,
+                declared: Mapping[str, tuple[float, float]] | None = None,
+                fractions: Sequence[float] = FRACTIONS, seed: int = 0, clip_z: float = CLIP_Z,
+                population: Iterable[str] | None = None) -> TsfData:
+    """Bin, split by patient, standardise and window a bundled data set or a user's event table.
+
+    With ``events`` (canonical event columns, see :func:`dpcare.timeseries.validate_events`), pass
+    ``declared`` center/scale per variable for DP runs, else statistics are fitted on the training
+    patients. ``population``: the patient ids to split (the recipe: every patient of the data set, read
+    from the ids alone); None splits the patients that have a window (the study's protocol). z-scores are
+    clipped to +-``clip_z`` (a fixed rule: artefacts such as a temperature in Fahrenheit do not dominate
+    the loss)."""
+    if events is None:
+        if not isinstance(dataset, TimeSeriesDataset) and dataset not in DATASETS:
+            raise UnknownNameError(f"unknown time-series data set {dataset!r}; choose one of {sorted(DATASETS)} "
+                                   "or pass your own events")
+        spec = dataset if isinstance(dataset, TimeSeriesDataset) else DATASETS[dataset]
+        dataset = spec.name
+        variables = list(variables or spec.variables)
+        events = spec.load(variables)
+        step = step or spec.step
+        defaults = spec.window_kwargs()
+        declared = declared if declared is not None else spec.declared
+    else:
+        events = validate_events(events)
+        defaults = {"input_len": 24, "output_len": 24, "stride": 4}
+    given = {"input_len": input_len, "output_len": output_len, "stride": stride}
+    window = {k: v if v is not None else defaults[k] for k, v in given.items()}
+    binned = bin_events(events, variables, step or "hour")
+    patients = make_windows(binned, **window).patients()  # who has a window (observation pattern only)
+    if population is not None:
+        known = {str(p) for p in population}
+        stray = sorted(set(patients) - known)
+        if stray:
+            raise DataError(f"patient(s) {stray[:5]} have events but are not in the data set's patient list")
+        patients = sorted(known)
+    splits = split_patients(patients, fractions, seed, SPLIT_NAMES)
+    check_patient_splits(splits)
+    missing = [v for v in binned.variables if not declared or v not in declared]
+    if declared and not missing:
+        standardizer = Standardizer.declared({v: declared[v] for v in binned.variables})
+    else:
+        standardizer = Standardizer.fit(binned, splits["train"])
+    z = clipped(standardizer.transform(binned), clip_z)
+    return TsfData(dataset, make_windows(z, **window), splits, standardizer, binned.step, window)
+
+
+def clipped(z: BinnedStays, clip_z: float) -> BinnedStays:
+    """z-scores clipped to +-clip_z (NaN, not observed, stays NaN)."""
+    return BinnedStays(z.variables, z.stay_ids, z.patient_ids, [np.clip(v, -clip_z, clip_z) for v in z.values], z.step)
+
+
+def training_patients(patients: int, fractions: Sequence[float] = FRACTIONS) -> int:
+    """How many of ``patients`` patients the recipe trains on (its training split): a public count."""
+    return split_sizes(patients, fractions)[0]
+
+
+def plan(settings: ForecastSettings, patients: int, dataset: TimeSeriesDataset | None = None) -> Guarantee | None:
+    """What :func:`fit` will release on a data set of ``patients`` patients (the public count), from the
+    settings alone: a budget checks it before any event is read. None for a non-private method. With
+    ``dataset``, DP-SGD's need for declared statistics is checked from its spec (no event is read)."""
+    if not settings.private:
+        return None
+    if dataset is not None:
+        require_declared(dataset)
+    sizes = split_sizes(patients, FRACTIONS)
+    if min(sizes) < 1:
+        raise DataError(f"{patients} patients are too few for the train / validation / test split "
+                        f"{list(FRACTIONS)}: a split would be empty")
+    n = sizes[0]
+    delta = settings.dp.delta if settings.dp.delta is not None else default_delta(n)
+    return Guarantee(epsilon=settings.dp.epsilon, delta=delta, n=n, accountant=settings.dp.accountant,
+                     unit=ProtectedUnit.PATIENT, neighbouring=NEIGHBOURING[ProtectedUnit.PATIENT])
+
+
+def require_declared(dataset: TimeSeriesDataset) -> None:
+    """DP-SGD needs a declared center and scale for every variable of the data set (from its spec)."""
+    missing = dataset.undeclared()
+    if missing:
+        raise SpecError(f"DP-SGD needs declared standardisation statistics (center/scale per variable in the spec) "
+                        f"for every variable; {missing} have none: statistics fitted on the training patients "
+                        "would be a release the ledger does not count")
+
+
+# --------------------------------------------------------------------------- training
+def new_model(settings: ForecastSettings, ws: WindowSet) -> Forecaster:
+    torch.manual_seed(settings.dp.seed)
+    return Forecaster(len(ws.variables), int(ws.x.shape[1]), int(ws.y.shape[1]), d_model=settings.d_model,
+                      n_heads=settings.n_heads)
+
+
+def train_baseline(train: WindowSet, settings: ForecastSettings, progress: bool = False,
+                   checkpoint_dir: str | None = None) -> Forecaster:
+    """Non-private training on the training windows (Adam, masked MSE)."""
+    model = new_model(settings, train)
+    cfg = TrainConfig(batch_size=settings.baseline_batch_size, epochs=settings.baseline_epochs,
+                      lr=settings.baseline_lr, seed=settings.dp.seed, progress=progress, checkpoint_dir=checkpoint_dir)
+    Trainer(model, ForecastLoss(private=False), cfg).fit(train.tensors())
+    return model
+
+
+def dp_sgd(train: WindowSet, settings: ForecastSettings, standardizer: Standardizer, patients: int | None = None,
+           progress: bool = False, checkpoint_dir: str | None = None):
+    """Patient-level DP-SGD from a random initialisation: (model, TrainResult). ``patients``: the public
+    count of training patients that sets the expected batch and the default delta (None: the patients
+    of ``train``, the study's protocol). The ledger counts the patients the engine samples."""
+    if standardizer.source != "declared":
+        raise SettingsError("DP-SGD needs declared standardisation statistics (center/scale per variable): statistics "
+                            "fitted on the training patients would be a release the ledger does not count")
+    units = len(train.patients())
+    delta = settings.dp.delta
+    if delta is None and patients is not None:
+        delta = default_delta(patients)
+    ledger = PrivacyLedger(units, delta, accountant=settings.dp.accountant, unit=ProtectedUnit.PATIENT)
+    dp = settings.dp.replace(batch_size=dp_batch_size(settings, units if patients is None else patients))
+    cfg = TrainConfig.from_dp(dp, private=True, lr=settings.dp_lr, progress=progress, checkpoint_dir=checkpoint_dir,
+                              max_physical_batch=256)
+    model = new_model(settings, train)
+    result = Trainer(model, ForecastLoss(private=True), cfg, ledger).fit(train.tensors(), groups=train.groups())
+    return model, result
+
+
+def train_dp_sgd(train: WindowSet, settings: ForecastSettings, standardizer: Standardizer,
+                 patients: int | None = None, progress: bool = False,
+                 checkpoint_dir: str | None = None) -> tuple[Forecaster, dict]:
+    """:func:`dp_sgd` with its guarantee, ledger and run facts as plain data."""
+    model, result = dp_sgd(train, settings, standardizer, patients, progress, checkpoint_dir)
+    info = {"guarantee": result.guarantee.to_dict(), "guarantee_text": result.guarantee.describe(),
+            "noise_multiplier": result.noise_multiplier, "steps": result.steps, "sampling_rate": result.sampling_rate,
+            "backend": result.backend, "ledger": result.ledger.state_dict()}
+    return model, info
+
+
+def train_defended(baseline: Forecaster, train: WindowSet, validation: WindowSet, settings: ForecastSettings,
+                   progress: bool = False) -> tuple[Forecaster, dict]:
+    """Retrain a copy of the Baseline with embedding-space augmentation (``settings.method``), selecting on
+    validation windows."""
+    if settings.method not in DEFENCES:
+        raise UnknownNameError(f"unknown defence {settings.method!r}; choose one of {DEFENCES}")
+    s = settings
+    model = copy.deepcopy(baseline)
+    scale = float(embed_windows(model, train.x).flatten(1).norm(dim=1).mean())
+    mu = s.zoo_mu_rel * scale
+    cfg = AugmentConfig(method=s.method, alpha=s.alpha, beta=s.mixup_beta, pca_variance=s.pca_variance,
+                        mu=mu, zoo_lr=10 * mu, candidates_per_epoch=s.aug_candidates,
+                        max_epochs=s.aug_epochs, lr=s.aug_lr, seed=s.dp.seed)
+    result = retrain_with_augmentation(model, train.tensors(), validation.tensors(), cfg, progress=progress)
+    accepted = sum(r.accepted for r in result.history[1:])
+    return result.model, {"epochs": len(result.history) - 1, "accepted_epochs": accepted, "mu": mu,
+                          "pca_components": result.pca_components, "history": result.history_dicts()}
+
+
+def window_losses(model: Forecaster, ws: WindowSet, batch: int = 512) -> np.ndarray:
+    """Masked MSE of every window (eval mode, no gradients)."""
+    e = embed_windows(model, ws.x, batch)
+    return embedding_losses(model, e, ws.y, ws.mask, batch).numpy().astype(float)
+
+
+# --------------------------------------------------------------------------- the fitted model
+METRICS = {"test_mse": "test MSE", "validation_mse": "validation MSE", "train_mse": "train MSE"}
+
+
+@dataclass
+class ForecastModel:
+    """A fitted forecaster with what ``forecast`` needs on new patients' events (standardizer with its
+    declared or fitted statistics, variables, step, window lengths), the guarantee (None: none) and ledger,
+    metrics (masked MSE in z-units), the patient split and run facts. ``prepared`` (not saved) holds the
+    windows it was fitted on, for an audit in the same process."""
+
+    settings: ForecastSettings
+    model: Forecaster
+    standardizer: Standardizer
+    variables: tuple[str, ...]
+    step: str
+    window: dict[str, int]
+    clip_z: float = CLIP_Z
+    guarantee: Guarantee | None = None
+    ledger: PrivacyLedger | None = field(default=None, repr=False)
+    metrics: dict[str, float] = field(default_factory=dict)
+    split: dict[str, Any] = field(default_factory=dict, repr=False)
+    info: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    prepared: TsfData | None = field(default=None, repr=False)
+
+    # ----------------------------------------------------------------- forecasting
+    def forecast(self, events: pd.DataFrame | str | os.PathLike, layout: str = "canonical") -> pd.DataFrame:
+        """The next ``output_len`` steps of every stay of ``events`` (a canonical event table, or a file in
+        ``layout``), forecast from the stay's last ``input_len`` steps (earlier steps missing when the stay
+        is shorter): one row per (stay, future step) with ``horizon`` 1.. and the step's index in the
+        stay (``hour`` since the stay's start, or ``visit``), one column per variable in its own units."""
+        if isinstance(events, pd.DataFrame):
+            events = validate_events(events)
+        else:
+            events = load_events(events, layout, variables=self.variables)
+        present = [v for v in self.variables if v in set(events["variable"])]
+        if not present:
+            raise DataError(f"the events hold none of the model's variables {list(self.variables)}")
+        binned = bin_events(events, present, self.step)
+        z = clipped(self.standardizer.transform(binned), self.clip_z)
+        t_in, t_out, n_vars = self.window["input_len"], self.window["output_len"], len(self.variables)
+        cols = [self.variables.index(v) for v in present]
+        values = np.full((len(z), t_in, n_vars), np.nan)
+        for i, v in enumerate(z.values):
+            last = np.full((min(len(v), t_in), n_vars), np.nan)  # variables absent from the events: not observed
+            last[:, cols] = v[-t_in:]
+            values[i, t_in - len(last):] = last
+        seen = ~np.isnan(values)
+        x = torch.from_numpy(np.concatenate([np.nan_to_num(values, nan=0.0), seen], axis=2).astype(np.float32))
+        self.model.eval()
+        with torch.no_grad():
+            yhat = torch.cat([self.model(x[i:i + 512]) for i in range(0, len(x), 512)]).double().numpy()
+        center = np.array([self.standardizer.center[v] for v in self.variables])
+        scale = np.array([self.standardizer.scale[v] for v in self.variables])
+        out = yhat * scale + center
+        lengths = z.lengths()
+        horizon = np.tile(np.arange(1, t_out + 1), len(z))
+        frame = pd.DataFrame({"patient_id": np.repeat(z.patient_ids, t_out), "stay_id": np.repeat(z.stay_ids, t_out),
+                              "horizon": horizon, self.step: np.repeat(lengths, t_out) + horizon - 1})
+        return pd.concat([frame, pd.DataFrame(out.reshape(-1, n_vars), columns=list(self.variables))], axis=1)
+
+    # ----------------------------------------------------------------- run folders
+    def manifest(self, data: dict[str, Any] | None = None) -> Manifest:
+        method = self.settings.method
+        g = self.guarantee
+        m = Manifest(settings=self.settings.to_dict(), data={**self.data, **(data or {})}, headline=["test MSE"],
+                     files={"model": MODEL_FILE, "split": SPLIT_FILE})
+        m.add_model(method, g.to_dict() if g else None, self.ledger.state_dict() if self.ledger is not None else None,
+                    note="" if g else NO_GUARANTEE)
+        m.metrics = [{"model": method, **{name: self.metrics[k] for k, name in METRICS.items() if k in self.metrics}}]
+        if "mean_forecast_test_mse" in self.metrics:
+            m.metrics.append({"model": f"{self.center_name()} (public forecast)",
+                              "test MSE": self.metrics["mean_forecast_test_mse"]})
+        m.settings["info"] = {k: v for k, v in self.info.items() if k != "history"}
+        m.not_protected = [f"{SPLIT_FILE} names the training (member) and held-out patients: patient identifiers, "
+                           f"kept in the run folder for audits only; share {MODEL_FILE} and run.json, not it."]
+        if g is not None:
+            m.not_protected += [
+                "Validation and test MSE are exact statistics of the held-out patients' windows: the held-out "
+                "patients are outside the guarantee, which covers the training patients.",
+                "The guarantee's n is the number of training patients with at least one window (those the engine "
+                "samples): an exact count, published as every guarantee publishes n."]
+        if self.standardizer.source != "declared":
+            m.not_protected.append("Standardisation statistics were fitted on the training patients (no declared "
+                                   f"center/scale): a release outside every guarantee, stored in {MODEL_FILE}.")
+        return m
+
+    def center_name(self) -> str:
+        return "declared center" if self.standardizer.source == "declared" else "training mean"
+
+    def write(self, run: RunFolder, data: dict[str, Any] | None = None,
+              attacks: Sequence[dict[str, str]] = ()) -> Path:
+        """Write the model, its split and the manifest into ``run`` and finish it."""
+        run.save_torch(MODEL_FILE, {
+            "model": self.model.state_dict(),
+            "config": {"n_vars": self.model.n_vars, "input_len": self.model.input_len,
+                       "output_len": self.model.output_len, "d_model": self.settings.d_model,
+                       "n_heads": self.settings.n_heads},
+            "standardizer": {"center": self.standardizer.center, "scale": self.standardizer.scale,
+                             "source": self.standardizer.source},
+            "variables": list(self.variables), "step": self.step, "window": dict(self.window), "clip_z": self.clip_z})
+        run.write_json(SPLIT_FILE, self.split)
+        manifest = self.manifest(data)
+        manifest.attacks = list(attacks)
+        return run.finish(manifest)
+
+    def save(self, folder: str | os.PathLike, force: bool = False) -> Path:
+        """Write a run folder (refused if ``folder`` holds something, unless ``force``)."""
+        return self.write(RunFolder(folder, KIND, self.settings.to_dict(), force=force))
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> ForecastModel:
+        """A model saved by :meth:`save` or ``dpcare forecast fit`` (in eval mode)."""
+        import json
+
+        folder = Path(folder)
+        manifest = read_manifest(folder)
+        if manifest.kind != KIND:
+            raise DataError(f"{folder} holds a {manifest.kind!r} run, not a forecaster ({KIND!r})")
+        saved = torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=True)
+        settings = dict(manifest.settings)
+        info = settings.pop("info", {})
+        model = Forecaster(**saved["config"])
+        model.load_state_dict(saved["model"])
+        model.eval()
+        st = saved["standardizer"]
+        entry = manifest.models[0]
+        names = {name: k for k, name in METRICS.items()}
+        metrics = {names[k]: v for k, v in manifest.metrics[0].items() if k in names}
+        if len(manifest.metrics) > 1:
+            metrics["mean_forecast_test_mse"] = manifest.metrics[1]["test MSE"]
+        split_path = folder / SPLIT_FILE
+        return cls(ForecastSettings.from_dict(settings), model, Standardizer(st["center"], st["scale"], st["source"]),
+                   tuple(saved["variables"]), saved["step"], dict(saved["window"]), float(saved["clip_z"]),
+                   Guarantee.from_dict(entry["guarantee"]) if entry["guarantee"] else None,
+                   PrivacyLedger.from_state_dict(entry["ledger"]) if entry["ledger"] else None, metrics,
+                   json.loads(split_path.read_text()) if split_path.exists() else {}, info, dict(manifest.data))
+
+
+# --------------------------------------------------------------------------- fitting
+def as_dataset(data: str | TimeSeriesDataset | pd.DataFrame, spec: str | os.PathLike | dict | None = None,
+               ) -> TimeSeriesDataset:
+    """A bundled data set by name, a TimeSeriesDataset (e.g. :func:`dpcare.timeseries.user_dataset`), or an
+    event table in memory with an optional spec (:func:`dpcare.timeseries.events_dataset`)."""
+    if isinstance(data, pd.DataFrame):
+        return events_dataset(data, spec)
+    if spec is not None:
+        raise SettingsError("spec is for an event table in memory; a file takes it through user_dataset(path, "
+                            "layout, spec)")
+    if isinstance(data, TimeSeriesDataset):
+        return data
+    if isinstance(data, str) and data in DATASETS:
+        return DATASETS[data]
+    raise UnknownNameError(f"unknown time-series data {data!r}: give a bundled name ({sorted(DATASETS)}), an event "
+                           "table (pandas DataFrame) or user_dataset(path, layout, spec)")
+
+
+def _part(data: TsfData, split: str) -> WindowSet:
+    try:
+        return data.part(split)
+    except DataError:
+        w = data.window
+        raise DataError(f"no {split} patient has a window of {w.get('input_len')} + {w.get('output_len')} "
+                        f"{data.step} steps ({len(data.splits[split])} patients in that split): more patients "
+                        "or shorter windows are needed") from None
+
+
+def fit(data: str | TimeSeriesDataset | pd.DataFrame, settings: ForecastSettings | None = None, *,
+        spec: str | os.PathLike | dict | None = None, checkpoint_dir: str | None = None,
+        progress: bool = True) -> ForecastModel:
+    """Train ``settings.method`` on the training patients (64% of the data set's patients) and score it
+    on the validation (16%) and test (20%) patients (masked MSE of every window, z-units)."""
+    settings = settings or ForecastSettings()
+    dataset = as_dataset(data, spec)
+    if settings.private:
+        require_declared(dataset)
+    population = dataset.patient_ids()
+    prepared = prepare_tsf(dataset, **settings.window(), seed=settings.dp.seed, population=population)
+    parts = {s: _part(prepared, s) for s in SPLIT_NAMES}
+    train = parts["train"]
+
+    def ckpt(name: str) -> str | None:
+        return None if checkpoint_dir is None else str(Path(checkpoint_dir) / name)
+
+    guarantee = ledger = None
+    if settings.private:
+        model, result = dp_sgd(train, settings, prepared.standardizer, len(prepared.splits["train"]), progress,
+                               ckpt("dp-sgd"))
+        guarantee, ledger = result.guarantee, result.ledger
+        info = {"steps": result.steps, "noise_multiplier": result.noise_multiplier, "backend": result.backend,
+                "sampling_rate": result.sampling_rate,
+                "expected_patients_per_step": dp_batch_size(settings, len(prepared.splits["train"]))}
+    else:
+        model = train_baseline(train, settings, progress, ckpt("baseline"))
+        info = {}
+        if settings.method in DEFENCES:
+            model, info = train_defended(model, train, parts["validation"], settings, progress)
+    metrics = {f"{s}_mse": float(window_losses(model, parts[s]).mean()) for s in SPLIT_NAMES}
+    test = parts["test"]
+    metrics["mean_forecast_test_mse"] = float(masked_mse(torch.zeros_like(test.y), test.y, test.mask).mean())
+    split = {"seed": settings.dp.seed, "fractions": list(FRACTIONS), "patients": len(population),
+             **{s: prepared.splits[s] for s in SPLIT_NAMES}}
+    return ForecastModel(settings, model.eval(), prepared.standardizer, tuple(prepared.windows.variables),
+                         prepared.step, dict(prepared.window), CLIP_Z, guarantee, ledger, metrics, split, info,
+                         prepared.summary(), prepared)
+
+
+__all__ = ["CLIP_Z", "DEFENCES", "FRACTIONS", "METHODS", "SPLIT_NAMES", "ForecastModel", "ForecastSettings",
+           "TsfData", "as_dataset", "dp_batch_size", "dp_sgd", "fit", "new_model", "plan", "prepare_tsf",
+           "require_declared", "train_baseline", "train_defended", "train_dp_sgd", "training_patients",
+           "window_losses", "with_method"]

@@ -1,0 +1,90 @@
+"""Settings of the forecasting recipe (no torch: the command line builds its options from them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dpcare.exceptions import SettingsError
+from dpcare.settings import DPSettings, check, from_dict, setting, to_dict
+
+DEFENCES = ("zoo", "zoo_pca", "mixup")
+METHODS = ("baseline", "dp-sgd", *DEFENCES)
+
+
+def _default_dp() -> DPSettings:
+    return DPSettings(epsilon=3.0, batch_size=8, epochs=15.0, clip_norm=1.0, unit="patient")
+
+
+@dataclass(frozen=True)
+class ForecastSettings:
+    """Settings of :func:`fit` (and of ``dpcare forecast fit`` and ``dpcare benchmark tsf``)."""
+
+    method: str = setting("dp-sgd", kind="choice", choices=METHODS,
+                          help="baseline (non-private), dp-sgd (patient-level DP: the only one with a guarantee), "
+                               "or an augmentation defence of the baseline (zoo, zoo_pca, mixup: no guarantee)")
+    d_model: int = setting(64, kind="integer", low=1, help="width of the forecaster's embedding and encoder")
+    n_heads: int = setting(4, kind="integer", low=1, help="attention heads of the encoder (must divide --d-model)")
+    baseline_epochs: float = setting(60.0, low=0, open_low=True,
+                                     help="epochs of non-private training (the baseline; the defences start from it)")
+    baseline_batch_size: int = setting(32, kind="integer", low=1, help="windows per step of non-private training")
+    baseline_lr: float = setting(5e-4, low=0, open_low=True, help="Adam learning rate of non-private training")
+    dp_lr: float = setting(2e-3, low=0, open_low=True, help="Adam learning rate of DP-SGD")
+    dp_sampling_rate: float | None = setting(
+        0.25, low=0, high=1, open_low=True, none=True, none_means="--batch-size patients per step",
+        help="DP-SGD: expected share of the training patients per step (expected batch = rate x the training "
+             "patients of the split, a public count)")
+    aug_epochs: int = setting(8, kind="integer", low=1, help="defences: retraining epochs (at most)")
+    aug_candidates: int = setting(256, kind="integer", low=1,
+                                  help="defences: synthetic candidates per epoch (the paper's 32,000 is GPU scale)")
+    aug_lr: float = setting(5e-4, low=0, open_low=True, help="defences: fine-tuning learning rate")
+    alpha: float = setting(0.75, low=0, high=1, help="ZOO: interpolation weight alpha")
+    mixup_beta: float = setting(1.0, low=0, open_low=True, help="MixUp: Beta(b, b) of the mixing weight")
+    pca_variance: float = setting(0.70, low=0, high=1, open_low=True,
+                                  help="ZOO-PCA: share of the embeddings' variance its components keep")
+    zoo_mu_rel: float = setting(0.05, low=0, open_low=True,
+                                help="ZOO: step mu as a share of the mean norm of the real embeddings")
+    input_len: int | None = setting(None, kind="integer", low=1, none=True, none_means="the spec's window",
+                                    help="input steps of a window")
+    output_len: int | None = setting(None, kind="integer", low=1, none=True, none_means="the spec's window",
+                                     help="forecast steps of a window (the horizon)")
+    stride: int | None = setting(None, kind="integer", low=1, none=True, none_means="the spec's window",
+                                 help="steps between the anchors of two windows of a stay")
+    dp: DPSettings = field(default_factory=_default_dp)
+
+    def __post_init__(self) -> None:
+        check(self)
+        if self.dp.unit != "patient":
+            raise SettingsError("the forecasting recipe protects patients (unit patient: all windows of a patient "
+                                f"sampled and clipped together), got unit = {self.dp.unit!r}")
+        if self.d_model % self.n_heads:
+            raise SettingsError(f"d_model must be divisible by n_heads, got d_model = {self.d_model}, "
+                                f"n_heads = {self.n_heads}")
+
+    @property
+    def private(self) -> bool:
+        return self.method == "dp-sgd"
+
+    def window(self) -> dict[str, int | None]:
+        return {"input_len": self.input_len, "output_len": self.output_len, "stride": self.stride}
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ForecastSettings:
+        return from_dict(cls, values)
+
+
+def with_method(settings: ForecastSettings, method: str, **dp: Any) -> ForecastSettings:
+    """``settings`` for another method (and DP settings), validated."""
+    return replace(settings, method=method, dp=settings.dp.replace(**dp) if dp else settings.dp)
+
+
+def dp_batch_size(settings: ForecastSettings, patients: int) -> int:
+    """Expected patients per DP-SGD step for ``patients`` training patients (a public count)."""
+    rate = settings.dp_sampling_rate
+    return settings.dp.batch_size if rate is None else max(1, round(rate * patients))
+
+
+__all__ = ["DEFENCES", "METHODS", "ForecastSettings", "dp_batch_size", "with_method"]
