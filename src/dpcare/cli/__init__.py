@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from dpcare.cli import account, audit, benchmark, budget, data, images, report, synth, text, train
+from dpcare.cli import account, audit, benchmark, budget, data, forecast, images, report, synth, text, train
 from dpcare.cli.common import ErrorReportingGroup
 from dpcare.runtime import ensure_fast_process
 
@@ -32,6 +32,7 @@ app.command()(data.datasets)
 app.command()(report.report)
 app.add_typer(budget.app, name="budget")
 app.add_typer(text.app, name="text")
+app.add_typer(forecast.app, name="forecast")
 app.add_typer(images.app, name="images")
 
 
