@@ -1,7 +1,7 @@
 """LiRA scores from numbers (Carlini et al. 2022): the target's per-example statistic and the shadow
 models' statistics with their membership. Training the shadows is the caller's job (tabular:
 :func:`dpcare.audit.run_lira` driven by :mod:`dpcare.tabular.audit`; forecasting:
-:mod:`dpcare.workflows.tsf`).
+:mod:`dpcare.timeseries.attacks`).
 
     online:  log N(phi; mu_in, s_in) - log N(phi; mu_out, s_out)
     offline: log P[phi_out <= phi]   (one-sided, out-shadows only)

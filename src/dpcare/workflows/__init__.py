@@ -1,1 +1,0 @@
-"""End-to-end workflows that tie data, engine, methods and reports together."""
