@@ -195,8 +195,7 @@ def test_the_layer_check_sees_a_planted_upward_import():
 def test_every_package_is_placed_in_a_layer():
     top_level = {m.split(".")[1] for m in MODULES if m.count(".") >= 1}
     placed = {p.split(".")[1] for p in (*TOP, *LOWER)}
-    legacy = {"workflows"}  # being emptied into the recipes and studies
-    assert top_level - placed - legacy <= {"progress", "registry", "runtime", "token_loss", "cli"}, top_level - placed
+    assert top_level - placed <= {"progress", "registry", "runtime", "token_loss", "cli"}, top_level - placed
 
 
 # --------------------------------------------------------------------------- the CLI's one error path
