@@ -211,7 +211,8 @@ def benchmark_tsf(
                      ] = False,
 ) -> None:
     """Baseline vs DP-SGD (per patient) vs ZOO, ZOO-PCA, MixUp under LOSS and LiRA attacks
-    (embedding-augmentation-mia-tsf.txt, Table 1, with real accounting)."""
+    ("Embedding-Space Data Augmentation to Prevent Membership Inference Attacks in Clinical Time Series
+    Forecasting", ML4H 2025, Table 1, with real accounting)."""
     from dpcare.studies.tsf import TsfBenchmark, run_tsf_benchmark
     from dpcare.timeseries import user_dataset
 
