@@ -70,6 +70,8 @@ def train(
     typer.echo(json.dumps(strict_json(row), indent=2))  # a non-private run's epsilon prints as null
     if model.guarantee:
         typer.echo(model.guarantee.describe())
+    if model.baseline is not None:
+        typer.echo(f"{settings.method} {model.baseline['comparisons'][0]['verdict']}")
     if audit:
         r = payload["rows"][0]
         typer.echo(f"LOSS attack: AUC {r['AUC'][0]:.3f} [{r['AUC'][1]:.3f}, {r['AUC'][2]:.3f}], TPR/FPR at the mean "

@@ -194,6 +194,7 @@ class TabularModel:
     metrics: dict[str, float] = field(default_factory=dict)
     split: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)  # steps, noise multiplier, backend, imputation...
+    baseline: dict[str, Any] | None = None  # the best public baseline on the same test rows, and the verdict
 
     @property
     def schema(self) -> TableSchema:
@@ -233,6 +234,11 @@ class TabularModel:
                     self.ledger.state_dict() if self.ledger is not None else None,
                     note="" if self.guarantee else "NO differential privacy guarantee (non-private run).")
         m.metrics = [{"model": method, **{metric_name(k): v for k, v in self.metrics.items()}}]
+        if self.baseline is not None:
+            b = self.baseline
+            m.baselines = [b]
+            m.metrics.append({"model": f"public baseline: {b['name']}", **b["metrics"]})
+            m.notes.append(f"{method}: {b['comparisons'][0]['verdict']}")
         m.settings["info"] = self.info
         if "imputation" in self.info:
             m.not_protected.append("The public support table (it fitted the imputer) is public data, outside every "
@@ -272,7 +278,8 @@ class TabularModel:
         split = _read_split(folder)
         metrics = {metric_key(k): v for k, v in manifest.metrics[0].items() if k != "model"}
         return cls(TabularSettings.from_dict(settings), encoder, model, Guarantee.from_dict(g) if g else None,
-                   PrivacyLedger.from_state_dict(ledger) if ledger else None, metrics, split, info)
+                   PrivacyLedger.from_state_dict(ledger) if ledger else None, metrics, split, info,
+                   manifest.baselines[0] if manifest.baselines else None)
 
 
 def _read_split(folder: Path) -> dict[str, Any]:
@@ -336,20 +343,61 @@ def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: T
     frame, parts = read_and_split(data, schema, settings.dp.seed, holdout)
     imp = fit_imputer(schema, settings, public_data, imputer)  # public rows only
     train = frame.iloc[parts["train"]].reset_index(drop=True)
-    model, encoder, result, _ = train_rows(train, schema, settings, imp, checkpoint_dir, progress)
-    metrics = {}
+    model, encoder, result, train = train_rows(train, schema, settings, imp, checkpoint_dir, progress)
+    metrics, baseline = {}, None
     if holdout:
-        for i, name in enumerate(("val", "test"), start=1):
-            held = tensors(encoder, frame.iloc[parts[name]].reset_index(drop=True), settings.pad,
-                           settings.dp.seed + i)
-            metrics.update({f"{name}_{k}": v for k, v in evaluate(model, held).items()})
+        held = {name: tensors(encoder, frame.iloc[parts[name]].reset_index(drop=True), settings.pad,
+                              settings.dp.seed + i) for i, name in enumerate(("val", "test"), start=1)}
+        for name, data in held.items():
+            metrics.update({f"{name}_{k}": v for k, v in evaluate(model, data).items()})
+        baseline = public_baseline(settings, train, held["test"], model)
     split = {"rows": len(frame), "seed": settings.dp.seed, "holdout": holdout,
              **{k: v.tolist() for k, v in parts.items()}}
     info = {"steps": result.steps, "noise_multiplier": result.noise_multiplier, "backend": result.backend,
             "sampling_rate": result.sampling_rate}
     if imp is not None:
         info["imputation"] = {"imputer": imp.name, "support_rows": getattr(imp, "support_rows", None)}
-    return TabularModel(settings, encoder, model, result.guarantee, result.ledger, metrics, split, info)
+    return TabularModel(settings, encoder, model, result.guarantee, result.ledger, metrics, split, info, baseline)
+
+
+# --------------------------------------------------------------------------- the public baseline
+def public_baseline(settings: TabularSettings, train: dict[str, torch.Tensor], test: dict[str, torch.Tensor],
+                    model: torch.nn.Module) -> dict[str, Any]:
+    """The best predictor that needs no private data, on the same test rows, and the private model against it.
+
+    Feature-level methods (Feature-DP, the fusion family) protect only the private columns: the public columns
+    and the label are public, so the baseline is the same MLP trained without privacy on pad(Psi(x)) (the
+    public view, private columns replaced by noise). Under DP-SGD, Label-DP or no protection the labels are
+    private: the baseline is the constant prediction (AUROC 0.5, AUPRC the test prevalence)."""
+    from dpcare.verdict import compare
+
+    objective = objective_for(settings)
+    y = test["y"].numpy()
+    if objective.private and objective.unit is ProtectedUnit.FEATURES:
+        name = "the same MLP on the public columns only (non-private)"
+        scores = probabilities(_public_columns_model(settings, train, model.config), test["x_pub"])[:, 1]
+    else:
+        name = "a constant prediction (the labels are private)"
+        scores = np.full(len(y), 0.5)
+    ours = probabilities(model, test["x"])[:, 1]
+    comparisons = [compare(f"test {m.upper()}", fn, y, ours, scores, name, seed=settings.dp.seed).to_dict()
+                   for m, fn in (("auprc", average_precision_score), ("auroc", roc_auc_score))]
+    return {"name": name, "metrics": {"test AUPRC": float(average_precision_score(y, scores)),
+                                      "test AUROC": float(roc_auc_score(y, scores))},
+            "comparisons": comparisons}
+
+
+def _public_columns_model(settings: TabularSettings, train: dict[str, torch.Tensor], shape: dict[str, Any]
+                          ) -> TabularMLP:
+    """Non-private training of the recipe's MLP (the private model's ``shape``) on the public view and the
+    (public) label of the training rows."""
+    from dpcare.engine import TrainConfig
+
+    torch.manual_seed(settings.dp.seed + 101)
+    model = TabularMLP(**shape)
+    config = TrainConfig.from_dp(settings.dp, private=False, lr=settings.lr, progress=False)
+    Trainer(model, NonPrivate(), config).fit({"x": train["x_pub"], "y": train["y"]})
+    return model
 
 
 #: the smallest evaluation split scored (fewer rows give AUROC/AUPRC no meaning)

@@ -1,0 +1,87 @@
+"""Is a private model worth releasing? Its metric against the best public baseline on the SAME test units,
+with a paired bootstrap interval of the difference, and a verdict in words.
+
+A DP model is worth releasing only if it beats what anyone can do without the private data. The
+comparison resamples the test units (rows, or patients: pass ``groups`` so a patient's rows move
+together), recomputes both models' metric on every resample and reports the difference's 95%
+percentile interval. The verdict says "beats" only when the whole interval is on the better side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from dpcare.exceptions import DataError
+
+Metric = Callable[[np.ndarray, np.ndarray], float]  # (truth, scores or predictions) -> value
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The private model's ``metric`` against ``baseline`` on the same test units (difference = model -
+    baseline, oriented so that positive means the model is better)."""
+
+    metric: str
+    model: float
+    baseline_name: str
+    baseline: float
+    difference: float
+    low: float
+    high: float
+    higher_is_better: bool
+    units: int
+    resamples: int
+
+    @property
+    def beats(self) -> bool:
+        return self.low > 0
+
+    def verdict(self) -> str:
+        where = (f"{self.metric} {self.model:.4g} vs {self.baseline:.4g} for {self.baseline_name}: improvement "
+                 f"{self.difference:+.3g}, 95% interval [{self.low:+.3g}, {self.high:+.3g}] over {self.units} test units")
+        if self.beats:
+            return f"beats the public baseline ({where})"
+        return f"no better than the public baseline: do not release ({where})"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "beats": self.beats, "verdict": self.verdict()}
+
+
+def compare(metric_name: str, metric: Metric, truth: np.ndarray, model: np.ndarray, baseline: np.ndarray,
+            baseline_name: str, higher_is_better: bool = True, groups: np.ndarray | None = None,
+            resamples: int = 1000, seed: int = 0) -> Comparison:
+    """Paired bootstrap of ``metric(model) - metric(baseline)`` over the test units (``groups``: one unit label
+    per row; a unit's rows are drawn together). A resample the metric is undefined on (e.g. one class) is
+    drawn again."""
+    truth, model, baseline = (np.asarray(a) for a in (truth, model, baseline))
+    if not len(truth) == len(model) == len(baseline) or not len(truth):
+        raise DataError(f"the model and the baseline must be scored on the same non-empty test units: "
+                        f"{len(truth)} labels, {len(model)} and {len(baseline)} predictions")
+    sign = 1.0 if higher_is_better else -1.0
+    point_m, point_b = metric(truth, model), metric(truth, baseline)
+    units = np.arange(len(truth)) if groups is None else np.asarray(groups)
+    labels, index = np.unique(units, return_inverse=True)
+    rows_of = [np.flatnonzero(index == k) for k in range(len(labels))]
+    rng = np.random.default_rng(seed)
+    diffs, tries = [], 0
+    while len(diffs) < resamples and tries < 5 * resamples:
+        tries += 1
+        pick = np.concatenate([rows_of[k] for k in rng.integers(0, len(labels), len(labels))])
+        try:
+            d = metric(truth[pick], model[pick]) - metric(truth[pick], baseline[pick])
+        except ValueError:  # scikit-learn's metrics on a one-class resample
+            continue
+        if np.isfinite(d):
+            diffs.append(sign * d)
+    if len(diffs) < resamples // 2:
+        raise DataError(f"the {metric_name} is undefined on most resamples of the {len(labels)} test units: too "
+                        "few units (or one class) to compare with the baseline")
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    return Comparison(metric_name, float(point_m), baseline_name, float(point_b), float(sign * (point_m - point_b)),
+                      float(low), float(high), higher_is_better, len(labels), len(diffs))
+
+
+__all__ = ["Comparison", "Metric", "compare"]

@@ -1,0 +1,87 @@
+"""The private model against the best public baseline on the same test units, and the verdict in words."""
+
+import numpy as np
+import pytest
+from helpers import SPEC, toy_table
+from sklearn.metrics import average_precision_score, mean_squared_error, roc_auc_score
+
+from dpcare.data import TableSchema
+from dpcare.exceptions import DataError
+from dpcare.settings import DPSettings
+from dpcare.tabular import TabularSettings, fit
+from dpcare.verdict import compare
+
+
+def test_the_verdict_flips_when_the_model_is_the_baseline_itself():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 400)
+    good = y + rng.normal(0, 0.6, 400)
+    base = rng.normal(0, 1, 400)
+    c = compare("AUROC", roc_auc_score, y, good, base, "noise")
+    assert c.beats and c.verdict().startswith("beats the public baseline") and c.low > 0
+    same = compare("AUROC", roc_auc_score, y, base, base, "noise")
+    assert not same.beats and same.difference == 0 and same.low == same.high == 0
+    assert same.verdict().startswith("no better than the public baseline: do not release")
+
+
+def test_lower_is_better_metrics_and_patient_resampling():
+    rng = np.random.default_rng(1)
+    truth = rng.normal(size=300)
+    close, far = truth + rng.normal(0, 0.1, 300), truth + rng.normal(0, 1.0, 300)
+    patients = np.repeat(np.arange(30), 10)
+    c = compare("MSE", mean_squared_error, truth, close, far, "far", higher_is_better=False, groups=patients)
+    assert c.beats and c.difference > 0 and c.units == 30
+    worse = compare("MSE", mean_squared_error, truth, far, close, "close", higher_is_better=False, groups=patients)
+    assert not worse.beats and worse.difference < 0
+    with pytest.raises(DataError, match="same non-empty test units"):
+        compare("MSE", mean_squared_error, truth, close[:10], far, "far")
+
+
+SCHEMA = TableSchema.from_dict(SPEC)
+FAST = TabularSettings(hidden=16, dp=DPSettings(epsilon=2.0, epochs=2, batch_size=32, accountant="rdp"))
+
+
+@pytest.mark.parametrize("method, baseline", [("feature-dp", "public columns only"), ("dp-sgd", "constant"),
+                                              ("label-dp", "constant")])
+def test_every_tabular_run_reports_its_public_baseline_on_the_test_rows(method, baseline):
+    df = toy_table(400)
+    m = fit(df, SCHEMA, TabularSettings(**{**FAST.__dict__, "method": method}), progress=False)
+    b = m.baseline
+    assert baseline in b["name"]
+    test_rows = df.iloc[m.split["test"]]
+    assert b["comparisons"][0]["units"] == len(test_rows) == 40  # the test split, not validation or training
+    assert b["comparisons"][0]["model"] == pytest.approx(m.metrics["test_auprc"])
+    if baseline == "constant":
+        assert b["metrics"]["test AUROC"] == 0.5
+        assert b["metrics"]["test AUPRC"] == pytest.approx(average_precision_score(test_rows["death"],
+                                                                                   np.zeros(len(test_rows))))
+    manifest = m.manifest()
+    assert manifest.baselines == [b] and any("public baseline" in n for n in manifest.notes)
+    assert manifest.metrics[1]["model"].startswith("public baseline:")
+
+
+def test_the_public_columns_baseline_reads_no_private_value():
+    """The feature-level baseline is trained and scored on the public view: with other private values in every
+    row, its predictions are bit-identical (red when it was trained on x instead of x_pub, checked)."""
+    from dpcare.tabular import recipe
+
+    seen = []
+    real = recipe.probabilities
+
+    def spy(model, x):
+        out = real(model, x)
+        seen.append(out)
+        return out
+
+    df = toy_table(400)
+    other = df.copy()
+    other["age"] = 100 - other["age"] + 18
+    other["sex"] = other["sex"].map({"female": "male", "male": "female"})
+    runs = []
+    for frame in (df, other):
+        seen.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(recipe, "probabilities", spy)
+            m = fit(frame, SCHEMA, FAST, progress=False)
+        runs.append((seen[-2], m.baseline["metrics"]))  # public-columns model's test scores, then ours
+    assert np.array_equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
