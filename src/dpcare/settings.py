@@ -156,9 +156,28 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class Settings:
+    """Base of every settings dataclass: checked against its declared rules when made, and a plain-data round
+    trip (a run folder's run.json, a YAML file, keyword arguments)."""
+
+    def __post_init__(self) -> None:
+        check(self)
+
+    def replace(self, **changes: Any):
+        """A copy with ``changes`` (validated)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any] | None):
+        return from_dict(cls, values)
+
+
 # --------------------------------------------------------------------------- the DP settings
 @dataclass(frozen=True)
-class DPSettings:
+class DPSettings(Settings):
     """The settings of the private mechanism, shared by every recipe (and every CLI command that trains).
 
     ``batch_size`` is the EXPECTED number of units per step (Poisson sampling at q = batch_size / n);
@@ -189,19 +208,5 @@ class DPSettings:
     unit: str = setting("example", kind="choice", choices=UNITS,
                         help="privacy unit: example (one row) or patient (all of a patient's rows together)")
 
-    def __post_init__(self) -> None:
-        check(self)
 
-    def replace(self, **changes: Any) -> DPSettings:
-        """A copy with ``changes`` (validated)."""
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any] | None) -> DPSettings:
-        return from_dict(cls, values)
-
-
-__all__ = ["ACCOUNTANTS", "UNITS", "DPSettings", "Rule", "check", "from_dict", "rules", "setting", "to_dict"]
+__all__ = ["ACCOUNTANTS", "UNITS", "DPSettings", "Rule", "Settings", "check", "from_dict", "rules", "setting", "to_dict"]

@@ -10,10 +10,9 @@ methods run 30 epochs at an expected batch of 256 with C = 0.1 (the paper's C).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from dpcare.exceptions import SettingsError
-from dpcare.settings import DPSettings, check, from_dict, setting, to_dict
+from dpcare.settings import DPSettings, Settings, setting
 
 #: the five methods (the same names as :class:`dpcare.images.diffusion.DiffusionObjective`)
 METHODS = ("non-private", "public", "dp", "fdp-dpsgd", "fdp-alg1")
@@ -26,7 +25,7 @@ def _default_dp() -> DPSettings:
 
 
 @dataclass(frozen=True)
-class DiffusionSettings:
+class DiffusionSettings(Settings):
     """Settings of :func:`dpcare.images.recipe.fit` (and of ``dpcare images fit``)."""
 
     method: str = setting("fdp-dpsgd", kind="choice", choices=METHODS,
@@ -63,7 +62,7 @@ class DiffusionSettings:
     dp: DPSettings = field(default_factory=_default_dp)
 
     def __post_init__(self) -> None:
-        check(self)
+        super().__post_init__()
         self.unet_widths  # noqa: B018 - parses and checks the widths
         if self.blur_kernel % 2 == 0:
             raise SettingsError(f"blur_kernel must be an odd integer >= 1, got blur_kernel = {self.blur_kernel}")
@@ -91,12 +90,7 @@ class DiffusionSettings:
     def feature_dp(self) -> bool:
         return self.method in FEATURE_DP
 
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
 
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> DiffusionSettings:
-        return from_dict(cls, values)
 
 
 __all__ = ["FEATURE_DP", "METHODS", "PRIVATE", "DiffusionSettings"]

@@ -4,20 +4,9 @@ FusionDP family), saved as a run folder and applied to new rows; its membership 
 Names load on first use, so ``dpcare.tabular.settings`` (what the command line needs) imports no torch.
 """
 
-from __future__ import annotations
+from dpcare.lazy import lazy_face
 
-import importlib
-
-_LAZY = {"METHODS": "recipe", "TableMethod": "recipe", "TabularModel": "recipe", "fit": "recipe", "plan": "recipe",
-         "train_rows": "recipe", "TabularSettings": "settings", "METHOD_NAMES": "settings"}
-
-
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-__all__ = sorted(_LAZY)
+__getattr__, __dir__, __all__ = lazy_face(__name__, {
+    **dict.fromkeys(("METHODS", "TableMethod", "TabularModel", "fit", "plan", "train_rows"), "recipe"),
+    **dict.fromkeys(("METHOD_NAMES", "TabularSettings"), "settings"),
+})

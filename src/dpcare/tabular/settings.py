@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from dpcare.exceptions import SettingsError
-from dpcare.settings import DPSettings, check, from_dict, setting, to_dict
+from dpcare.settings import DPSettings, Settings, setting
 
 #: the methods of :data:`dpcare.tabular.recipe.METHODS`, in its order
 METHOD_NAMES = ("non-private", "dp-sgd", "feature-dp", "label-dp", "naive-fusion", "naive-fusion-pub",
@@ -18,7 +17,7 @@ def _default_dp() -> DPSettings:
 
 
 @dataclass(frozen=True)
-class TabularSettings:
+class TabularSettings(Settings):
     """Settings of :func:`fit` (and of ``dpcare train`` / ``DPClassifier``)."""
 
     method: str = setting("feature-dp", kind="choice", choices=METHOD_NAMES,
@@ -43,7 +42,7 @@ class TabularSettings:
     dp: DPSettings = field(default_factory=_default_dp)
 
     def __post_init__(self) -> None:
-        check(self)
+        super().__post_init__()
         if self.dp.unit != "example":
             raise SettingsError("the tabular recipe protects rows (unit example): a table with several rows per "
                                 "patient needs one row per patient, or the event/notes recipes")
@@ -52,12 +51,7 @@ class TabularSettings:
     def private(self) -> bool:
         return self.method != "non-private"
 
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
 
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> TabularSettings:
-        return from_dict(cls, values)
 
 
 __all__ = ["METHOD_NAMES", "TabularSettings"]

@@ -5,11 +5,9 @@ its membership attacks (:mod:`dpcare.timeseries.attacks`).
 Names load on first use, so ``dpcare.timeseries.settings`` (what the command line needs) imports no torch.
 """
 
-from __future__ import annotations
+from dpcare.lazy import lazy_face
 
-import importlib
-
-_LAZY = {
+__getattr__, __dir__, __all__ = lazy_face(__name__, {
     **dict.fromkeys(("BinnedStays", "Standardizer", "bin_events"), "binning"),
     **dict.fromkeys(("DATASETS", "TimeSeriesDataset", "events_dataset", "load_events", "mimic_demo_events",
                      "patient_ids", "pbcseq_events", "user_dataset"), "datasets"),
@@ -18,15 +16,4 @@ _LAZY = {
                      "windows_for"), "windows"),
     **dict.fromkeys(("ForecastModel", "fit", "plan"), "recipe"),
     "ForecastSettings": "settings",
-}
-
-
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-__all__ = sorted(_LAZY)
+})

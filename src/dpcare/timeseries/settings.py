@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dpcare.exceptions import SettingsError
-from dpcare.settings import DPSettings, check, from_dict, setting, to_dict
+from dpcare.settings import DPSettings, Settings, setting
 
 DEFENCES = ("zoo", "zoo_pca", "mixup")
 METHODS = ("baseline", "dp-sgd", *DEFENCES)
@@ -17,7 +17,7 @@ def _default_dp() -> DPSettings:
 
 
 @dataclass(frozen=True)
-class ForecastSettings:
+class ForecastSettings(Settings):
     """Settings of :func:`fit` (and of ``dpcare forecast fit`` and ``dpcare benchmark tsf``)."""
 
     method: str = setting("dp-sgd", kind="choice", choices=METHODS,
@@ -53,7 +53,7 @@ class ForecastSettings:
     dp: DPSettings = field(default_factory=_default_dp)
 
     def __post_init__(self) -> None:
-        check(self)
+        super().__post_init__()
         if self.dp.unit != "patient":
             raise SettingsError("the forecasting recipe protects patients (unit patient: all windows of a patient "
                                 f"sampled and clipped together), got unit = {self.dp.unit!r}")
@@ -68,12 +68,7 @@ class ForecastSettings:
     def window(self) -> dict[str, int | None]:
         return {"input_len": self.input_len, "output_len": self.output_len, "stride": self.stride}
 
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
 
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> ForecastSettings:
-        return from_dict(cls, values)
 
 
 def with_method(settings: ForecastSettings, method: str, **dp: Any) -> ForecastSettings:
