@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dpcare.exceptions import DataError, SettingsError
-from dpcare.runs import MANIFEST, Manifest, RunFolder, attach_attack, read_attacks, read_manifest
+from dpcare.runs import MANIFEST, Manifest, RunFolder, abandon_unwritten, attach_attack, read_attacks, read_manifest
 from dpcare.runs.folder import PARTIAL, staging_path
 
 
@@ -21,6 +21,8 @@ def _finish(run: RunFolder, name: str = "m") -> None:
 def test_a_finished_run_is_in_place_with_its_manifest(tmp_path):
     out = tmp_path / "r"
     run = RunFolder(out, "tabular", settings={"a": 1}, command="dpcare train")
+    assert not out.exists() and not run.staging.exists()  # made when the run first writes
+    run.write_json("first.json", {})
     assert not out.exists() and run.staging.exists()  # nothing in place until the run is done
     _finish(run)
     m = read_manifest(out)
@@ -90,10 +92,22 @@ def test_attacks_are_tied_to_their_run(tmp_path):
 def test_read_manifest_names_what_is_wrong(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         read_manifest(tmp_path / "nope")
-    RunFolder(tmp_path / "r", "tabular")
+    RunFolder(tmp_path / "r", "tabular").write_json("x.json", {})
     (tmp_path / "r").mkdir()
     with pytest.raises(DataError, match="no run.json.*unfinished run is in"):
         read_manifest(tmp_path / "r")
     (tmp_path / "r" / MANIFEST).write_text('{"format": "other"}')
     with pytest.raises(DataError, match="not a dpcare run manifest"):
         read_manifest(tmp_path / "r")
+
+
+def test_a_refused_run_leaves_nothing_and_a_started_one_stays_resumable(tmp_path):
+    out = tmp_path / "new" / "deeper" / "r"
+    refused = RunFolder(out, "tabular", {"a": 1})
+    refused.checkpoint_dir  # made its staging folder (partial.json), then refused before writing anything
+    abandon_unwritten()
+    assert not (tmp_path / "new").exists()  # the folders it made are gone too
+    started = RunFolder(out, "tabular", {"a": 1})
+    started.path("checkpoints/checkpoint.pt").write_text("state")
+    abandon_unwritten()
+    assert RunFolder(out, "tabular", {"a": 1}).resumed  # checkpoints kept: a rerun resumes

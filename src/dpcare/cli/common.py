@@ -29,6 +29,9 @@ class ErrorReportingGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except USER_ERRORS as err:
+            from dpcare.runs import abandon_unwritten
+
+            abandon_unwritten()  # a refused run leaves no half-made run folder
             fail(err)
 
 

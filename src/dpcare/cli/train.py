@@ -40,13 +40,16 @@ def train(
     from dpcare.runs import RunFolder
     from dpcare.tabular import fit, plan
     from dpcare.tabular.audit import audit_split
-    from dpcare.exceptions import DPCareError
+    from dpcare.exceptions import DataError, DPCareError
     from dpcare.io import strict_json
     from dpcare.tabular.recipe import check_imputer_inputs, read_and_split
 
     schema = load_spec(spec)
     check_imputer_inputs(settings, public_data, imputer_file)
-    planned = plan(schema, settings, count_rows(data))  # checks the method's needs before any row is read
+    rows = count_rows(data)
+    if rows == 0:
+        raise DataError(f"data file {data} has no rows")
+    planned = plan(schema, settings, rows)  # checks the method's needs before any row is read
     run = RunFolder(out, "tabular", settings.to_dict(), force=force, command="dpcare train")
     with guard_run(budget, planned, run_id=run.run_id, command="train", data=data) as held:
         try:

@@ -63,6 +63,8 @@ def count_rows(source: str | Path) -> int:
     path = Path(source)
     if not path.exists():
         raise MissingFileError(f"data file not found: {path}")
+    if path.stat().st_size == 0:
+        raise DataError(f"data file {path} is empty")
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".pq"):
         import pyarrow.parquet as pq

@@ -221,6 +221,9 @@ class Budget:
         """Write a new budget file with no releases; an existing one is kept unless ``force``."""
         budget = cls(Path(path), dataset, epsilon, delta, unit, tuple(protected_columns), accountant, fingerprint,
                      _now())
+        if budget.path.exists() and not force:  # checked again under the lock; refused here it leaves no lock file
+            raise DPCareError(f"a budget file already exists at {budget.path} (its releases would be lost; "
+                              "`dpcare budget init --force` or Budget.create(..., force=True) overwrites it)")
         with _locked(budget.path):
             if budget.path.exists() and not force:
                 raise DPCareError(f"a budget file already exists at {budget.path} (its releases would be lost; "

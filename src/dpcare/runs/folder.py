@@ -7,7 +7,8 @@ of the run is written into ``.<out>.partial/`` beside ``out``; :meth:`RunFolder.
 ``run.json`` (the manifest, :mod:`dpcare.runs.manifest`) last, deletes the training checkpoints (they
 hold the noise generators' state) and moves the staging folder into place.
 
-An interrupted run leaves its staging folder: the same command with the same settings resumes in it
+The staging folder is made when the run first writes (a run refused while it checks its input leaves
+nothing). An interrupted run leaves its staging folder: the same command with the same settings resumes in it
 (its checkpoints are there, and its run id, so a budget reservation is taken over, not doubled); other
 settings are refused unless ``force`` starts over.
 """
@@ -19,6 +20,7 @@ import json
 import os
 import shutil
 import uuid
+import weakref
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from dpcare.runs.manifest import MANIFEST, Manifest
 
 PARTIAL = "partial.json"  # in the staging folder: run id, kind and settings fingerprint of the unfinished run
 CHECKPOINTS = "checkpoints"  # resumable training state, deleted when the run finishes
+_OPEN: weakref.WeakSet[RunFolder] = weakref.WeakSet()  # run folders made and not finished, in this process
 
 
 def fingerprint(settings: Any) -> str:
@@ -64,6 +67,7 @@ class RunFolder:
     def __init__(self, out: str | os.PathLike, kind: str, settings: Any = None, force: bool = False,
                  command: str = "", flag: str = "--out"):
         self.out = check_output(out, force, flag)
+        self._made = [p for p in self.out.parents if not p.exists()]  # folders this run would create, deepest first
         self.kind, self.command, self.force = kind, command, force
         self.settings = settings or {}
         self.staging = staging_path(self.out)
@@ -81,18 +85,38 @@ class RunFolder:
                                     "rerun it with its own settings to resume it, or pass --force to start over")
         elif self.staging.exists():
             shutil.rmtree(self.staging)  # a staging folder without its partial.json holds nothing to resume
-        if not self.resumed:
+        self._key = key
+        if not self.resumed:  # the staging folder is made when the run first writes: a refused run leaves nothing
             self.run_id, self.created = new_run_id(), datetime.now(UTC).isoformat(timespec="seconds")
-            write_json(partial, {"run_id": self.run_id, "kind": kind, "created": self.created, "fingerprint": key})
+        _OPEN.add(self)
+
+    def abandon(self) -> None:
+        """Remove what a run refused before it wrote anything left behind: a staging folder holding only its
+        partial.json, and the empty parent folders it made. A staging folder with checkpoints or files stays
+        (a rerun resumes it)."""
+        _OPEN.discard(self)
+        if self.staging.is_dir() and {p.name for p in self.staging.iterdir()} <= {PARTIAL}:
+            shutil.rmtree(self.staging)
+        for folder in self._made:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+
+    def _staged(self) -> Path:
+        """The staging folder, made (with its partial.json: what a rerun resumes) on first use."""
+        partial = self.staging / PARTIAL
+        if not partial.exists():
+            write_json(partial, {"run_id": self.run_id, "kind": self.kind, "created": self.created,
+                                 "fingerprint": self._key})
+        return self.staging
 
     @property
     def checkpoint_dir(self) -> str:
         """Where training checkpoints go (inside the staging folder; deleted by :meth:`finish`)."""
-        return str(self.staging / CHECKPOINTS)
+        return str(self._staged() / CHECKPOINTS)
 
     def path(self, name: str) -> Path:
         """Where the file ``name`` (relative) of this run is written now."""
-        p = self.staging / name
+        p = self._staged() / name
         p.parent.mkdir(parents=True, exist_ok=True)
         return p
 
@@ -117,6 +141,7 @@ class RunFolder:
         manifest.command = manifest.command or self.command
         manifest.settings = manifest.settings or self.settings
         manifest.finished = datetime.now(UTC).isoformat(timespec="seconds")
+        self._staged()
         (self.staging / PARTIAL).unlink(missing_ok=True)
         # checkpoints hold the noise generators' state: released beside the model, they would let anyone
         # recompute (and subtract) the noise. They exist only to resume an unfinished run.
@@ -132,7 +157,15 @@ class RunFolder:
         os.rename(self.staging, self.out)
         if old is not None:
             shutil.rmtree(old)
+        _OPEN.discard(self)
         return self.out
 
 
-__all__ = ["CHECKPOINTS", "PARTIAL", "RunFolder", "check_output", "fingerprint", "new_run_id", "staging_path"]
+def abandon_unwritten() -> None:
+    """:meth:`RunFolder.abandon` every run folder of this process that has not finished (the command line calls
+    it when it reports a user error: nothing half-written is left)."""
+    for run in list(_OPEN):
+        run.abandon()
+
+
+__all__ = ["CHECKPOINTS", "PARTIAL", "RunFolder", "abandon_unwritten", "check_output", "fingerprint", "new_run_id", "staging_path"]

@@ -38,7 +38,7 @@ from dpcare.fusion import Imputer, make_imputer
 from dpcare.methods import DPSGD, FeatureDP, LabelDP, NonPrivate
 from dpcare.methods.fusion import HYBRID_METHODS
 from dpcare.models import TabularMLP
-from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, default_delta
+from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, check_delta, default_delta
 from dpcare.registry import Registry
 from dpcare.runs import Manifest, RunFolder, read_manifest
 from dpcare.tabular.settings import METHOD_NAMES, TabularSettings
@@ -108,7 +108,7 @@ def plan(schema: TableSchema, settings: TabularSettings, rows: int, holdout: boo
     if objective.unit is ProtectedUnit.FEATURES:
         schema.require_public()
     n = training_rows(rows, settings.dp.seed, holdout)
-    delta = settings.dp.delta if settings.dp.delta is not None else default_delta(n)
+    delta = check_delta(settings.dp.delta, n) if settings.dp.delta is not None else default_delta(n)
     return Guarantee(epsilon=settings.dp.epsilon, delta=delta, n=n, accountant=settings.dp.accountant,
                      neighbouring=NEIGHBOURING[objective.unit], **ledger_terms(schema, objective.unit))
 

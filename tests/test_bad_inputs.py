@@ -1,0 +1,168 @@
+"""Bad input through the command line: a clear error that names the problem, exit status 2, no traceback and
+nothing half-written. The same cases make docs/bad-inputs.md: the test fails when the page is stale
+(regenerate it with `DPCARE_WRITE_DOCS=1 python -m pytest tests/test_bad_inputs.py`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from helpers import SPEC, toy_table
+from typer.testing import CliRunner
+
+from dpcare.cli import app
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "bad-inputs.md"
+
+
+def _table(root: Path, change: Callable | None = None, name: str = "table.csv", n: int = 200) -> str:
+    df = toy_table(n)
+    (change(df) if change else df).to_csv(root / name, index=False)
+    return name
+
+
+def _write(root: Path, name: str, text: str) -> str:
+    (root / name).write_text(text)
+    return name
+
+
+def _dir(root: Path, name: str) -> str:
+    (root / name).mkdir()
+    return name
+
+
+def _spec(root: Path, text: str | None = None) -> str:
+    (root / "spec.yaml").write_text(text if text is not None else yaml.safe_dump(SPEC))
+    return "spec.yaml"
+
+
+def _events(root: Path, bad_time: bool = False) -> str:
+    rng = np.random.default_rng(0)
+    rows = []
+    for p in range(6):
+        for h in range(30):
+            rows.append({"patient_id": f"p{p}", "stay_id": f"s{p}", "time": f"2020-01-01 {h % 24:02d}:00" if h < 24
+                         else f"2020-01-02 {h - 24:02d}:00", "variable": "hr", "value": 80 + rng.normal()})
+    if bad_time:
+        rows[3]["time"] = "yesterday at noon"
+    import pandas as pd
+
+    pd.DataFrame(rows).to_csv(root / "events.csv", index=False)
+    (root / "ts.yaml").write_text(yaml.safe_dump({"name": "toy", "step": "hour", "window": {
+        "input_len": 6, "output_len": 6, "stride": 6}, "default_variables": ["hr"],
+        "variables": {"hr": {"center": 80.0, "scale": 15.0}}}))
+    return "events.csv"
+
+
+def _run(root: Path) -> str:
+    """A finished `dpcare train` run folder (non-private, tiny)."""
+    _table(root, name="train.csv", n=300)
+    r = CliRunner().invoke(app, ["train", "train.csv", "--spec", _spec(root), "--out", "run", "--method",
+                                 "non-private", "--epochs", "1", "--hidden", "8"])
+    assert r.exit_code == 0, r.output
+    return "run"
+
+
+# (what is wrong, set-up returning the arguments, the expected message pattern)
+CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
+    ("train: the data file does not exist",
+     lambda d: ["train", "nope.csv", "--spec", _spec(d)], "data file not found: nope.csv"),
+    ("train: an empty data file",
+     lambda d: ["train", _write(d, "e.csv", ""), "--spec", _spec(d)], "e.csv is empty"),
+    ("train: a spec column missing from the table",
+     lambda d: ["train", _table(d, lambda f: f.drop(columns=["hr"])), "--spec", _spec(d)], "lacks the spec columns"),
+    ("train: a text value in a numeric column",
+     lambda d: ["train", _table(d, lambda f: f.assign(hr="fast")), "--spec", _spec(d)], "'hr' is numeric"),
+    ("train: NaN in a column not declared nullable",
+     lambda d: ["train", _table(d, lambda f: f.assign(age=[np.nan] + list(f["age"][1:]))), "--spec", _spec(d)],
+     "'age' has 1 missing"),
+    ("train: a column named twice in the header",
+     lambda d: ["train", _write(d, "dup.csv", "age,sex,age\n" + "1,f,2\n" * 50), "--spec", _spec(d)],
+     "more than once"),
+    ("train: a malformed spec YAML",
+     lambda d: ["train", _table(d), "--spec", _spec(d, "name: x\ncolumns:\n  - name: a\n   kind: numeric\n")],
+     "not valid YAML"),
+    ("train: `columns: 5` in the spec",
+     lambda d: ["train", _table(d), "--spec", _spec(d, "name: x\ncolumns: 5\n")], "'columns' must be a list"),
+    ("train: epsilon <= 0", lambda d: ["train", _table(d), "--spec", _spec(d), "--epsilon", "0"],
+     "--epsilon must be"),
+    ("train: a meaninglessly large epsilon", lambda d: ["train", _table(d), "--spec", _spec(d), "--epsilon", "1e6"],
+     r"--epsilon must be a finite number in \(0, 100\]"),
+    ("train: delta >= 1/n", lambda d: ["train", _table(d), "--spec", _spec(d), "--delta", "0.5"], "delta"),
+    ("train: an unknown method", lambda d: ["train", _table(d), "--spec", _spec(d), "--method", "dp-adam"],
+     "--method must be one of"),
+    ("train: --out is an existing file",
+     lambda d: ["train", _table(d), "--spec", _spec(d), "--out", _write(d, "out.txt", "x")],
+     "is a file, not a folder"),
+    ("train: --out holds another run",
+     lambda d: ["train", _table(d), "--spec", _spec(d), "--out", _run(d)], "is not empty"),
+    ("train: a fusion method without its public support table",
+     lambda d: ["train", _table(d), "--spec", _spec(d), "--method", "fusiondp"], "--public-data"),
+    ("train: a single-class test split",
+     lambda d: ["train", _table(d, lambda f: f.assign(death=[1] * 5 + [0] * (len(f) - 5))), "--spec", _spec(d)],
+     "single class"),
+    ("predict: not a run folder",
+     lambda d: ["predict", _dir(d, "x"), _table(d)], "no run.json"),
+    ("predict: the new rows lack a feature column",
+     lambda d: ["predict", _run(d), _table(d, lambda f: f.drop(columns=["age"]), name="new.csv")], "'age'"),
+    ("audit loss: neither --data nor --members/--nonmembers",
+     lambda d: ["audit", "loss", _run(d)], "pass either --data"),
+    ("audit loss: another table than the run's",
+     lambda d: ["audit", "loss", _run(d), "--data", _table(d, name="other.csv", n=250)], "split was drawn over"),
+    ("report: a folder no run wrote",
+     lambda d: ["report", _dir(d, "stray"), "--out", "r.html"], "not a dpcare run folder"),
+    ("budget init: the file exists",
+     lambda d: ["budget", "init", _write(d, "b.json", "{}"), "--epsilon", "1", "--delta", "1e-5", "--dataset", "x"],
+     "already exists"),
+    ("forecast fit: an unreadable time",
+     lambda d: ["forecast", "fit", _events(d, bad_time=True), "--spec", "ts.yaml"], "yesterday at noon"),
+    ("forecast fit: a window longer than every stay",
+     lambda d: ["forecast", "fit", _events(d), "--spec", "ts.yaml", "--input-len", "400"], "window"),
+    ("images fit: an empty folder",
+     lambda d: ["images", "fit", _dir(d, "imgs")], "imgs"),
+]
+
+
+def run_case(root: Path, build: Callable[[Path], list[str]]):
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        args = build(root)
+        before = {p.relative_to(root) for p in root.rglob("*")}
+        result = CliRunner().invoke(app, args)
+        after = {p.relative_to(root) for p in root.rglob("*")}
+    finally:
+        os.chdir(cwd)
+    return args, result, sorted(str(p) for p in after - before)
+
+
+@pytest.mark.parametrize("what, build, pattern", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_named_with_exit_2_and_nothing_written(tmp_path, what, build, pattern):
+    args, r, written = run_case(tmp_path, build)
+    assert r.exit_code == 2, f"{what}: exit {r.exit_code}\n{r.output}\n{r.exception!r}"
+    assert r.stderr.startswith("error: ") and "Traceback" not in r.output, r.output
+    assert re.search(pattern, r.stderr), r.stderr
+    assert written == [], f"{what}: wrote {written}"
+
+
+def test_the_bad_input_page_is_current(tmp_path):
+    rows = ["# Bad input: what the command line says", "",
+            "Generated by `tests/test_bad_inputs.py` (every case runs through the CLI; exit status 2, no traceback, "
+            "nothing written). Regenerate: `DPCARE_WRITE_DOCS=1 python -m pytest tests/test_bad_inputs.py`.", "",
+            "| input | command | message | exit | written |", "|---|---|---|---|---|"]
+    for i, (what, build, _) in enumerate(CASES):
+        root = tmp_path / str(i)
+        root.mkdir()
+        args, r, written = run_case(root, build)
+        message = r.stderr.strip().replace("|", "\\|").replace(str(root) + "/", "").replace(str(root), ".")
+        command = "dpcare " + " ".join(a for a in args if a)
+        rows.append(f"| {what} | `{command}` | {message} | {r.exit_code} | {', '.join(written) or 'nothing'} |")
+    text = "\n".join(rows) + "\n"
+    if os.environ.get("DPCARE_WRITE_DOCS"):
+        DOC.write_text(text)
+    assert DOC.exists() and DOC.read_text() == text, "docs/bad-inputs.md is stale: regenerate it (see the docstring)"
