@@ -4,7 +4,7 @@
 
 FOLDER: a synthesizer saved by ``dpcare synth fit`` (or ``Synthesizer.save``). Without it,
 one is fitted on Adult with the settings of ``dpcare benchmark dp2stage`` (stage-1 models are
-cached under results/dp2stage/stage1, shared with that benchmark). Prints valid rows per
+cached under results/bench_synth_sampling/stage1). Prints valid rows per
 second, the valid-row rate (valid rows / generated rows) and each method's speed relative
 to constrained decoding, measured in this run.
 """
@@ -13,17 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import replace
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from dpcare.studies.dp2stage import Dp2StageBenchmark, fitted_synthesizer, prepare, sampling_methods
 from dpcare.synth import Synthesizer
-from dpcare.workflows.dp2stage_benchmark import (
-    Dp2StageBenchmark,
-    fitted_synthesizer,
-    prepare,
-    sampling_methods,
-)
 
 
 def main() -> None:
@@ -38,16 +32,16 @@ def main() -> None:
     if args.folder:
         synth = Synthesizer.load(args.folder, progress=False)
     else:
-        bench = Dp2StageBenchmark(datasets=("adult",), epsilons=(args.epsilon,), seed=args.seed)
-        if args.epochs:
-            bench.stage2 = replace(bench.stage2, epochs=args.epochs)
+        bench = Dp2StageBenchmark(datasets=("adult",), epsilons=(args.epsilon,))
+        dp = bench.settings.dp.replace(seed=args.seed, **({"epochs": args.epochs} if args.epochs else {}))
+        bench.settings = bench.settings.replace(dp=dp)
         train, _, schema = prepare("adult", bench)
         synth = fitted_synthesizer(args.mode, args.epsilon, train, schema, bench, "adult",
-                                   "results/dp2stage/stage1")
+                                   "results/bench_synth_sampling/stage1")
     results = sampling_methods(synth, args.rows, args.seed)
     base = results["constrained"].rows_per_second
-    eps = "" if synth.settings.mode == "non-private" else f", epsilon {synth.settings.epsilon:g}"
-    print(f"\n{synth.settings.mode}{eps}, stage-2 epochs {synth.settings.stage2.epochs:g}, "
+    eps = "" if synth.settings.mode == "non-private" else f", epsilon {synth.settings.dp.epsilon:g}"
+    print(f"\n{synth.settings.mode}{eps}, stage-2 epochs {synth.settings.dp.epochs:g}, "
           f"{args.rows} rows asked per method (at most {5 * args.rows} generated)\n")
     print("| sampling | valid rows | generated | valid rate | s | valid rows/s | speed vs constrained |")
     print("|---|---|---|---|---|---|---|")

@@ -16,15 +16,16 @@ import pytest
 import torch
 from helpers import SPEC, toy_table
 
+import dpcare.studies.dp2stage as bench_mod
 import dpcare.synth.synthesizer as sy
-import dpcare.workflows.dp2stage_benchmark as bench_mod
 from dpcare.data import TableSchema
 from dpcare.privacy import PrivacyLedger
-from dpcare.synth.lm_model import LMSettings, trainable_state
-from dpcare.synth.synthesizer import StageSettings, Synthesizer
+from dpcare.settings import DPSettings
+from dpcare.synth.lm_model import trainable_state
+from dpcare.synth.settings import LMSettings, StageSettings, SynthSettings
+from dpcare.synth.synthesizer import Synthesizer
 
 SCHEMA = TableSchema.from_dict(SPEC)
-
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +79,7 @@ def stage1_record(monkeypatch, fit) -> dict:
 
 def synthesizer(folder, mode, **kw):
     return Synthesizer(SCHEMA, mode=mode, epsilon=2.0, lm=LMSettings(model=str(folder)),
-                       stage1=StageSettings(epochs=1, batch_size=8, lr=3e-3), stage2=StageSettings(epochs=1),
-                       progress=False, **kw)
+                       stage1=StageSettings(epochs=1, batch_size=8, lr=3e-3), epochs=1, progress=False, **kw)
 
 
 def assert_same_tensors(a: dict, b: dict):
@@ -129,9 +129,9 @@ def test_benchmark_stage_1_never_reads_the_private_data_set(monkeypatch, gpt2_fo
                             index=df.index)
 
     bench = bench_mod.Dp2StageBenchmark(datasets=("support2",), epsilons=(2.0,), n_train=24, n_public=24,
-                                        lm=LMSettings(model=str(gpt2_folder)),
-                                        stage1=StageSettings(epochs=1, batch_size=8, lr=3e-3),
-                                        stage2=StageSettings(epochs=1))
+                                        settings=SynthSettings(lm=LMSettings(model=str(gpt2_folder)),
+                                                               stage1=StageSettings(epochs=1, batch_size=8, lr=3e-3),
+                                                               dp=DPSettings(epochs=1, batch_size=32)))
     records, trains = [], []
     for change in (False, True):
         def load(name, *args, change=change):

@@ -105,15 +105,17 @@ def test_an_attack_file_of_another_run_is_refused(train_runs, tmp_path):
         write_report([run], tmp_path / "r.html")
 
 
-def test_ledger_state_lines_and_roc_from_scores(tmp_path):
+def test_ledger_state_lines_of_a_synth_run(tmp_path):
+    """A `dpcare synth fit` run folder (its model entry as Synthesizer.manifest writes it): every ledger line, with
+    its fields, from the saved ledger state in run.json (the fitted synthesizer end to end: tests/test_cli_synth.py)."""
     ledger = PrivacyLedger(100, unit=ProtectedUnit.EXAMPLE)
     ledger.charge("dp bounds of age", gaussian_event(4.0), "noisy histogram for the scaling bounds of 'age'")
     ledger.charge_sampled_gaussian("private training steps", 0.05, 1.1, 40)
-    synth = tmp_path / "synth"  # the keys Synthesizer.save writes
-    write_json(synth / "synthesizer.json", {"settings": {"mode": "dp-2stage-u", "epsilon": 2.0},
-                                            "ledger": ledger.state_dict(),
-                                            "guarantee": ledger.guarantee().to_dict(), "history": {}})
-    html = write_report([synth], tmp_path / "s.html").read_text()
+    run = RunFolder(tmp_path / "synth", "synth", {"mode": "dp-2stage-u"}, command="dpcare synth fit")
+    manifest = Manifest()
+    manifest.add_model("dp-2stage-u", ledger.guarantee().to_dict(), ledger.state_dict())
+    run.finish(manifest)
+    html = write_report([tmp_path / "synth"], tmp_path / "s.html").read_text()
     table = section(html, "Privacy guarantee")
     assert "from the saved ledger state" in table
     assert "<td>Gaussian</td><td>—</td><td class=n>4</td><td class=n>1</td>" in table

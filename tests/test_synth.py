@@ -20,7 +20,7 @@ def table():
 
 def test_serialization_round_trips_with_target_first():
     schema, df = table()
-    ser = RowSerializer(schema, precision={"age": 1, "hr": 0, "lab": 2})
+    ser = RowSerializer(schema, decimals={"age": 1, "hr": 0, "lab": 2})
     for _, row in df.iterrows():
         text, spans = ser.text(row)
         assert text.startswith("death is ")

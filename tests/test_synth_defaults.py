@@ -8,20 +8,20 @@ from helpers import SPEC, toy_table
 
 from dpcare.data import TableSchema
 from dpcare.engine.trainer import Trainer
-from dpcare.exceptions import NotFittedError
-from dpcare.synth import scale as scale_module
-from dpcare.synth.lm_model import LMSettings
+from dpcare.exceptions import NotFittedError, SettingsError
+from dpcare.settings import DPSettings
+from dpcare.synth import settings as settings_module
 from dpcare.synth.scale import FitEstimate, format_seconds
-from dpcare.synth.synthesizer import StageSettings, Synthesizer, SynthSettings
+from dpcare.synth.settings import SIZES, LMSettings, Stage2Settings, StageSettings, SynthSettings
+from dpcare.synth.synthesizer import Synthesizer
 
 SCHEMA = TableSchema.from_dict(SPEC)
-
 
 
 def test_cpu_default_is_the_scaled_model(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cpu = SynthSettings.for_device()
-    assert cpu.lm.layers == 1 and (cpu.stage1.epochs, cpu.stage2.epochs) == (1.0, 2.0)
+    assert cpu.lm.layers == 1 and (cpu.stage1.epochs, cpu.dp.epochs) == (1.0, 2.0)
     assert cpu.scale_name() == "cpu" and cpu.lm.model == "smollm2"
     assert Synthesizer(SCHEMA, mode="dp-standard", epsilon=1.0).settings.scale_name() == "cpu"
     paper = SynthSettings.for_device("paper")
@@ -29,20 +29,68 @@ def test_cpu_default_is_the_scaled_model(monkeypatch):
     # a GPU only changes the default once the engine trains there
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert SynthSettings.for_device().scale_name() == "cpu"
-    monkeypatch.setattr(scale_module, "ENGINE_USES_GPU", True)
+    monkeypatch.setattr(settings_module, "ENGINE_USES_GPU", True)
     assert SynthSettings.for_device().scale_name() == "paper"
+
+
+def test_the_scales_keep_their_published_values():
+    """The CPU and paper presets behind the README's numbers: every value of both, pinned."""
+    common = {"stage1": StageSettings(epochs=1.0, batch_size=32, lr=1e-3, max_physical_batch=64),
+              "stage2": Stage2Settings(lr=1e-3, max_physical_batch=64),
+              "dp": DPSettings(epsilon=1.0, batch_size=32, epochs=2.0, clip_norm=1.0)}
+    cpu = SynthSettings.for_device("cpu")
+    assert (cpu.stage1, cpu.stage2, cpu.dp) == (common["stage1"], common["stage2"], common["dp"])
+    assert cpu.lm == LMSettings(layers=1) and (cpu.lam, cpu.decimals, cpu.stats_epsilon) == (0.65, 2, 0.1)
+    paper = SynthSettings.for_device("paper")
+    assert paper.stage1 == StageSettings(epochs=5.0, batch_size=32, lr=1e-3, max_physical_batch=64)
+    assert paper.stage2 == common["stage2"] and paper.dp == common["dp"].replace(epochs=10.0)
+    assert paper.lm == LMSettings(layers=None)
+    assert SIZES == {"paper": {"lm": {"layers": None}, "stage1": {"epochs": 5.0}, "dp": {"epochs": 10.0}},
+                     "cpu": {"lm": {"layers": 1}, "stage1": {"epochs": 1.0}, "dp": {"epochs": 2.0}}}
 
 
 def test_for_device_merges_overrides():
     s = SynthSettings.for_device("cpu", mode="non-private", epsilon=None, lm={"model": "x", "layers": None},
-                                 stage1={"epochs": None, "lr": 0.01}, stage2={"epochs": 4.0, "batch_size": 8})
+                                 stage1={"epochs": None, "lr": 0.01}, dp={"epochs": 4.0, "batch_size": 8})
     assert s.mode == "non-private" and s.lm.model == "x" and s.lm.layers == 1  # None: the scale's default
-    assert (s.stage1.epochs, s.stage1.lr) == (1.0, 0.01) and (s.stage2.epochs, s.stage2.batch_size) == (4.0, 8)
-    assert s.scale_name() == "custom"
+    assert (s.stage1.epochs, s.stage1.lr) == (1.0, 0.01) and (s.dp.epochs, s.dp.batch_size) == (4.0, 8)
+    assert s.dp.epsilon == 1.0 and s.scale_name() == "custom"
+    flat = SynthSettings.for_device("cpu", epsilon=3.0, seed=7, clip_norm=0.5)  # DP fields as keywords
+    assert (flat.dp.epsilon, flat.dp.seed, flat.dp.clip_norm, flat.dp.epochs) == (3.0, 7, 0.5, 2.0)
     given = LMSettings(model="y", layers=None)
     assert SynthSettings.for_device("cpu", lm=given).lm is given  # settings objects are used as they are
-    with pytest.raises(ValueError, match="scale must be one of"):
+    with pytest.raises(SettingsError, match="scale must be one of"):
         SynthSettings.for_device("huge")
+    with pytest.raises(SettingsError, match="either as dp= or as keywords"):
+        SynthSettings.for_device("cpu", dp=DPSettings(), epsilon=2.0)
+    with pytest.raises(SettingsError, match=r"unknown settings \['precision'\]"):
+        SynthSettings.for_device("cpu", precision=3)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"decimals": -1}, "decimals must be an integer in [0, 12], got decimals = -1"),
+    ({"mode": "gan"}, "mode must be one of ['dp-2stage-u', 'dp-2stage-o', 'dp-standard', 'non-private']"),
+    ({"lam": 1.5}, "lam must be a finite number in [0, 1], or None (the plain LM loss), got lam = 1.5"),
+    ({"stage1": StageSettings(epochs=1.0), "dp": DPSettings(unit="patient")}, "protects rows (unit example)"),
+    ({"mode": "non-private", "dp": DPSettings(adaptive_clip=0.5)}, "adaptive_clip is a private mechanism"),
+])
+def test_bad_settings_name_the_setting(changes, message):
+    with pytest.raises(SettingsError) as err:
+        SynthSettings(**changes)
+    assert message in str(err.value)
+
+
+def test_settings_round_trip_and_the_stage_settings_hold_no_privacy_parameter():
+    s = SynthSettings(mode="dp-standard", decimals=3, pseudo_rows=50, lm=LMSettings(model="m", lora_targets=["c_attn"]),
+                      stage1=StageSettings(epochs=2.0, lr=0.01), stage2=Stage2Settings(lr=0.02),
+                      dp=DPSettings(epsilon=2.0, delta=1e-6, accountant="rdp", adaptive_clip=0.5, steps=9, seed=3))
+    assert SynthSettings.from_dict(s.to_dict()) == s
+    import dataclasses
+
+    dp_fields = {f.name for f in dataclasses.fields(DPSettings)}
+    for stage in (StageSettings, Stage2Settings):  # the DP settings live in one place: SynthSettings.dp
+        assert not {f.name for f in dataclasses.fields(stage)} & (dp_fields - {"epochs", "batch_size"}), stage
+    assert not {f.name for f in dataclasses.fields(Stage2Settings)} & dp_fields
 
 
 def test_estimate_is_logged_before_training(gpt2_folder, caplog, monkeypatch):
@@ -83,9 +131,8 @@ def test_long_estimates_warn_and_name_the_cpu_scale():
 
 
 def test_not_fitted_synthesizer(gpt2_folder, tmp_path):
-    s = Synthesizer(SCHEMA, mode="dp-standard", lm=LMSettings(model=gpt2_folder),
-                    stage2=StageSettings(epochs=1), progress=False)
-    for use in (lambda: s.sample(2), lambda: s.save(tmp_path / "x"), lambda: s.guarantee_):
+    s = Synthesizer(SCHEMA, mode="dp-standard", lm=LMSettings(model=gpt2_folder), epochs=1, progress=False)
+    for use in (lambda: s.sample(2), lambda: s.save(tmp_path / "x"), lambda: s.guarantee_, lambda: s.manifest()):
         with pytest.raises(NotFittedError, match="fit the synthesizer"):
             use()
     assert s.guarantee is None

@@ -10,6 +10,7 @@ from helpers import SPEC, toy_table
 
 from dpcare.data import TableSchema, load_dataset, load_table
 from dpcare.synth.evaluate import (
+    SUMMARY,
     abs_pearson,
     closest_distances,
     coracc,
@@ -22,6 +23,7 @@ from dpcare.synth.evaluate import (
     hist,
     ml_efficacy,
     pair,
+    summary,
 )
 
 
@@ -245,14 +247,16 @@ def test_evaluate_synthetic_report(adult):
     report = evaluate_synthetic(fake, train, test, schema, seed=0)
     text = json.dumps(report)
     assert json.loads(text)["rows"] == {"synthetic": 1500, "train": 1500, "test": 1500}
-    # the paths the dp2stage benchmark reads (workflows/dp2stage_benchmark.py, SUMMARY)
-    for path in ["ml_efficacy/logistic_regression/f1_minority", "ml_efficacy/xgboost/f1_minority",
-                 "ml_efficacy/xgboost/auc", "hist/bins_20", "hist/bins_50", "pair", "coracc",
-                 "dcr/synthetic_median", "dcr/duplicate_rate"]:
-        value = report
-        for part in path.split("/"):
-            value = value[part]
-        assert isinstance(value, float), path
+    # the headline numbers that the dp2stage study's table and `synth evaluate`'s run.json rows read (SUMMARY)
+    row = summary(report)
+    assert list(row) == list(SUMMARY) and row["ppl value"] is None and row["ppl all"] is None  # no perplexity here
+    for column, path in SUMMARY.items():
+        if not path.startswith("perplexity/"):
+            value = report
+            for part in path.split("/"):
+                value = value[part]
+            assert isinstance(value, float) and row[column] == value, path
+    assert summary({**report, "perplexity": {"value": 3.0, "all": 2.0}})["ppl value"] == 3.0
     base = report["real_baseline"]
     assert base["ml_efficacy"] == ml_efficacy(train, test, schema, seed=0)  # the "train on real" reference
     assert base["pair"] > report["pair"] and base["coracc"] > report["coracc"]

@@ -17,7 +17,8 @@ from dpcare.synth.lm_model import LMSettings, build_lm
 from dpcare.synth.objective import TokenLoss
 from dpcare.synth.row_tokens import RowTokenizer
 from dpcare.synth.serialize import RowSerializer
-from dpcare.synth.synthesizer import StageSettings, Synthesizer
+from dpcare.synth.settings import StageSettings, SynthSettings
+from dpcare.synth.synthesizer import Synthesizer
 from dpcare.synth.tokens import KEY, OTHER, VALUE, weighted_token_loss
 
 SCHEMA = TableSchema.from_dict(SPEC)
@@ -44,7 +45,7 @@ def vocab_texts(schema=SCHEMA):
 
 
 def encoded(model, tok, n=6):
-    rows = RowTokenizer(RowSerializer(SCHEMA, precision=2), tok)
+    rows = RowTokenizer(RowSerializer(SCHEMA, decimals=2), tok)
     data = rows.encode_table(load_table(toy_table(n), SCHEMA))
     data["targets"] = model.to_output(data["ids"])
     return rows, data
@@ -57,7 +58,7 @@ def test_segments_decode_to_the_serialised_row_and_roles_are_exact(gpt2_folder):
     d["columns"][2]["name"] = "heart_rate_per_minute"  # a key of several tokens
     schema = TableSchema.from_dict(d)
     df = load_table(toy_table(5).rename(columns={"hr": "heart_rate_per_minute"}), schema)
-    ser = RowSerializer(schema, precision=3)
+    ser = RowSerializer(schema, decimals=3)
     rows = RowTokenizer(ser, tok)
     for _, row in df.iterrows():
         ids, roles = rows.encode_row(row)
@@ -173,8 +174,7 @@ def test_constrained_decoding_cannot_emit_an_invalid_value(gpt2_folder):
 # ---------------------------------------------------------------- the Synthesizer
 def fit_small(folder, mode, **kw):
     s = Synthesizer(SCHEMA, mode=mode, epsilon=kw.pop("epsilon", 4.0), lm=LMSettings(model=str(folder)),
-                    stage1=StageSettings(epochs=3, lr=3e-3), stage2=StageSettings(epochs=3, lr=3e-3),
-                    progress=False, **kw)
+                    stage1=StageSettings(epochs=3, lr=3e-3), stage2={"lr": 3e-3}, epochs=3, progress=False, **kw)
     return s.fit(toy_table(200))
 
 
@@ -191,8 +191,12 @@ def test_two_stage_fit_sample_save_load_and_conditional_sampling(gpt2_folder, tm
     assert list(out["death"]) == list(conds["death"]) and (out["group"] == "c").all()
     s.save(tmp_path / "synth")
     again = Synthesizer.load(tmp_path / "synth", progress=False)
+    assert again.settings == s.settings and again.ranges == s.ranges and again.info == s.info
     assert again.perplexity(toy_table(40, seed=3)) == pytest.approx(ppl)
-    assert again.guarantee.epsilon == pytest.approx(g.epsilon)
+    assert again.guarantee == g and again.ledger.state_dict() == s.ledger.state_dict()
+    with pytest.raises(ValueError, match="is not empty"):  # one run per folder
+        s.save(tmp_path / "synth")
+    s.save(tmp_path / "synth", force=True)
     torch.testing.assert_close(torch.tensor(again.sample(10, seed=5)[["age", "hr"]].to_numpy()),
                                torch.tensor(s.sample(10, seed=5)[["age", "hr"]].to_numpy()))
 
@@ -202,7 +206,7 @@ def test_undeclared_bounds_are_estimated_with_dp_and_charged(gpt2_folder):
     del d["columns"][2]["bounds"]  # hr: no public range
     schema = TableSchema.from_dict(d)
     s = Synthesizer(schema, mode="dp-2stage-u", epsilon=3.0, stats_epsilon=1.0, lm=LMSettings(model=str(gpt2_folder)),
-                    stage1=StageSettings(epochs=1), stage2=StageSettings(epochs=1), progress=False)
+                    stage1=StageSettings(epochs=1), epochs=1, progress=False)
     s.fit(toy_table(300))
     names = [e.name for e in s.ledger.entries]
     assert len(names) == 2 and names[-1] == "private training steps"  # the DP range estimate came first
@@ -256,7 +260,7 @@ def test_imputation_completes_rows_that_rejection_discards(gpt2_folder):
     from dpcare.synth.sampling import RowSampler
 
     model, tok = build_lm(LMSettings(model=str(gpt2_folder)), vocab_texts())
-    rows = RowTokenizer(RowSerializer(SCHEMA, precision=0), tok)
+    rows = RowTokenizer(RowSerializer(SCHEMA, decimals=0), tok)
     row = load_table(toy_table(1), SCHEMA).iloc[0]
     good = rows.encode_row(row)[0]
     out_of_bounds = row.copy()
@@ -276,10 +280,12 @@ def test_imputation_completes_rows_that_rejection_discards(gpt2_folder):
 
 
 def test_bad_inputs_give_clear_errors(gpt2_folder, tmp_path):
-    with pytest.raises(ValueError, match="epsilon must be > 0"):
+    with pytest.raises(ValueError, match="epsilon must be a finite number"):
         Synthesizer(SCHEMA, mode="dp-standard", epsilon=0)
     with pytest.raises(ValueError, match="mode must be one of"):
         Synthesizer(SCHEMA, mode="gan")
+    with pytest.raises(ValueError, match="either settings or keyword overrides"):
+        Synthesizer(SCHEMA, SynthSettings(), epsilon=2.0)
     s = Synthesizer(SCHEMA, mode="dp-standard", lm=LMSettings(model=str(gpt2_folder)), progress=False)
     with pytest.raises(ValueError, match="no rows"):
         s.fit(toy_table(5).iloc[:0])
@@ -299,3 +305,34 @@ def test_bad_inputs_give_clear_errors(gpt2_folder, tmp_path):
         fitted.sample(2, conditions=pd.DataFrame({"sex": ["female", "dragon"]}))
     with pytest.raises(ValueError, match="unknown columns"):
         fitted.sample(1, conditions=pd.DataFrame({"height": [1.0]}))
+
+
+def test_plan_states_the_fitted_guarantee_and_adaptive_clipping_is_charged(gpt2_folder):
+    """plan() (settings and row count only) names what fit() releases: n = every row, the default delta, the
+    accountant, the unit; adaptive clipping reaches the engine and its counts are charged to the same ledger."""
+    from dpcare.synth import plan
+
+    s = Synthesizer(SCHEMA, mode="dp-standard", epsilon=3.0, accountant="rdp", adaptive_clip=0.5,
+                    lm=LMSettings(model=str(gpt2_folder)), epochs=1, batch_size=16, progress=False)
+    planned = plan(s.settings, 64)
+    s.fit(toy_table(64))
+    g = s.guarantee
+    assert (planned.n, planned.delta, planned.unit, planned.neighbouring, planned.accountant) == (
+        g.n, g.delta, g.unit, g.neighbouring, g.accountant) == (64, g.delta, g.unit, g.neighbouring, "rdp")
+    assert planned.epsilon == 3.0 and g.epsilon <= 3.0 + 1e-6
+    names = [e.name for e in s.ledger.entries]
+    assert any("clip count" in name for name in names), names  # the adaptive-clipping counts are charged too
+    assert s.info["clip_norm"] != 1.0  # C moved from its initial value
+    assert plan(s.settings.replace(mode="non-private", dp=s.settings.dp.replace(adaptive_clip=None)), 64) is None
+    with pytest.raises(ValueError, match="must be < 1/n"):
+        plan(s.settings.replace(dp=s.settings.dp.replace(delta=0.1)), 64)
+
+
+def test_a_synthesizer_of_the_old_format_is_refused_by_name(tmp_path):
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "synthesizer.json").write_text(json.dumps({"settings": {"precision": 2}}))
+    with pytest.raises(ValueError, match="before dpcare's run-folder format"):
+        Synthesizer.load(old)
+    with pytest.raises(FileNotFoundError, match="not a saved synthesizer"):
+        Synthesizer.load(tmp_path / "nowhere")

@@ -167,24 +167,27 @@ def benchmark_dp2stage(
     n_train: Annotated[int | None, typer.Option(help="private training rows per data set")] = None,
     all_columns: Annotated[bool, typer.Option(help="use every column (default: 10 per data set)")] = False,
     quick: Annotated[bool, typer.Option(help="smoke-size run for tests (Adult, epsilon 8, MST only)")] = False,
-    out: Annotated[Path, typer.Option(help="results folder (finished runs are kept: rerun to resume)")] = Path(
-        "results/dp2stage"),
+    out: Annotated[Path, typer.Option(help="run folder of the study (an interrupted study resumes when the same "
+                                           "command is rerun)")] = Path("results/dp2stage"),
+    force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder when the study finishes")
+                     ] = False,
 ) -> None:
-    """DP-Standard vs DP-2Stage-U vs DP-2Stage-O vs SmartNoise baselines (dp-2stage.txt, Table 3)."""
-    from dpcare.workflows.dp2stage_benchmark import Dp2StageBenchmark, run_benchmark
+    """DP-Standard vs DP-2Stage-U vs DP-2Stage-O vs SmartNoise baselines (Afonja et al., Table 3)."""
+    from dpcare.studies.dp2stage import Dp2StageBenchmark, run_benchmark
 
     bench = Dp2StageBenchmark.quick(model) if quick else Dp2StageBenchmark(
         datasets=tuple(d.strip() for d in datasets.split(",")),
         epsilons=epsilon_list(epsilons))
     chosen = () if baselines.strip() == "none" else tuple(b.strip() for b in baselines.split(","))
     if not quick:
+        lm = bench.settings.lm
         bench = replace(bench, baselines=chosen, all_columns=all_columns,
-                        lm=replace(bench.lm, model=model, layers=layers or bench.lm.layers))
+                        settings=bench.settings.replace(lm=replace(lm, model=model, layers=layers or lm.layers)))
         if n_train:
             bench = replace(bench, n_train=n_train)
-    run_benchmark(bench, out)
+    run_benchmark(bench, out, force=force)
     typer.echo((out / "table.md").read_text())
-    typer.echo(f"written: {out}/table.csv, table.md, dp2stage.png, sampling.json, runs/")
+    typer.echo(f"written: {out}/table.csv, table.md, dp2stage.png, sampling.json, runs/, run.json")
 
 
 @app.command("tsf")

@@ -1,4 +1,10 @@
-"""``dpcare synth fit | sample | evaluate``: DP synthetic tables from a language model (DP-2Stage)."""
+"""``dpcare synth fit | sample | evaluate``: DP synthetic tables from a language model (DP-2Stage).
+
+``fit`` writes a run folder (run.json, synthesizer.json, weights.pt); its options come from the
+declarations of :class:`~dpcare.synth.settings.SynthSettings` (the DP settings of stage 2 as in
+``dpcare train``, stage 1 as ``--stage1-*``), except the settings a scale sets (``--layers``,
+``--stage1-epochs``, ``--epochs``), which default to the ``--scale``'s values.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,15 @@ import typer
 
 from dpcare.cli.budget import BudgetOption
 from dpcare.cli.common import table_and_spec
+from dpcare.cli.options import settings_options
+from dpcare.cli.train import ForceOption
 from dpcare.exceptions import MissingFileError, SettingsError
+from dpcare.synth.settings import SynthSettings
 
 app = typer.Typer(help="DP synthetic tables from a language model (DP-2Stage).", no_args_is_help=True)
+
+#: the settings a scale sets (dpcare.synth.settings.SIZES), each with its option (default: the scale's value)
+SCALED = {"lm.layers": "--layers", "stage1.epochs": "--stage1-epochs", "dp.epochs": "--epochs"}
 
 
 def _public(name: str | None, data: Path | None, spec: Path | None):
@@ -28,75 +40,77 @@ def _public(name: str | None, data: Path | None, spec: Path | None):
     return load_dataset(name)
 
 
+def scaled_settings(settings: SynthSettings, scale: str, given: dict[str, object]) -> SynthSettings:
+    """``settings`` with the fields of :data:`SCALED` set to ``given`` (by path) or, where None, the scale's."""
+    from dpcare.settings import rules
+
+    values = settings.to_dict()
+    for path, flag in SCALED.items():
+        part, name = path.split(".")
+        value = given.get(path)
+        if value is not None:
+            rules(getattr(settings, part))[name].check(flag, value)
+        values[part][name] = value  # None: the scale's value
+    return SynthSettings.for_device(scale, **values)
+
+
 @app.command("fit")
+@settings_options("settings", SynthSettings(), skip=("dp.unit", "lm.train_head", *SCALED))
 def fit(
     data: Annotated[Path, typer.Argument(help="private table (CSV or Parquet)")],
     spec: Annotated[Path, typer.Option(help="privacy spec: column types, public bounds and categories")],
-    out: Annotated[Path, typer.Option(help="folder for the fitted synthesizer")] = Path("results/synth"),
-    mode: Annotated[str, typer.Option(help="dp-2stage-u, dp-2stage-o, dp-standard or non-private")] = "dp-2stage-u",
-    epsilon: Annotated[float, typer.Option(help="target epsilon of everything that reads the table")] = 1.0,
-    delta: Annotated[float | None, typer.Option(help="delta (default 1/n^1.1; must be < 1/n)")] = None,
-    model: Annotated[str, typer.Option(help="'smollm2' or a local Hugging Face causal-LM folder")] = "smollm2",
+    out: Annotated[Path, typer.Option(help="run folder to write (run.json, synthesizer.json, weights.pt); rerun the "
+                                           "same command to resume an interrupted fit")] = Path("results/synth"),
     scale: Annotated[str, typer.Option(help="auto (cpu unless the model trains on a GPU), cpu (first block, 1 + 2 "
-                                              "epochs: minutes) or paper (whole model, 5 + 10 epochs)")] = "auto",
+                                            "epochs: minutes) or paper (whole model, 5 + 10 epochs)")] = "auto",
     layers: Annotated[int | None, typer.Option(help="keep only the first k transformer blocks (default: the scale's)")
                       ] = None,
-    finetune: Annotated[str, typer.Option(help="lora or full")] = "lora",
-    lora_rank: Annotated[int, typer.Option(help="LoRA rank")] = 8,
-    lam: Annotated[float, typer.Option(help="stage-2 weight of value tokens (Eq. 6)")] = 0.65,
-    stage1_epochs: Annotated[float | None, typer.Option(help="stage-1 epochs over the pseudo data (default: the "
+    stage1_epochs: Annotated[float | None, typer.Option(help="stage-1 epochs over the public rows (default: the "
                                                              "scale's)")] = None,
-    stage2_epochs: Annotated[float | None, typer.Option(help="stage-2 (DP) epochs over the private table (default: "
-                                                             "the scale's)")] = None,
-    batch_size: Annotated[int, typer.Option(help="expected stage-2 batch size (Poisson)")] = 32,
-    lr: Annotated[float, typer.Option(help="learning rate of both stages")] = 1e-3,
-    order: Annotated[str, typer.Option(help="target-first or shuffle")] = "target-first",
-    precision: Annotated[int, typer.Option(help="decimals written for numbers")] = 2,
+    epochs: Annotated[float | None, typer.Option(help="stage-2 (DP) epochs over the private table (default: the "
+                                                      "scale's)")] = None,
     public: Annotated[str | None, typer.Option(help="dp-2stage-o: bundled public table (adult, support2, rhc)")] = None,
     public_data: Annotated[Path | None, typer.Option(help="dp-2stage-o: your public table instead")] = None,
     public_spec: Annotated[Path | None, typer.Option(help="spec of --public-data")] = None,
-    seed: Annotated[int, typer.Option(help="seed of pseudo data, sampling and noise")] = 0,
-    checkpoint_dir: Annotated[Path | None, typer.Option(help="checkpoint here; an existing one is resumed")] = None,
+    force: ForceOption = False,
     budget: BudgetOption = None,
+    settings: SynthSettings = None,
 ) -> None:
-    """Fit a synthesizer; prints the estimated time first, then saves and prints the privacy guarantee."""
+    """Fit a synthesizer; prints the estimated time first, then the privacy guarantee."""
     from dpcare.data import count_rows, load_spec, load_table
-    from dpcare.privacy import Guarantee, default_delta, guard_run
-    from dpcare.synth.synthesizer import Synthesizer, SynthSettings
+    from dpcare.privacy import guard_run
+    from dpcare.runs import RunFolder
+    from dpcare.synth.synthesizer import Synthesizer, plan, stage1_source
 
+    settings = scaled_settings(settings, scale, {"lm.layers": layers, "stage1.epochs": stage1_epochs,
+                                                 "dp.epochs": epochs})
     schema = load_spec(spec)
     public_table, public_schema = _public(public, public_data, public_spec)
-    settings = SynthSettings.for_device(
-        scale, mode=mode, epsilon=None if mode == "non-private" else epsilon, delta=delta, lam=lam, order=order,
-        precision=precision, seed=seed,
-        lm={"model": model, "layers": layers, "finetune": finetune, "lora_rank": lora_rank},
-        stage1={"epochs": stage1_epochs, "lr": lr},
-        stage2={"epochs": stage2_epochs, "batch_size": batch_size, "lr": lr})
     synth = Synthesizer(schema, settings, public_table=public_table, public_schema=public_schema)
-    rows = count_rows(data)
-    planned = None if mode == "non-private" else Guarantee(
-        epsilon=epsilon, delta=delta if delta is not None else default_delta(rows), n=rows)
-    with guard_run(budget, planned, command="synth fit", data=data) as held:
-        synth.fit(load_table(data, schema), checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
+    rows = count_rows(data)  # public: every ledger states n
+    planned = plan(settings, rows)
+    stage1 = {"public": public, "public_data": str(public_data) if public_data else None}
+    run = RunFolder(out, "synth", {**settings.to_dict(), "stage1_table": stage1}, force=force,
+                    command="dpcare synth fit")
+    with guard_run(budget, planned, run_id=run.run_id, command="synth fit", data=data) as held:
+        synth.fit(load_table(data, schema), checkpoint_dir=run.checkpoint_dir,
                   report=lambda message: typer.echo(message, err=True))
         if held is not None:
             held.actual = synth.ledger
-    synth.save(out)
+    source = stage1_source(settings, public_schema)
+    synth.write(run, data={"path": str(data), "rows": rows, **({"stage 1": source} if source else {})})
     if synth.guarantee is not None:
-        from dpcare.io import write_json
-
-        write_json(out / "guarantee.json", synth.guarantee.to_dict())
         typer.echo(synth.guarantee.describe())
     else:
         typer.echo("non-private fit: NO privacy guarantee")
-    typer.echo(f"saved to {out}/")
+    typer.echo(f"written to {out}/ (run.json, synthesizer.json, weights.pt)")
 
 
 @app.command("sample")
 def sample(
-    folder: Annotated[Path, typer.Argument(help="a fitted synthesizer (from `dpcare synth fit`)")],
+    folder: Annotated[Path, typer.Argument(help="a fitted synthesizer (a run folder of `dpcare synth fit`)")],
     n: Annotated[int, typer.Option(help="rows to sample")] = 1000,
-    out: Annotated[Path, typer.Option(help="CSV to write")] = Path("results/synth/synthetic.csv"),
+    out: Annotated[Path, typer.Option(help="CSV to write (and its .sampling.json beside it)")] = Path("synthetic.csv"),
     method: Annotated[str, typer.Option(help="constrained, rejection or imputation")] = "constrained",
     conditions: Annotated[Path | None, typer.Option(
         help="CSV with one row per sample fixing some columns (exact conditioning for leading columns)")] = None,
@@ -110,16 +124,23 @@ def sample(
     from dpcare.io import write_json, write_text
     from dpcare.synth.synthesizer import Synthesizer
 
-    synth = Synthesizer.load(folder)
+    if out.is_dir():
+        raise SettingsError(f"--out {out} is a folder: give the CSV file to write")
     if conditions is not None and not conditions.is_file():
         raise MissingFileError(f"conditions file not found: {conditions}")
+    synth = Synthesizer.load(folder)
     cond = pd.read_csv(conditions) if conditions else None
     df = synth.sample(n, method=method, conditions=cond, temperature=temperature, batch_size=batch_size,
                       seed=seed)
     write_text(out, df.to_csv(index=False))
-    write_json(out.with_suffix(".sampling.json"), synth.last_sampling.to_dict())
     s = synth.last_sampling
+    write_json(sampling_record(out), {"run_id": synth.run_id, "synthesizer": str(folder), **s.to_dict()})
     typer.echo(f"wrote {len(df)} rows to {out} ({s.rows_per_second:.1f} rows/s, valid rate {s.valid_rate:.3f})")
+
+
+def sampling_record(table: Path) -> Path:
+    """Where ``synth sample`` records how ``table`` was sampled (and from which run)."""
+    return table.with_suffix(".sampling.json")
 
 
 @app.command("evaluate")
@@ -128,7 +149,9 @@ def evaluate(
     train: Annotated[Path, typer.Option(help="the real training table the synthesizer was fitted on")],
     test: Annotated[Path, typer.Option(help="a held-out real table")],
     spec: Annotated[Path, typer.Option(help="privacy spec of the tables")],
-    synthesizer: Annotated[Path | None, typer.Option(help="fitted synthesizer: adds perplexities on --test")] = None,
+    synthesizer: Annotated[Path | None, typer.Option(
+        help="the fit's run folder: adds perplexities on --test, and the metrics to its run.json (for dpcare "
+             "report)")] = None,
     out: Annotated[Path | None, typer.Option(help="JSON report (default: next to the synthetic table)")] = None,
     seed: Annotated[int, typer.Option(help="seed of the evaluation models")] = 0,
 ) -> None:
@@ -150,3 +173,11 @@ def evaluate(
     if "perplexity" in report:
         typer.echo("perplexity: " + json.dumps({k: round(v, 3) for k, v in report["perplexity"].items()}))
     typer.echo(f"written to {path}")
+    if synthesizer is not None:
+        from dpcare.synth.synthesizer import attach_evaluation
+
+        record = sampling_record(synthetic)
+        sampling = json.loads(record.read_text()) if record.is_file() else None
+        attach_evaluation(synthesizer, synthetic.name, report, sampling)
+        typer.echo(f"metrics added to {synthesizer}/run.json" + ("" if sampling else
+                   f" (no {record.name}: not checked that the table was sampled from this run)"))

@@ -99,85 +99,6 @@ def read_fusiondp_text(folder: Path) -> Run:
     return run
 
 
-def _quality(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The synthetic-data metrics of dp2stage-style records, as ``summary_table`` picks them."""
-    from dpcare.workflows.dp2stage_benchmark import summary_table
-
-    return [{k: v for k, v in row.items() if k not in ("dataset", "epsilon", "method", "fit s")
-             and not (k == "error" and not v)} for row in summary_table(records).to_dict("records")]
-
-
-def read_dp2stage(folder: Path) -> Run:
-    from dpcare.workflows.dp2stage_benchmark import LM_METHODS
-
-    records = [read_json(p) for p in sorted((folder / "runs").glob("*.json"))]
-    table = _quality(records)
-    run = Run(folder, "dpcare benchmark dp2stage", headline=["F1 XGB", "HIST20", "Pair", "CorAcc"],
-              config=read_json(folder / "config.json"),
-              figures=[("synthetic data quality", p) for p in _existing(folder / "dp2stage.png")])
-    for rec, row in zip(records, table):
-        model = f"{rec['dataset']} {rec['method']} eps={rec['epsilon']:g}"
-        if rec.get("error"):
-            run.notes.append(f"{model} failed: {rec['error']}")
-        elif rec.get("guarantee"):  # the synthesizer's guarantee (and ledger state), where the record keeps it
-            run.privacy.append(privacy_from_guarantee(model, rec["guarantee"], rec.get("ledger")))
-        elif rec["method"] in LM_METHODS:
-            run.privacy.append(Privacy(model, finite(rec.get("epsilon_spent")), rec.get("delta"),
-                                       ledger_note="not saved: the benchmark writes the spent epsilon and delta of "
-                                                   "the synthesizer's ledger, not its lines",
-                                       note="whole rows of the private training table"))
-        elif rec["method"] == "non-private":
-            run.privacy.append(Privacy(model, note="NO differential privacy guarantee (non-private fine-tuning)."))
-        else:
-            run.privacy.append(Privacy(model, finite(rec.get("epsilon_spent")), rec.get("delta"),
-                                       ledger_note="no dpcare ledger: the SmartNoise synthesizer accounts itself",
-                                       note="whole rows (SmartNoise's own accounting, not dpcare's ledger)"))
-        run.utility.append({"model": model, **row})
-        run.timing.append({"model": model, "fit seconds": rec.get("fit_seconds"), "seconds": rec.get("seconds")})
-    run.not_protected = [("DP-2Stage-O's stage-1 table and the pseudo data of DP-2Stage-U (drawn from the spec's "
-                          "declared ranges) are public, outside every guarantee.")]
-    if (folder / "sampling.json").exists():
-        s = read_json(folder / "sampling.json")
-        run.timing += [{"model": f"{mode} sampling: {m}", "rows per second": r.get("rows_per_second"),
-                        "valid rate": r.get("valid_rate")} for mode, rs in s["models"].items() for m, r in rs.items()]
-    return run
-
-
-def read_synth(folder: Path) -> Run:
-    """``dpcare synth fit`` (synthesizer.json), with ``synth sample`` / ``synth evaluate`` outputs beside it."""
-    state = _maybe(folder / "synthesizer.json")
-    run = Run(folder, "dpcare synth", headline=["F1 XGB", "HIST20", "Pair", "CorAcc"])
-    model = "synthesizer"
-    if state is not None:
-        settings = state.get("settings", {})
-        model = settings.get("mode", model)
-        run.config = settings
-        run.privacy.append(privacy_from_guarantee(model, state.get("guarantee"), state.get("ledger"),
-                                                  none_note="NO differential privacy guarantee (non-private fit)."))
-        run.not_protected.append("Stage 1 reads only public data (pseudo rows from the spec's declared ranges, or a "
-                                 "public table): outside every guarantee.")
-    else:
-        run.notes.append("No synthesizer.json here: the guarantee lives in the fitted synthesizer's folder.")
-    for p in sorted(folder.glob("*.report.json")):
-        rep = read_json(p)
-        table = p.name.removesuffix(".report.json")
-        rows = _quality([{"dataset": "", "epsilon": None, "method": model, "metrics": rep,
-                          "perplexity": rep.get("perplexity")}])
-        run.utility.append({"model": model, "table": table, **rows[0]})
-        if "real_baseline" in rep:
-            base = _quality([{"dataset": "", "epsilon": None, "method": "", "metrics": rep["real_baseline"]}])
-            run.utility.append({"model": "real training table (reference)", "table": table, **base[0]})
-    for p in sorted(folder.glob("*.sampling.json")):
-        s = read_json(p)
-        run.timing.append({"model": f"{model} sampling ({p.name})", "rows per second": s.get("rows_per_second"),
-                           "valid rate": s.get("valid_rate")})
-    return run
-
-
-def _maybe(path: Path) -> Any:
-    return read_json(path) if path.exists() else None
-
-
 # --------------------------------------------------------------------------- dispatch
 @dataclass(frozen=True)
 class Writer:
@@ -192,12 +113,8 @@ def _has(folder: Path, *names: str) -> bool:
 
 
 WRITERS = (
-    Writer("dpcare benchmark dp2stage", "config.json + runs/*.json",
-           lambda f: _has(f, "config.json", "runs/*.json"), read_dp2stage),
     Writer("dpcare benchmark fusiondp-text", "settings.json + guarantees.json + paired.csv",
            lambda f: _has(f, "settings.json", "guarantees.json", "paired.csv"), read_fusiondp_text),
-    Writer("dpcare synth fit / evaluate", "synthesizer.json or *.report.json",
-           lambda f: _has(f, "synthesizer.json") or _has(f, "*.report.json"), read_synth),
 )
 
 

@@ -1,15 +1,18 @@
-"""DP-2Stage synthetic tables (dp-2stage.txt): ``Synthesizer(schema, ...).fit(df).sample(n)``.
+"""DP-2Stage synthetic tables (Afonja et al.): ``Synthesizer(schema, ...).fit(df).sample(n)``.
 
 Serialisation, segment tokenisation with key/value/other roles, stage-1 pseudo data,
 the weighted stage-2 loss through the DP engine, constrained / rejection / imputation
-sampling and role-wise perplexity. See docs/dp2stage.md.
+sampling and role-wise perplexity; saved as a run folder. See docs/dp2stage.md.
+
+Names load on first use, so ``dpcare.synth.settings`` (what the command line needs) imports no torch.
 """
 
-from dpcare.synth.lm_model import LMSettings
-from dpcare.synth.pseudo import numeric_ranges, uniform_pseudo_table
-from dpcare.synth.serialize import RowSerializer, Span
-from dpcare.synth.synthesizer import StageSettings, Synthesizer, SynthSettings
-from dpcare.synth.tokens import KEY, OTHER, VALUE, weighted_token_loss
+from dpcare.lazy import lazy_face
 
-__all__ = ["KEY", "OTHER", "VALUE", "LMSettings", "RowSerializer", "Span", "StageSettings", "SynthSettings",
-           "Synthesizer", "numeric_ranges", "uniform_pseudo_table", "weighted_token_loss"]
+__getattr__, __dir__, __all__ = lazy_face(__name__, {
+    **dict.fromkeys(("KEY", "OTHER", "VALUE", "weighted_token_loss"), "tokens"),
+    **dict.fromkeys(("LMSettings", "MODES", "SIZES", "Stage2Settings", "StageSettings", "SynthSettings"), "settings"),
+    **dict.fromkeys(("RowSerializer", "Span"), "serialize"),
+    **dict.fromkeys(("numeric_ranges", "uniform_pseudo_table"), "pseudo"),
+    **dict.fromkeys(("Synthesizer", "attach_evaluation", "plan"), "synthesizer"),
+})

@@ -1,4 +1,4 @@
-"""Quality of a synthetic table measured against real data, as in DP-2Stage (dp-2stage.txt).
+"""Quality of a synthetic table measured against real data, as in DP-2Stage (Afonja et al.).
 
 Utility: ML efficacy (Section 5.1.2, Appendix C.2.1). Fidelity: HIST (Eqs. 14-15), Pair (C.2.4) and
 CorAcc (C.2.3), all against the real TEST table. Privacy-ish, not in the paper: distance to the
@@ -419,6 +419,30 @@ def format_report(report: dict) -> str:
         lines.append(f"exact copies of training rows: {d.get('duplicate_rate')} "
                      f"(real holdout: {d.get('holdout_duplicate_rate')})")
     return "\n".join(lines)
+
+
+#: the headline numbers of a report, in the order tables show them: column -> path in an ``evaluate_synthetic``
+#: report (``perplexity`` is added by ``dpcare synth evaluate --synthesizer`` and by the dp2stage study)
+SUMMARY = {
+    "F1 LR": "ml_efficacy/logistic_regression/f1_minority",
+    "F1 XGB": "ml_efficacy/xgboost/f1_minority",
+    "AUC XGB": "ml_efficacy/xgboost/auc",
+    "HIST20": "hist/bins_20",
+    "HIST50": "hist/bins_50",
+    "Pair": "pair",
+    "CorAcc": "coracc",
+    "ppl value": "perplexity/value",
+    "ppl all": "perplexity/all",
+    "DCR median": "dcr/synthetic_median",
+    "dup rate": "dcr/duplicate_rate",
+}
+
+
+def summary(report: dict) -> dict:
+    """The :data:`SUMMARY` numbers of a report: None where it has none (e.g. no perplexity) or the number is
+    undefined (NaN), so the row is plain JSON."""
+    values = {column: _get(report, path) for column, path in SUMMARY.items()}
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in values.items()}
 
 
 def _get(d: dict, path: str):

@@ -14,45 +14,15 @@ the output layer when ``train_head``) or ``"full"`` (every parameter).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-
 import torch
 from torch import Tensor, nn
 
 from dpcare.exceptions import SettingsError, SpecError
 from dpcare.lm import load_causal_lm
 from dpcare.synth.constraints import is_number_piece
+from dpcare.synth.settings import LORA_TARGETS, LMSettings
 
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj", "c_attn", "c_proj",
-                "c_fc")
-
-
-@dataclass
-class LMSettings:
-    """How the language model is built (saved with a fitted synthesizer)."""
-
-    model: str = "smollm2"  # "smollm2" or a local Hugging Face causal-LM folder
-    layers: int | None = None  # keep only the first k transformer blocks (a scaled model); None: all
-    finetune: str = "lora"  # lora | full
-    lora_rank: int = 8
-    lora_alpha: float = 16.0
-    lora_targets: tuple[str, ...] = field(default_factory=lambda: LORA_TARGETS)
-    train_head: bool = True  # with LoRA: also train the (schema) output layer
-    vocab: str = "schema"  # schema | full
-
-    def __post_init__(self):
-        if self.finetune not in ("lora", "full"):
-            raise SettingsError(f"finetune must be 'lora' or 'full', got {self.finetune!r}")
-        if self.vocab not in ("schema", "full"):
-            raise SettingsError(f"vocab must be 'schema' or 'full', got {self.vocab!r}")
-        if self.layers is not None and self.layers < 1:
-            raise SettingsError(f"layers must be >= 1, got {self.layers}")
-        if self.lora_rank < 1:
-            raise SettingsError(f"lora_rank must be >= 1, got {self.lora_rank}")
-        self.lora_targets = tuple(self.lora_targets)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "lora_targets": list(self.lora_targets)}
+__all__ = ["LORA_TARGETS", "LMSettings", "SynthLM", "build_lm", "number_token_ids", "trainable_state"]
 
 
 def number_token_ids(tokenizer) -> list[int]:

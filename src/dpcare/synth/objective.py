@@ -1,6 +1,6 @@
 """Fine-tuning objectives of DP-2Stage for the engine, and role-wise perplexity.
 
-Stage 1 (pseudo data, no privacy cost): the plain causal-LM loss, dp-2stage.txt Eq. (5).
+Stage 1 (pseudo data, no privacy cost): the plain causal-LM loss, Afonja et al., Eq. (5).
 Stage 2 (private table, DP-SGD through the engine): the weighted loss of Eq. (6),
 ``lambda`` on value tokens and ``1 - lambda`` on key and other tokens.
 """

@@ -4,7 +4,7 @@
   written, not sampled; each value is sampled from the model restricted to the
   column's valid continuations (categories, or numbers within bounds). Every row
   is valid, and no tokens are spent on structure.
-* ``rejection`` (dp-2stage.txt Section 5, after Borisov et al. 2023): free
+* ``rejection`` (Afonja et al., Section 5, after Borisov et al. 2023): free
   generation, rows that do not parse into valid values are discarded.
 * ``imputation`` (Appendix B.1): free generation; invalid cells are removed and the
   model is re-prompted with the valid ones to fill in the rest, up to 15 rounds.

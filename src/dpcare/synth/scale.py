@@ -1,6 +1,6 @@
 """How large a synthesizer run is: defaults for the machine, and a time estimate before the long part.
 
-The paper's run (dp-2stage.txt) fine-tunes the whole model for 5 stage-1 and 10 stage-2
+The paper's run (Afonja et al., DP-2Stage) fine-tunes the whole model for 5 stage-1 and 10 stage-2
 epochs. dpcare's engine trains on the CPU, where one step of 32 rows of full SmolLM2-135M
 takes ~25 s on 2 cores: hours for a table of a few thousand rows. The CPU scale keeps the
 first transformer block and trains 1 + 2 epochs (the scale of ``dpcare benchmark dp2stage``,
@@ -19,29 +19,12 @@ from torch import Tensor, nn
 
 from dpcare.engine.objective import Objective
 from dpcare.engine.trainer import TrainConfig, Trainer
-from dpcare.exceptions import SettingsError
 from dpcare.privacy import PrivacyLedger
+from dpcare.synth.settings import SCALES, SIZES, resolve_scale
 
-SCALES = ("auto", "cpu", "paper")
-#: nested defaults of each scale (fields of LMSettings and of the two StageSettings)
-SIZES = {
-    "paper": {"lm": {"layers": None}, "stage1": {"epochs": 5.0, "lr": 1e-3}, "stage2": {"epochs": 10.0, "lr": 1e-3}},
-    "cpu": {"lm": {"layers": 1}, "stage1": {"epochs": 1.0, "lr": 1e-3}, "stage2": {"epochs": 2.0, "lr": 1e-3}},
-}
-#: the engine keeps models on the CPU; set True once it trains on the GPU, and "auto" picks the paper scale there
-ENGINE_USES_GPU = False
 LONG_SECONDS = 15 * 60  # estimates above this are logged as warnings
 PAPER_HINT = ("paper scale (the whole model, 5 + 10 epochs): SynthSettings.for_device('paper'), "
               "on the command line `dpcare synth fit ... --scale paper`")
-
-
-def resolve_scale(scale: str = "auto") -> str:
-    """"cpu" or "paper": "auto" is "paper" only where the model would train on a GPU."""
-    if scale not in SCALES:
-        raise SettingsError(f"scale must be one of {SCALES}, got {scale!r}")
-    if scale != "auto":
-        return scale
-    return "paper" if ENGINE_USES_GPU and torch.cuda.is_available() else "cpu"
 
 
 def total_steps(epochs: float, rows: int, batch_size: int) -> int:
@@ -60,7 +43,7 @@ def seconds_per_step(model: nn.Module, objective: Objective, data: Mapping[str, 
     rows = next(iter(data.values())).shape[0]
     private = objective.private
     config = replace(config, noise_multiplier=1.0 if private else None, target_epsilon=None, steps=steps,
-                     progress=False, checkpoint_dir=None)
+                     progress=False, checkpoint_dir=None, adaptive_clip=None)
     trainer = Trainer(model, objective, config, PrivacyLedger(rows) if private else None)
     step = (lambda: trainer.private_step(data, None)) if private else (lambda: trainer.nonprivate_step(data))
     model.train()
@@ -116,3 +99,7 @@ def format_seconds(seconds: float) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+__all__ = ["LONG_SECONDS", "PAPER_HINT", "SCALES", "SIZES", "FitEstimate", "format_seconds", "resolve_scale",
+           "seconds_per_step", "total_steps"]

@@ -1,7 +1,7 @@
-"""Rows as text, "col is value, col is value, ..." (GReaT-style, as in dp-2stage.txt Section 4).
+"""Rows as text, "col is value, col is value, ..." (GReaT-style, as in Afonja et al., DP-2Stage, Section 4).
 
 The column order is fixed and starts with the target column (the paper's choice
-under DP), or shuffled per row. Numbers are written with a declared precision.
+under DP), or shuffled per row. Numbers are written with a declared number of decimals.
 The serialiser also returns the character spans of every key and value, so token
 roles can be derived from a tokenizer's offsets.
 """
@@ -30,19 +30,19 @@ class Span:
 
 
 class RowSerializer:
-    def __init__(self, schema: TableSchema, order: str = "target-first", precision: int | dict[str, int] = 2):
+    def __init__(self, schema: TableSchema, order: str = "target-first", decimals: int | dict[str, int] = 2):
         if order not in ("target-first", "shuffle"):
             raise SettingsError(f"order must be 'target-first' or 'shuffle', got {order!r}")
         self.schema, self.order = schema, order
         self.columns = [schema.target] + schema.feature_columns
-        self.precision = precision
+        self.decimals = decimals
         for c in self.columns:
             if SEP.strip() in c or IS.strip() == c:
                 raise SpecError(f"column name {c!r} cannot be serialised unambiguously")
 
     def digits(self, col: str) -> int:
-        """Decimals written for numeric column ``col`` (the declared precision)."""
-        return self.precision.get(col, 2) if isinstance(self.precision, dict) else self.precision
+        """Decimals written for numeric column ``col``."""
+        return self.decimals.get(col, 2) if isinstance(self.decimals, dict) else self.decimals
 
     def value_text(self, col: str, v) -> str:
         if v is None or (isinstance(v, float) and math.isnan(v)):

@@ -1,4 +1,4 @@
-"""``Synthesizer(schema, ...).fit(df).sample(n)``: DP-2Stage synthetic tables (dp-2stage.txt, Section 4).
+"""``Synthesizer(schema, ...).fit(df).sample(n)``: DP-2Stage synthetic tables (Afonja et al., Section 4).
 
 Modes (the same code with other settings):
 
@@ -8,13 +8,20 @@ Modes (the same code with other settings):
 * ``dp-standard``: stage 2 only.
 * ``non-private``: one ordinary fine-tuning on the real table (no guarantee).
 
-Stage 1 uses the plain LM loss (Eq. 5), stage 2 the weighted loss (Eq. 6) through
-the engine (Poisson sampling, clipping, noise, accounting). The ledger covers every
-use of the private table: DP range estimates and training.
+Stage 1 uses the plain LM loss (Eq. 5) and reads only public rows; stage 2 the weighted loss
+(Eq. 6) through the engine (Poisson sampling, clipping, noise, accounting), configured by the
+shared DP settings ``settings.dp`` (:class:`~dpcare.synth.settings.SynthSettings`). The ledger
+covers every use of the private table: DP range estimates and training. :func:`plan` states the
+guarantee from the settings and the row count alone, so a budget is checked before a row is read.
 
 Size: ``SynthSettings()`` is the paper's run; ``SynthSettings.for_device()`` (what
-``Synthesizer(schema, **fields)`` uses) is the CPU scale on a CPU (see ``dpcare.synth.scale``).
+``Synthesizer(schema, **fields)`` uses) is the CPU scale on a CPU (see ``dpcare.synth.settings``).
 ``fit`` first times a few steps on public pseudo rows and logs the estimated run time.
+
+Saved form: a run folder (:mod:`dpcare.runs`) with ``run.json`` (the settings, the guarantee and ledger
+state, what is not protected, evaluations attached later), ``synthesizer.json`` (schemas, public ranges,
+training history) and ``weights.pt`` (the fine-tuned parameters). Folders saved by dpcare before the
+run-folder format (a ``synthesizer.json`` without ``run.json``) do not load: fit again.
 """
 
 from __future__ import annotations
@@ -22,128 +29,99 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
 
 from dpcare.data import TableSchema, load_table
 from dpcare.engine.trainer import TrainConfig, Trainer
-from dpcare.exceptions import (
-    DataError,
-    MissingFileError,
-    NotFittedError,
-    PrivacyParameterError,
-    SettingsError,
-)
+from dpcare.exceptions import DataError, MissingFileError, NotFittedError, SettingsError
 from dpcare.io import torch_save, write_json
-from dpcare.privacy import Guarantee, PrivacyLedger
-from dpcare.synth.lm_model import LMSettings, build_lm, trainable_state
+from dpcare.privacy import (
+    NEIGHBOURING,
+    Guarantee,
+    PrivacyLedger,
+    ProtectedUnit,
+    check_delta,
+    default_delta,
+)
+from dpcare.runs import MANIFEST, Manifest, RunFolder, read_manifest
+from dpcare.settings import to_dict
+from dpcare.synth.lm_model import build_lm, trainable_state
 from dpcare.synth.objective import TokenLoss, role_perplexity
 from dpcare.synth.pseudo import numeric_ranges, uniform_pseudo_table
 from dpcare.synth.row_tokens import RowTokenizer
 from dpcare.synth.sampling import RowSampler, SamplingStats, cells_to_frame
-from dpcare.synth.scale import SIZES, FitEstimate, resolve_scale, seconds_per_step, total_steps
+from dpcare.synth.scale import FitEstimate, seconds_per_step, total_steps
 from dpcare.synth.serialize import RowSerializer
+from dpcare.synth.settings import MODES, LMSettings, Stage2Settings, StageSettings, SynthSettings
 
 log = logging.getLogger(__name__)
-MODES = ("dp-2stage-u", "dp-2stage-o", "dp-standard", "non-private")
+KIND = "synth"  # the run kind of a saved synthesizer
 STATE_FILE, WEIGHTS_FILE = "synthesizer.json", "weights.pt"
+STATE_FORMAT = "dpcare-synthesizer/2"
+HEADLINE = ("F1 XGB", "HIST20", "Pair", "CorAcc")
+REFERENCE = "real training table (reference)"
+EVALUATION_NOTE = ("The metrics of `dpcare synth evaluate` read the real training and test tables: they are a release "
+                   "outside the guarantee, for those allowed to see the data (only the synthesizer is covered).")
 
 
-@dataclass
-class StageSettings:
-    """Training of one stage (stage 2's epsilon comes from the synthesizer)."""
+def plan(settings: SynthSettings, rows: int) -> Guarantee | None:
+    """What :meth:`Synthesizer.fit` releases on a private table of ``rows`` rows, from the settings and the
+    row count alone: a budget checks it before any row is read. Every row trains in stage 2 (no hold-out),
+    so n = ``rows``, the unit a row, delta the given one or 1/n^1.1. None in non-private mode."""
+    if not settings.private:
+        return None
+    if rows < 1:
+        raise DataError("the private table has no rows")
+    dp = settings.dp
+    delta = check_delta(dp.delta, rows) if dp.delta is not None else default_delta(rows)
+    return Guarantee(epsilon=dp.epsilon, delta=delta, unit=ProtectedUnit.EXAMPLE,
+                     neighbouring=NEIGHBOURING[ProtectedUnit.EXAMPLE], accountant=dp.accountant, n=rows)
 
-    epochs: float = 5.0
-    batch_size: int = 32
-    lr: float = 5e-4
-    clip_norm: float = 1.0
-    max_physical_batch: int = 64
 
-    def config(self, **kw) -> TrainConfig:
-        return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, clip_norm=self.clip_norm,
-                           max_physical_batch=self.max_physical_batch, **kw)
-
-
-@dataclass
-class SynthSettings:
-    mode: str = "dp-2stage-u"
-    epsilon: float | None = 1.0
-    delta: float | None = None  # default 1/n^1.1
-    lam: float | None = 0.65  # Eq. (6) weight on value tokens in stage 2; None: plain loss
-    order: str = "target-first"
-    precision: int = 2
-    pseudo_rows: int | None = None  # stage-1 rows for dp-2stage-u; default: as many as the private table
-    stats_epsilon: float = 0.1  # only spent when a numeric column has no declared bounds
-    lm: LMSettings = field(default_factory=LMSettings)
-    stage1: StageSettings = field(default_factory=lambda: StageSettings(**SIZES["paper"]["stage1"]))
-    stage2: StageSettings = field(default_factory=lambda: StageSettings(**SIZES["paper"]["stage2"]))
-    seed: int = 0
-
-    def __post_init__(self):
-        if self.mode not in MODES:
-            raise SettingsError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.mode != "non-private" and (self.epsilon is None or not self.epsilon > 0):
-            raise PrivacyParameterError(f"epsilon must be > 0 for {self.mode}, got {self.epsilon!r}")
-        if isinstance(self.lm, dict):
-            self.lm = LMSettings(**self.lm)
-        for name in ("stage1", "stage2"):
-            if isinstance(getattr(self, name), dict):
-                setattr(self, name, StageSettings(**getattr(self, name)))
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "lm": self.lm.to_dict()}
-
-    @classmethod
-    def for_device(cls, scale: str = "auto", **fields) -> SynthSettings:
-        """Settings sized for the machine: ``scale`` "auto" (the CPU scale unless the model trains on a
-        GPU), "cpu" or "paper". ``lm``, ``stage1`` and ``stage2`` may be settings objects (used as they
-        are) or dicts merged over the scale's defaults, where None means "the scale's default"; other
-        fields are passed on."""
-        size = SIZES[resolve_scale(scale)]
-        for name, kind in (("lm", LMSettings), ("stage1", StageSettings), ("stage2", StageSettings)):
-            given = fields.get(name)
-            if not isinstance(given, kind):
-                chosen = {k: v for k, v in (given or {}).items() if v is not None}
-                fields[name] = kind(**{**size[name], **chosen})
-        return cls(**fields)
-
-    def scale_name(self) -> str:
-        """"cpu" or "paper" when model depth and epochs are those of that scale, else "custom"."""
-        for name, size in SIZES.items():
-            if (self.lm.layers, self.stage1.epochs, self.stage2.epochs) == (
-                    size["lm"]["layers"], size["stage1"]["epochs"], size["stage2"]["epochs"]):
-                return name
-        return "custom"
+def stage1_source(settings: SynthSettings, public_schema: TableSchema | None = None) -> str | None:
+    """What stage 1 trains on, in words (None: there is no stage 1)."""
+    if settings.mode == "dp-2stage-u":
+        return "uniform pseudo rows drawn from the spec's declared ranges and categories"
+    if settings.mode == "dp-2stage-o":
+        name = public_schema.name if public_schema is not None and public_schema.name else "given"
+        return f"the public table ({name})"
+    return None
 
 
 class Synthesizer:
     """A DP synthetic-table generator built on a local causal language model.
 
     Without ``settings``, keyword fields go to ``SynthSettings.for_device`` (the CPU scale on a
-    CPU). ``fit`` returns self; before it (or ``load``), ``sample``, ``save`` and ``guarantee_``
-    raise NotFittedError. ``guarantee`` is the same guarantee, or None when not fitted.
+    CPU; DP fields such as ``epsilon=`` may be given as keywords). ``fit`` returns self; before it
+    (or ``load``), ``sample``, ``save`` and ``guarantee_`` raise NotFittedError. ``guarantee`` is the
+    same guarantee, or None when not fitted.
     """
 
     def __init__(self, schema: TableSchema, settings: SynthSettings | None = None,
                  public_table: pd.DataFrame | None = None, public_schema: TableSchema | None = None,
-                 progress: bool = True, **overrides):
-        self.schema = schema
-        self.settings = settings or SynthSettings.for_device(**overrides)
+                 progress: bool = True, **overrides: Any):
         if settings is not None and overrides:
             raise SettingsError("pass either settings or keyword overrides, not both")
+        self.schema = schema
+        self.settings = settings if settings is not None else SynthSettings.for_device(**overrides)
         if self.settings.mode == "dp-2stage-o" and public_schema is None:
             raise SettingsError("dp-2stage-o needs a public table and its schema for stage 1 (e.g. Adult)")
         self.public_table, self.public_schema, self.progress = public_table, public_schema, progress
-        self.serializer = RowSerializer(schema, self.settings.order, self.settings.precision)
+        self.serializer = RowSerializer(schema, self.settings.order, self.settings.decimals)
         self.model = self.tokenizer = self.rows = None
         self.ranges: dict[str, tuple[float, float]] = {}
         self.ledger: PrivacyLedger | None = None
         self.history: dict[str, list] = {}
+        self.info: dict[str, Any] = {}  # stage-2 steps, noise multiplier, sampling rate, fit seconds
+        self.run_id: str | None = None  # the run folder's id, once saved or loaded
         self.last_sampling: SamplingStats | None = None
         self.estimate_: FitEstimate | None = None  # set by fit(estimate=True)
 
@@ -162,49 +140,62 @@ class Synthesizer:
         self.rows = RowTokenizer(self.serializer, self.tokenizer)
 
     def _encode(self, rows: RowTokenizer, df: pd.DataFrame) -> dict[str, torch.Tensor]:
-        data = rows.encode_table(df, seed=self.settings.seed)
+        data = rows.encode_table(df, seed=self.settings.dp.seed)
         data["targets"] = self.model.to_output(data["ids"])
         return data
+
+    def _stage1_config(self, **engine: Any) -> TrainConfig:
+        st = self.settings.stage1
+        return TrainConfig(epochs=st.epochs, batch_size=st.batch_size, lr=st.lr,
+                           max_physical_batch=st.max_physical_batch, **engine)
+
+    def _stage2_config(self, **engine: Any) -> TrainConfig:
+        """The engine's config of stage 2: the DP settings (seed + 2, so that stage 1 and 2 draw apart) and
+        stage 2's own knobs."""
+        s = self.settings
+        return TrainConfig.from_dp(s.dp.replace(seed=s.dp.seed + 2), private=s.private, lr=s.stage2.lr,
+                                   max_physical_batch=s.stage2.max_physical_batch, **engine)
 
     def fit(self, df: pd.DataFrame, ledger: PrivacyLedger | None = None, checkpoint_dir: str | None = None,
             stage1_cache: str | Path | None = None, estimate: bool = True,
             report: Callable[[str], None] | None = None) -> Synthesizer:
-        """Fit on the private table ``df``; returns self. ``stage1_cache``: a folder where stage-1 models are
-        kept by a hash of everything stage 1 depends on (settings, schemas, public ranges), so runs that
-        differ only in stage 2 (e.g. epsilon) share one stage 1. ``estimate``: time a few steps first, keep
-        the estimate as ``estimate_`` and pass its message to ``report`` (default: log it, as a warning
-        when the run is long)."""
+        """Fit on the private table ``df``; returns self. ``checkpoint_dir``: each stage checkpoints there, and
+        a fit rerun with the same folder resumes. ``stage1_cache``: a folder where stage-1 models are kept by a
+        hash of everything stage 1 depends on (settings, schemas, public ranges), so runs that differ only in
+        stage 2 (e.g. epsilon) share one stage 1. ``estimate``: time a few steps first, keep the estimate as
+        ``estimate_`` and pass its message to ``report`` (default: log it, as a warning when the run is long)."""
         s = self.settings
         df = load_table(df, self.schema)
         if len(df) == 0:
             raise DataError("the private table has no rows")
         if s.mode == "dp-2stage-o" and (self.public_table is None or len(self.public_table) == 0):
             raise DataError("dp-2stage-o needs a non-empty public table for stage 1 (e.g. Adult)")
-        private = s.mode != "non-private"
-        if private:
-            self.ledger = ledger or PrivacyLedger(len(df), s.delta)
-        self.ranges = numeric_ranges(self.schema, df, self.ledger, s.stats_epsilon, s.seed)
+        start = time.perf_counter()
+        if s.private:
+            self.ledger = ledger or PrivacyLedger(len(df), s.dp.delta, accountant=s.dp.accountant)
+        self.ranges = numeric_ranges(self.schema, df, self.ledger, s.stats_epsilon, s.dp.seed)
         self._build()
         if estimate:
             self._announce(len(df), report)
         if s.mode in ("dp-2stage-u", "dp-2stage-o"):
             self._stage1_cached(len(df), checkpoint_dir, stage1_cache)
         data = self._encode(self.rows, df)
-        objective = TokenLoss(s.lam if private else None, private=private)
-        kw = {"target_epsilon": s.epsilon} if private else {}
-        config = s.stage2.config(seed=s.seed + 2, progress=self.progress, **kw,
-                                 checkpoint_dir=_sub(checkpoint_dir, "stage2"))
+        objective = TokenLoss(s.lam if s.private else None, private=s.private)
+        config = self._stage2_config(progress=self.progress, checkpoint_dir=_sub(checkpoint_dir, "stage2"))
         result = Trainer(self.model, objective, config, self.ledger).fit(data)
         self.history["stage2"] = result.history
         self.noise_multiplier = result.noise_multiplier
+        self.info = {"rows": len(df), "stage2_steps": result.steps, "sampling_rate": result.sampling_rate,
+                     "noise_multiplier": result.noise_multiplier, "clip_norm": result.clip_norm,
+                     "fit_seconds": round(time.perf_counter() - start, 3)}
         return self
 
     def _stage1_cached(self, n_private: int, checkpoint_dir: str | None, cache: str | Path | None) -> None:
         if cache is None:
             return self._stage1(n_private, checkpoint_dir)
         s = self.settings
-        key = json.dumps({"lm": s.lm.to_dict(), "stage1": asdict(s.stage1), "mode": s.mode, "order": s.order,
-                          "precision": s.precision, "rows": s.pseudo_rows or n_private, "seed": s.seed,
+        key = json.dumps({"lm": s.lm.to_dict(), "stage1": to_dict(s.stage1), "mode": s.mode, "order": s.order,
+                          "decimals": s.decimals, "rows": s.pseudo_rows or n_private, "seed": s.dp.seed,
                           "schema": self.schema.to_dict(), "ranges": self.ranges,
                           "public": self.public_schema.to_dict() if self.public_schema else None,
                           "public_rows": len(self.public_table) if self.public_table is not None else 0},
@@ -220,15 +211,18 @@ class Synthesizer:
         torch_save(path, {"weights": trainable_state(self.model), "history": self.history["stage1"]})
 
     def _stage1(self, n_private: int, checkpoint_dir: str | None) -> None:
+        """Stage 1 on PUBLIC rows only: pseudo rows from the public ranges, or the public table."""
         s = self.settings
         if s.mode == "dp-2stage-u":
-            pseudo = uniform_pseudo_table(self.schema, s.pseudo_rows or n_private, seed=s.seed + 1, ranges=self.ranges)
+            pseudo = uniform_pseudo_table(self.schema, s.pseudo_rows or n_private, seed=s.dp.seed + 1,
+                                          ranges=self.ranges)
             data = self._encode(self.rows, pseudo)
         else:
             table = load_table(self.public_table, self.public_schema)
-            rows = RowTokenizer(RowSerializer(self.public_schema, s.order, s.precision), self.tokenizer)
+            rows = RowTokenizer(RowSerializer(self.public_schema, s.order, s.decimals), self.tokenizer)
             data = self._encode(rows, table)
-        config = s.stage1.config(seed=s.seed + 1, progress=self.progress, checkpoint_dir=_sub(checkpoint_dir, "stage1"))
+        config = self._stage1_config(seed=s.dp.seed + 1, progress=self.progress,
+                                     checkpoint_dir=_sub(checkpoint_dir, "stage1"))
         result = Trainer(self.model, TokenLoss(None, private=False), config).fit(data)
         self.history["stage1"] = result.history
 
@@ -247,19 +241,19 @@ class Synthesizer:
 
     def _estimate(self, n_private: int, steps: int = 1) -> FitEstimate:
         s = self.settings
-        private = s.mode != "non-private"
         stage1_rows = {"dp-2stage-u": s.pseudo_rows or n_private,
                        "dp-2stage-o": len(self.public_table) if self.public_table is not None else 0}.get(s.mode, 0)
         per_step = {}
-        for name, stage, objective, rows in (
-                ("stage1", s.stage1, TokenLoss(None, private=False), stage1_rows),
-                ("stage2", s.stage2, TokenLoss(s.lam if private else None, private=private), n_private)):
+        stage2 = replace(self._stage2_config(), seed=s.dp.seed)  # timing runs with the plain seed, as stage 1's
+        for name, config, objective, rows in (
+                ("stage1", self._stage1_config(seed=s.dp.seed), TokenLoss(None, private=False), stage1_rows),
+                ("stage2", stage2, TokenLoss(s.lam if s.private else None, private=s.private), n_private)):
             if rows:
-                data = self._encode(self.rows, self._timing_rows(stage.batch_size))
-                per_step[name] = seconds_per_step(self.model, objective, data, stage.config(seed=s.seed), steps)
+                data = self._encode(self.rows, self._timing_rows(config.batch_size))
+                per_step[name] = seconds_per_step(self.model, objective, data, config, steps)
+        stage2_steps = s.dp.steps if s.dp.steps is not None else total_steps(s.dp.epochs, n_private, s.dp.batch_size)
         return FitEstimate(total_steps(s.stage1.epochs, stage1_rows, s.stage1.batch_size), per_step.get("stage1", 0.0),
-                           total_steps(s.stage2.epochs, n_private, s.stage2.batch_size), per_step["stage2"],
-                           s.scale_name())
+                           stage2_steps, per_step["stage2"], s.scale_name())
 
     def _announce(self, n_private: int, report: Callable[[str], None] | None) -> None:
         try:
@@ -275,7 +269,7 @@ class Synthesizer:
     def _timing_rows(self, n: int) -> pd.DataFrame:
         """``n`` uniform pseudo rows (public: only declared or already estimated ranges are read)."""
         ranges = {c.name: c.bounds or (0.0, 100.0) for c in self.schema.columns if c.kind == "numeric"}
-        return uniform_pseudo_table(self.schema, n, seed=self.settings.seed + 7, ranges={**ranges, **self.ranges})
+        return uniform_pseudo_table(self.schema, n, seed=self.settings.dp.seed + 7, ranges={**ranges, **self.ranges})
 
     # ------------------------------------------------------------------ fitted state
     @property
@@ -299,7 +293,8 @@ class Synthesizer:
 
     def sample(self, n: int, method: str = "constrained", conditions: pd.DataFrame | None = None,
                temperature: float = 1.0, batch_size: int = 256, seed: int = 0) -> pd.DataFrame:
-        """``n`` synthetic rows (fewer, with a warning, if free generation keeps failing)."""
+        """``n`` synthetic rows (fewer, with a warning, if free generation keeps failing). Sampling reads
+        no private data: the rows carry the fitted model's guarantee (post-processing)."""
         rows, stats = self.sampler(temperature, seed).sample(n, method, conditions, batch_size, self.progress)
         self.last_sampling = stats
         if len(rows) < n:
@@ -312,32 +307,69 @@ class Synthesizer:
         self._require_fitted()
         return role_perplexity(self.model, self._encode(self.rows, load_table(df, self.schema)))
 
-    # ------------------------------------------------------------------ persistence
-    def save(self, folder: str | Path) -> Path:
+    # ------------------------------------------------------------------ run folders
+    def manifest(self, data: dict[str, Any] | None = None) -> Manifest:
+        """run.json of the fitted synthesizer: its settings, guarantee and ledger state, what is not
+        protected (the public inputs of stage 1 and of the model), its fit time."""
         self._require_fitted()
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        torch_save(folder / WEIGHTS_FILE, trainable_state(self.model))
-        write_json(folder / STATE_FILE, {
-            "schema": self.schema.to_dict(), "public_schema": self.public_schema.to_dict() if self.public_schema else None,
-            "settings": self.settings.to_dict(), "ranges": {k: list(v) for k, v in self.ranges.items()},
-            "ledger": self.ledger.state_dict() if self.ledger else None,
-            "guarantee": self.guarantee.to_dict() if self.ledger else None, "history": self.history})
-        return folder
+        s, g = self.settings, self.guarantee
+        m = Manifest(settings=s.to_dict(), data=data or {}, files={"state": STATE_FILE, "weights": WEIGHTS_FILE})
+        m.add_model(s.mode, g.to_dict() if g else None, self.ledger.state_dict() if self.ledger is not None else None,
+                    note="" if g else "NO differential privacy guarantee (non-private fine-tuning).")
+        source = stage1_source(s, self.public_schema)
+        if source:
+            m.not_protected.append(f"Stage 1 reads only public data ({source}): outside every guarantee.")
+        m.not_protected.append("The spec (column names, declared bounds and categories) and the pretrained language "
+                               f"model ({s.lm.model}) are public inputs, outside every guarantee.")
+        m.notes.append("Sampling reads no private data: synthetic rows of this model carry its guarantee "
+                       "(post-processing). Evaluations attached by `dpcare synth evaluate` read real rows.")
+        if self.info:
+            m.timing.append({"model": s.mode, "fit seconds": self.info.get("fit_seconds"),
+                             "stage-2 steps": self.info.get("stage2_steps")})
+        return m
+
+    def write(self, run: RunFolder, data: dict[str, Any] | None = None) -> Path:
+        """Write the fitted synthesizer's files into ``run`` and finish it (run.json last)."""
+        self._require_fitted()
+        run.save_torch(WEIGHTS_FILE, trainable_state(self.model))
+        run.write_json(STATE_FILE, {
+            "format": STATE_FORMAT, "schema": self.schema.to_dict(),
+            "public_schema": self.public_schema.to_dict() if self.public_schema else None,
+            "ranges": {k: list(v) for k, v in self.ranges.items()}, "history": self.history, "info": self.info})
+        out = run.finish(self.manifest(data))
+        self.run_id = run.run_id
+        return out
+
+    def save(self, folder: str | Path, force: bool = False) -> Path:
+        """Write a run folder (refused if ``folder`` holds something, unless ``force``)."""
+        self._require_fitted()
+        return self.write(RunFolder(folder, KIND, self.settings.to_dict(), force=force))
 
     @classmethod
     def load(cls, folder: str | Path, progress: bool = True) -> Synthesizer:
+        """A synthesizer saved by :meth:`save` or ``dpcare synth fit`` (works in a fresh process)."""
         folder = Path(folder)
+        if not folder.is_dir():
+            raise MissingFileError(f"{folder} is not a saved synthesizer: no such folder")
+        if not (folder / MANIFEST).is_file() and (folder / STATE_FILE).is_file():
+            raise DataError(f"{folder} holds a synthesizer saved before dpcare's run-folder format (no {MANIFEST}): "
+                            "that format no longer loads; fit the synthesizer again")
+        manifest = read_manifest(folder)
+        if manifest.kind != KIND:
+            raise DataError(f"{folder} holds a {manifest.kind!r} run, not a saved synthesizer")
         for name in (STATE_FILE, WEIGHTS_FILE):
             if not (folder / name).is_file():
                 raise MissingFileError(f"{folder} is not a saved synthesizer (no {name})")
         state = json.loads((folder / STATE_FILE).read_text())
+        if state.get("format") != STATE_FORMAT:
+            raise DataError(f"{folder / STATE_FILE} is not a {STATE_FORMAT} synthesizer state")
         public = TableSchema.from_dict(state["public_schema"]) if state["public_schema"] else None
-        settings = SynthSettings(**state["settings"])
+        settings = SynthSettings.from_dict(manifest.settings)
         self = cls(TableSchema.from_dict(state["schema"]), settings, progress=progress, public_schema=public)
         self.ranges = {k: tuple(v) for k, v in state["ranges"].items()}
-        self.history = state["history"]
-        self.ledger = PrivacyLedger.from_state_dict(state["ledger"]) if state["ledger"] else None
+        self.history, self.info, self.run_id = state["history"], state.get("info", {}), manifest.run_id
+        ledger = manifest.models[0].get("ledger")
+        self.ledger = PrivacyLedger.from_state_dict(ledger) if ledger else None
         self._build()
         weights = torch.load(folder / WEIGHTS_FILE, weights_only=True)
         missing = set(weights) - set(self.model.state_dict())
@@ -347,5 +379,44 @@ class Synthesizer:
         return self
 
 
+def attach_evaluation(folder: str | Path, table: str, report: dict[str, Any],
+                      sampling: dict[str, Any] | None = None) -> Manifest:
+    """Add the evaluation of a synthetic table (an ``evaluate_synthetic`` report, with ``perplexity`` if
+    measured) to the finished synthesizer run ``folder``: metrics rows of the table and of the real training
+    table (the reference) in run.json, the sampling speed as a timing row, and a line saying the metrics read
+    real rows. ``sampling``: the record ``dpcare synth sample`` wrote beside the table; it must name this run
+    (a table sampled from another run is refused). Rows of an earlier evaluation of ``table`` are replaced."""
+    from dpcare.synth.evaluate import summary
+
+    folder = Path(folder)
+    m = read_manifest(folder)
+    if m.kind != KIND:
+        raise DataError(f"{folder} holds a {m.kind!r} run, not a saved synthesizer")
+    if sampling is not None and sampling.get("run_id") != m.run_id:
+        raise DataError(f"{table} was sampled from run {sampling.get('run_id')!r}, not from the run in {folder} "
+                        f"({m.run_id!r}): its metrics are not added to that run")
+    model = m.models[0]["name"]
+    provenance = "sampled from this run" if sampling is not None else "provenance not recorded"
+    rows = [{"model": model, "synthetic table": table, "source": provenance, **summary(report)}]
+    if "real_baseline" in report:
+        rows.append({"model": REFERENCE, "synthetic table": table, "source": "real rows",
+                     **summary(report["real_baseline"])})
+    m.metrics = [r for r in m.metrics if r.get("synthetic table") != table] + rows
+    m.headline = m.headline or list(HEADLINE)
+    m.timing = [t for t in m.timing if t.get("synthetic table") != table]
+    if sampling is not None:
+        m.timing.append({"model": f"{model} sampling ({sampling.get('method')})", "synthetic table": table,
+                         "rows": sampling.get("rows"), "rows per second": sampling.get("rows_per_second"),
+                         "valid rate": sampling.get("valid_rate")})
+    if EVALUATION_NOTE not in m.not_protected:
+        m.not_protected.append(EVALUATION_NOTE)
+    write_json(folder / MANIFEST, m.to_dict())
+    return m
+
+
 def _sub(folder: str | None, name: str) -> str | None:
     return str(Path(folder) / name) if folder else None
+
+
+__all__ = ["HEADLINE", "KIND", "MODES", "LMSettings", "Stage2Settings", "StageSettings", "SynthSettings",
+           "Synthesizer", "attach_evaluation", "plan", "stage1_source"]

@@ -1,5 +1,5 @@
 """Token roles (key / value / other; assigned exactly by ``row_tokens.RowTokenizer``) and the weighted
-stage-2 loss of dp-2stage.txt, Eq. (6):
+stage-2 loss of Afonja et al. (DP-2Stage), Eq. (6):
 
     L = -lambda * sum_{t in values} log p(t | t_<) - (1 - lambda) * sum_{t in keys, others} log p(t | t_<)
 

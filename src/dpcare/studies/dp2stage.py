@@ -1,9 +1,12 @@
 """``dpcare benchmark dp2stage``: DP-Standard vs DP-2Stage-U vs DP-2Stage-O vs SmartNoise baselines
-(dp-2stage.txt, Table 3), on Adult and a clinical table, at several epsilons.
+(Afonja et al., DP-2Stage, Table 3), on Adult and a clinical table, at several epsilons.
 
 Scaled for 2 CPU cores (see README): a subset of columns, a few thousand training
-rows, SmolLM2 cut to its first blocks with LoRA, and short training. Every run is
-saved as it finishes (``runs/*.json``); a rerun skips finished runs (resume).
+rows, SmolLM2 cut to its first blocks with LoRA, and short training. Every LM run is
+the public recipe (:class:`~dpcare.synth.Synthesizer`) with the study's settings. The
+study writes a run folder (``run.json``: every model's guarantee and ledger state,
+quality metrics, timing); each finished run is saved as it finishes (``runs/*.json`` in
+the staging folder), so an interrupted study resumes when the same command is rerun.
 Also compares constrained decoding with rejection sampling on the same model.
 """
 
@@ -11,21 +14,26 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from dpcare.data import TableSchema, load_dataset, split_table
-from dpcare.io import new_figure, save_figure, write_json, write_text
-from dpcare.synth.lm_model import LMSettings
+from dpcare.io import new_figure, save_figure, write_json
+from dpcare.runs import Manifest, RunFolder
+from dpcare.settings import DPSettings, to_dict
+from dpcare.synth.evaluate import summary
 from dpcare.synth.sampling import METHODS
-from dpcare.synth.synthesizer import StageSettings, Synthesizer, SynthSettings
+from dpcare.synth.settings import LMSettings, Stage2Settings, StageSettings, SynthSettings
+from dpcare.synth.synthesizer import HEADLINE, Synthesizer
 
 log = logging.getLogger(__name__)
 
+KIND = "study:dp2stage"
 LM_METHODS = ("dp-standard", "dp-2stage-u", "dp-2stage-o")
 #: columns kept per data set (target first) and the unrelated public table used by DP-2Stage-O
 COLUMNS = {
@@ -35,10 +43,21 @@ COLUMNS = {
     "rhc": ["death", "age", "sex", "race", "income", "ninsclas", "aps1", "meanbp1", "hrt1", "cat1"],
 }
 PUBLIC_FOR = {"adult": "support2", "support2": "adult", "rhc": "adult"}
+NOT_PROTECTED = ("DP-2Stage-O's stage-1 table and the pseudo data of DP-2Stage-U (drawn from the spec's declared "
+                 "ranges) are public, outside every guarantee.")
+
+
+def _settings(lm: LMSettings, stage1: StageSettings, lr: float, epochs: float, batch_size: int) -> SynthSettings:
+    return SynthSettings(lm=lm, stage1=stage1, stage2=Stage2Settings(lr=lr),
+                         dp=DPSettings(epochs=epochs, batch_size=batch_size, clip_norm=1.0))
 
 
 @dataclass
 class Dp2StageBenchmark:
+    """The study's grid. ``settings``: the synthesizer settings every LM run shares (the recipe's); each run
+    sets its own mode and ``dp.epsilon`` (one of ``epsilons``). ``settings.dp.seed`` is the seed of the whole
+    study: data splits, pseudo data, noise, baselines, sampling and evaluation."""
+
     datasets: tuple[str, ...] = ("adult", "support2")
     epsilons: tuple[float, ...] = (1.0, 8.0)
     methods: tuple[str, ...] = LM_METHODS
@@ -49,21 +68,30 @@ class Dp2StageBenchmark:
     n_public: int = 2000  # rows of the unrelated public table for DP-2Stage-O
     n_perplexity: int = 300
     all_columns: bool = False
-    lm: LMSettings = field(default_factory=lambda: LMSettings(layers=1, lora_rank=8))
-    stage1: StageSettings = field(default_factory=lambda: StageSettings(epochs=1.0, batch_size=32, lr=2e-3))
-    stage2: StageSettings = field(default_factory=lambda: StageSettings(epochs=2.0, batch_size=64, lr=2e-3))
+    settings: SynthSettings = field(default_factory=lambda: _settings(
+        LMSettings(layers=1, lora_rank=8), StageSettings(epochs=1.0, batch_size=32, lr=2e-3), lr=2e-3, epochs=2.0,
+        batch_size=64))
     compare_sampling_rows: int = 100  # constrained vs rejection vs imputation on one model; 0 skips
-    seed: int = 0
+
+    @property
+    def seed(self) -> int:
+        return self.settings.dp.seed
 
     @classmethod
     def quick(cls, model: str = "smollm2") -> Dp2StageBenchmark:
         return cls(datasets=("adult",), epsilons=(8.0,), baselines=("mst",), n_train=120, n_test=100, n_synth=60,
-                   n_public=120, n_perplexity=40, lm=LMSettings(model=model, layers=1, lora_rank=4),
-                   stage1=StageSettings(epochs=1.0, batch_size=16, lr=3e-3),
-                   stage2=StageSettings(epochs=1.0, batch_size=32, lr=3e-3), compare_sampling_rows=20)
+                   n_public=120, n_perplexity=40,
+                   settings=_settings(LMSettings(model=model, layers=1, lora_rank=4),
+                                      StageSettings(epochs=1.0, batch_size=16, lr=3e-3), lr=3e-3, epochs=1.0,
+                                      batch_size=32),
+                   compare_sampling_rows=20)
+
+    def synth_settings(self, method: str, epsilon: float) -> SynthSettings:
+        """The settings of the LM run of ``method`` at ``epsilon``."""
+        return self.settings.replace(mode=method, dp=self.settings.dp.replace(epsilon=epsilon))
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "lm": self.lm.to_dict()}
+        return to_dict(self)
 
 
 def prepare(name: str, bench: Dp2StageBenchmark) -> tuple[pd.DataFrame, pd.DataFrame, TableSchema]:
@@ -83,9 +111,8 @@ def _synthesizer(method: str, eps: float, schema: TableSchema, bench: Dp2StageBe
     public_table = public_schema = None
     if method == "dp-2stage-o":
         public_table, _, public_schema = prepare(PUBLIC_FOR[dataset], replace(bench, n_train=bench.n_public))
-    settings = SynthSettings(mode=method, epsilon=eps, lm=bench.lm, stage1=bench.stage1, stage2=bench.stage2,
-                             seed=bench.seed)
-    return Synthesizer(schema, settings, public_table=public_table, public_schema=public_schema)
+    return Synthesizer(schema, bench.synth_settings(method, eps), public_table=public_table,
+                       public_schema=public_schema)
 
 
 def fitted_synthesizer(method: str, eps: float, train: pd.DataFrame, schema: TableSchema,
@@ -109,11 +136,13 @@ def run_one(dataset: str, method: str, eps: float, train: pd.DataFrame, test: pd
         row["perplexity"] = synth.perplexity(test.iloc[: bench.n_perplexity])
         row["epsilon_spent"] = synth.guarantee.epsilon if synth.guarantee else None
         row["delta"] = synth.guarantee.delta if synth.guarantee else None
+        row["guarantee"] = synth.guarantee.to_dict() if synth.guarantee else None
+        row["ledger"] = synth.ledger.state_dict() if synth.ledger is not None else None
     else:
         from dpcare.privacy import default_delta
         from dpcare.synth.baselines import run_baseline
 
-        delta = default_delta(len(train))
+        delta = bench.settings.dp.delta if bench.settings.dp.delta is not None else default_delta(len(train))
         fake = run_baseline(method, train, schema, eps, delta, bench.n_synth, seed=bench.seed)
         row["fit_seconds"] = time.perf_counter() - start
         row["epsilon_spent"], row["delta"] = eps, delta
@@ -141,74 +170,90 @@ def sampling_methods(synth: Synthesizer, rows: int, seed: int = 0, progress: boo
             for m in METHODS}
 
 
-def run_benchmark(bench: Dp2StageBenchmark, out: Path) -> pd.DataFrame:
-    out = Path(out)
-    (out / "runs").mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", bench.to_dict())
+def run_benchmark(bench: Dp2StageBenchmark, out: Path | str, force: bool = False) -> pd.DataFrame:
+    """Every (data set, epsilon, method) run, the sampling comparison, the tables, the plot and run.json.
+    Finished runs are kept in the staging folder: rerunning the same settings resumes an interrupted study."""
+    run = RunFolder(out, KIND, bench.to_dict(), force=force, command="dpcare benchmark dp2stage")
+    run.path("runs").mkdir(exist_ok=True)  # the staging folder (a rerun resumes there) with the finished runs
+    work = run.staging
     records = []
     for dataset in bench.datasets:
         train, test, schema = prepare(dataset, bench)
         for eps in bench.epsilons:
             for method in (*bench.methods, *bench.baselines):
-                path = out / "runs" / f"{dataset}-{method}-eps{eps:g}.json"
+                path = work / "runs" / f"{dataset}-{method}-eps{eps:g}.json"
                 if path.exists():
                     records.append(json.loads(path.read_text()))
                     continue
                 log.info("%s %s eps=%g", dataset, method, eps)
                 try:
-                    row = run_one(dataset, method, eps, train, test, schema, bench, out / "stage1")
+                    row = run_one(dataset, method, eps, train, test, schema, bench, work / "stage1")
                 except Exception as err:  # a baseline that cannot run is reported, not hidden
                     if method in LM_METHODS:
                         raise
-                    row = {"dataset": dataset, "method": method, "epsilon": eps, "error": f"{type(err).__name__}: {err}"}
+                    row = {"dataset": dataset, "method": method, "epsilon": eps,
+                           "error": f"{type(err).__name__}: {err}"}
                 write_json(path, row)
                 records.append(row)
     if bench.compare_sampling_rows:
-        path = out / "sampling.json"
+        path = work / "sampling.json"
         if not path.exists():
             train, _, schema = prepare(bench.datasets[0], bench)
-            result = compare_sampling(train, schema, bench, bench.datasets[0], out / "stage1")
+            result = compare_sampling(train, schema, bench, bench.datasets[0], work / "stage1")
             write_json(path, {"dataset": bench.datasets[0], "epsilon": min(bench.epsilons), "models": result})
     table = summary_table(records)
-    table.to_csv(out / "table.csv", index=False)
-    write_text(out / "table.md", table_markdown(table, out))
-    plot(table, out / "dp2stage.png")
+    run.write_text("table.csv", table.to_csv(index=False))
+    run.write_text("table.md", table_markdown(table, work))
+    plot(table, run.path("dp2stage.png"))
+    run.finish(manifest(records, table, work))
     return table
 
 
-SUMMARY = {  # column in the table: path in a run record
-    "F1 LR": "metrics/ml_efficacy/logistic_regression/f1_minority",
-    "F1 XGB": "metrics/ml_efficacy/xgboost/f1_minority",
-    "AUC XGB": "metrics/ml_efficacy/xgboost/auc",
-    "HIST20": "metrics/hist/bins_20",
-    "HIST50": "metrics/hist/bins_50",
-    "Pair": "metrics/pair",
-    "CorAcc": "metrics/coracc",
-    "ppl value": "perplexity/value",
-    "ppl all": "perplexity/all",
-    "DCR median": "metrics/dcr/synthetic_median",
-    "dup rate": "metrics/dcr/duplicate_rate",
-    "fit s": "fit_seconds",
-}
-
-
-def _get(record: dict, path: str):
-    cur = record
-    for part in path.split("/"):
-        if not isinstance(cur, dict) or part not in cur:
-            return np.nan
-        cur = cur[part]
-    return cur
+#: the table's metric columns: a run's report numbers (dpcare.synth.evaluate.SUMMARY, in that order) and its fit time
+SUMMARY = (*summary({}), "fit s")
 
 
 def summary_table(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in records:
         row = {"dataset": r["dataset"], "epsilon": r["epsilon"], "method": r["method"]}
-        row.update({k: _get(r, p) for k, p in SUMMARY.items()})
+        metrics = summary({**r.get("metrics", {}), "perplexity": r.get("perplexity")})
+        row.update({k: np.nan if v is None else v for k, v in metrics.items()})
+        row["fit s"] = r.get("fit_seconds", np.nan)
         row["error"] = r.get("error", "")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def manifest(records: list[dict], table: pd.DataFrame, work: Path) -> Manifest:
+    """run.json of the study: every model with its guarantee and ledger state (the SmartNoise baselines: their own
+    epsilon and delta), its quality metrics and timing, the sampling comparison, what is not protected."""
+    m = Manifest(headline=list(HEADLINE), files={"table": "table.md", "table (CSV)": "table.csv", "runs": "runs/"},
+                 not_protected=[NOT_PROTECTED])
+    for rec, row in zip(records, table.to_dict("records")):
+        model = f"{rec['dataset']} {rec['method']} eps={rec['epsilon']:g}"
+        if rec.get("error"):
+            m.notes.append(f"{model} failed: {rec['error']}")
+            continue
+        if rec["method"] == "non-private":
+            m.add_model(model, None, note="NO differential privacy guarantee (non-private fine-tuning).")
+        elif rec["method"] in LM_METHODS:
+            m.add_model(model, rec.get("guarantee"), rec.get("ledger"), note="whole rows of the private training table",
+                        epsilon=rec.get("epsilon_spent"), delta=rec.get("delta"))
+        else:
+            m.add_model(model, None, note="whole rows (SmartNoise's own accounting, not dpcare's ledger)",
+                        epsilon=rec.get("epsilon_spent"), delta=rec.get("delta"))
+        m.metrics.append({"model": model, **{k: None if isinstance(v, float) and math.isnan(v) else v
+                                             for k, v in row.items() if k in SUMMARY and k != "fit s"}})
+        m.timing.append({"model": model, "fit seconds": rec.get("fit_seconds"), "seconds": rec.get("seconds")})
+    if (work / "sampling.json").exists():
+        s = json.loads((work / "sampling.json").read_text())
+        m.files["sampling"] = "sampling.json"
+        m.timing += [{"model": f"{mode} sampling: {meth}", "rows per second": r.get("rows_per_second"),
+                      "valid rate": r.get("valid_rate")} for mode, rs in s["models"].items() for meth, r in rs.items()]
+    if (work / "dp2stage.png").exists():
+        m.figures.append(["synthetic data quality", "dp2stage.png"])
+    return m
 
 
 def table_markdown(table: pd.DataFrame, out: Path) -> str:
