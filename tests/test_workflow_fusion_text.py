@@ -1,7 +1,8 @@
-"""The text FusionDP benchmark (fusiondp.txt, Section 5.3) on a few generated notes: the nine
-methods run, every private run meets its target and lists the uncounted selection, runs resume from
-the journal, and bad inputs give clear errors. The imputer is a stub here (tests/test_text_imputation.py
-covers the language-model imputer)."""
+"""The text FusionDP study (dpcare.studies.fusiondp_text; Zeng et al., Section 5.3) on a few generated notes:
+the nine methods run through the note-classifier recipe, every private run meets its target and lists the
+uncounted selection, runs resume from the journal, the study writes a run folder that the report reads, and
+bad inputs give clear errors. The imputer is a stub or a tiny GPT-2 here (tests/test_text_imputation.py
+covers the language-model imputer; tests/test_isolation_text.py what each method and view may read)."""
 
 import json
 import math
@@ -10,12 +11,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from dpcare.exceptions import DataError, SpecError
-from dpcare.text import SpanMasker, generate_corpus
-from dpcare.text.spans import Note
+from dpcare.exceptions import DataError, SettingsError, SpecError
+from dpcare.runs import read_manifest
+from dpcare.runs.folder import staging_path
 from dpcare.studies import fusiondp_text as ftb
-from dpcare.text.classify.data import PLACEHOLDER, TextViews, label_set, prepare_text_views
 from dpcare.studies.grid import read_journal
+from dpcare.text import SpanMasker, generate_corpus
+from dpcare.text.classify.data import PLACEHOLDER, TextViews, label_set, prepare_text_views
+from dpcare.text.spans import Note
 
 
 class LabelImputer:
@@ -82,10 +85,9 @@ def test_nine_methods_run_with_guarantees_and_resume(views_path, tmp_path, monke
     assert {"claim", "mean_diff", "wins", "wilcoxon_p"} <= set(ftb.pd.read_csv(tmp_path / "paired.csv").columns)
     assert (tmp_path / "f1_vs_epsilon.png").stat().st_size > 0
     assert "Not counted in epsilon" in (tmp_path / "table.md").read_text()
-    from dpcare.report import write_report
-
-    html = write_report([tmp_path], tmp_path / "report.html").read_text()
-    assert "fusiondp-text" in html and "NOT counted in epsilon" in html and "masker missed" in html
+    m = ftb.manifest(table, json.loads((tmp_path / "guarantees.json").read_text()), bench)
+    assert len(m.models) == 3 + 6 and m.models[0]["guarantee"] is None  # one per method and epsilon
+    assert all(e["guarantee"]["epsilon"] <= 5.0 * 1.001 for e in m.models if e["guarantee"])
 
     def refuse(*args, **kwargs):
         raise AssertionError("a finished run was trained again")
@@ -95,53 +97,6 @@ def test_nine_methods_run_with_guarantees_and_resume(views_path, tmp_path, monke
     assert again.equals(table)
     with pytest.raises(SpecError, match="other settings"):  # a journal of other settings is not reused
         ftb.run_text_benchmark(views_path, replace(bench, lr=0.5), tmp_path, progress=False)
-
-
-class _Captured(Exception):
-    pass
-
-
-def test_each_method_reads_only_its_views(views_path, tmp_path, monkeypatch):
-    """What every method's training receives, captured at Trainer.fit: the non-private SGD-Hybrid and
-    SGD-Pub see only x_hyb / x_pub; the hybrid methods' public branch sees no original note x; and all of
-    it is bit-identical when the original view x of the training notes is replaced by other token ids
-    (red if sgd-hybrid or sgd-pub were mapped to "x", or a public branch were given "x")."""
-    from dpcare.engine.trainer import Trainer
-
-    views = TextViews.load(views_path)
-    other = TextViews(**{**views.__dict__, "tensors": {k: dict(v) for k, v in views.tensors.items()}})
-    x = other.tensors["train"]["x"]
-    other.tensors["train"]["x"] = torch.randint_like(x, 2, int(x.max()) + 1)  # other private words
-    assert not torch.equal(other.tensors["train"]["x"], x)
-    paths = {"a": views_path, "b": tmp_path / "other.pt"}
-    other.save(paths["b"])
-    seen: dict[str, dict] = {}
-
-    def capture(self, data, public=None, **kw):
-        seen[tag] = {"data": data, "public": public}
-        raise _Captured
-
-    monkeypatch.setattr(Trainer, "fit", capture)
-    out = {}
-    for method in ftb.METHODS:
-        for run, path in paths.items():
-            tag = f"{method}|{run}"
-            with pytest.raises(_Captured):
-                ftb.train_text_one(method, None if method in ftb.NONPRIVATE else 5.0, 0, str(path), tiny())
-        out[method] = (seen[f"{method}|a"], seen[f"{method}|b"])
-    for method in ("sgd-hybrid", "sgd-pub"):
-        a, b = out[method]
-        assert torch.equal(a["data"]["x"], views.tensors["train"][ftb.NONPRIVATE[method]])
-        assert torch.equal(a["data"]["x"], b["data"]["x"]), method
-    assert not torch.equal(out["sgd-org"][0]["data"]["x"], out["sgd-org"][1]["data"]["x"])  # x does reach it
-    hybrid = [m for m in ftb.METHODS if m not in ftb.NONPRIVATE and m != "dp-sgd"]
-    assert len(hybrid) == 5
-    for method in hybrid:
-        a, b = out[method]
-        assert a["public"], method
-        assert "x" not in a["public"] and set(a["public"]) <= {"x_pub", "x_hyb", "y"}, (method, set(a["public"]))
-        for key in a["public"]:
-            assert torch.equal(a["public"][key], b["public"][key]), (method, key)
 
 
 def test_journal_cuts_a_half_written_last_line(tmp_path):
@@ -184,3 +139,61 @@ def test_bad_inputs_give_clear_errors(notes):
     for bad in ({"methods": ("sgd-org", "magic")}, {"epsilons": (0.0,)}, {"main_epsilon": 3.0}, {"seeds": 0}):
         with pytest.raises(SpecError):
             tiny(**bad).validate()
+    with pytest.raises(SettingsError, match="max_tokens"):  # every run's recipe settings are checked up front
+        tiny(max_tokens=0).validate()
+
+
+def test_the_study_runs_each_cell_as_the_recipe_would(views_path):
+    """A study cell is the recipe's training on the same views with the study's settings for that cell."""
+    from dpcare.text.classify.recipe import train_views
+
+    bench = tiny()
+    row = ftb.train_text_one("fusiondp", 5.0, 1, str(views_path), bench)
+    s = bench.settings_for("fusiondp", 5.0, 1)
+    assert (s.method, s.dp.clip_norm, s.alpha, s.beta, s.dp.seed, s.dp.epsilon) == ("fusiondp", 1.0, 0.5, 0.5, 1, 5.0)
+    trained = train_views(TextViews.load(views_path), s)
+    assert (row["best_epoch"], row["threshold"], row["epsilon"]) == (trained.best["epoch"], trained.best["threshold"],
+                                                                      trained.ledger.epsilon())
+
+
+def test_the_study_writes_a_run_folder_resumes_and_is_reported(notes, gpt2_folder, tmp_path, monkeypatch):
+    """The whole study on a tiny GPT-2 imputer: interrupted after one run it resumes from the staging folder's
+    journal (the views are not prepared again), finishes with run.json read by the report, releases no views,
+    and a finished folder is not overwritten."""
+    bench = tiny(methods=("sgd-org", "dp-sgd", "fusiondp"), seeds=1, epochs=1)
+    out = tmp_path / "study"
+    real, calls = ftb.train_text_one, []
+
+    def failing(method, *args):
+        calls.append(method)
+        if method == "fusiondp":
+            raise RuntimeError("interrupted")
+        return real(method, *args)
+
+    monkeypatch.setattr(ftb, "train_text_one", failing)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        ftb.run_fusiondp_text(bench, out, notes=notes, lm=gpt2_folder, progress=False)
+    assert len(read_journal(staging_path(out) / "runs.jsonl")) == 2 and not out.exists()
+    with pytest.raises(SettingsError, match="other settings"):
+        ftb.run_fusiondp_text(replace(bench, lr=0.5), out, notes=notes, lm=gpt2_folder, progress=False)
+
+    def no_preparing(*a, **k):
+        raise AssertionError("the views were prepared again")
+
+    calls.clear()
+    monkeypatch.setattr(ftb, "train_text_one", lambda method, *a: (calls.append(method), real(method, *a))[1])
+    monkeypatch.setattr(ftb, "prepare_views", no_preparing)
+    table = ftb.run_fusiondp_text(bench, out, notes=notes, lm=gpt2_folder, progress=False)
+    assert calls == ["fusiondp"] and set(table["method"]) == {"sgd-org", "dp-sgd", "fusiondp"}
+    m = read_manifest(out)
+    assert m.kind == "study:fusiondp-text" and [e["name"] for e in m.models] == ["sgd-org", "dp-sgd eps=5",
+                                                                              "fusiondp eps=5"]
+    assert m.models[2]["guarantee"]["unit"] == "features" and ftb.SELECTION in m.models[2]["guarantee"]["uncounted"]
+    assert not (out / "checkpoints").exists() and (out / "data" / "data.json").exists()
+    assert json.loads((out / "data" / "data.json").read_text())["imputation"]["notes"] == len(notes)
+    from dpcare.report import write_report
+
+    html = write_report([out], tmp_path / "report.html").read_text()
+    assert "fusiondp-text" in html and "NOT counted in epsilon" in html and "masker missed" in html
+    with pytest.raises(SettingsError, match="not empty"):
+        ftb.run_fusiondp_text(bench, out, notes=notes, lm=gpt2_folder, progress=False)

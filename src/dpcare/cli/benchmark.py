@@ -76,10 +76,13 @@ def benchmark_fusiondp_text(
     loss: Annotated[str, typer.Option(help="per-note BCE over the codes: sum or mean")] = "sum",
     workers: Annotated[int, typer.Option(help="parallel training processes")] = 2,
     quick: Annotated[bool, typer.Option(help="smoke-size run (150 notes, 20 codes, 2 epochs, 1 seed, epsilon 5)")] = False,
-    out: Annotated[Path, typer.Option(help="results folder (rerun to resume)")] = Path("results/fusiondp-text"),
+    out: Annotated[Path, typer.Option(help="run folder of the study (an interrupted study resumes when the same "
+                                           "command is rerun)")] = Path("results/fusiondp-text"),
+    force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder when the study finishes")
+                     ] = False,
 ) -> None:
     """The nine FusionDP methods on clinical notes: ICD coding with CAML under feature-level DP of
-    the sensitive spans (fusiondp.txt, Section 5.3, Table 1)."""
+    the sensitive spans (Zeng et al., Section 5.3, Table 1), each run a `dpcare text classify` fit."""
     from dpcare.studies.fusiondp_text import TextFusionBenchmark, run_fusiondp_text
 
     bench = TextFusionBenchmark.quick() if quick else TextFusionBenchmark(
@@ -91,10 +94,10 @@ def benchmark_fusiondp_text(
         from dpcare.text import read_jsonl
 
         corpus = read_jsonl(notes)
-    run_fusiondp_text(bench, out, notes=corpus, lm=lm)
+    run_fusiondp_text(bench, out, notes=corpus, lm=lm, force=force)
     typer.echo((out / "table.md").read_text())
-    typer.echo(f"written: {out}/table.md, table.csv, paired.csv, f1_vs_epsilon.png, runs.csv, guarantees.json, "
-               "data/data.json")
+    typer.echo(f"written: {out}/table.md, table.csv, paired.csv, f1_vs_epsilon.png, runs.csv, runs.jsonl, "
+               "guarantees.json, data/data.json, run.json")
 
 
 @app.command("clinical-nlp")
@@ -134,7 +137,7 @@ def benchmark_clinical_nlp(
                      ] = False,
 ) -> None:
     """Fine-tuning a causal LM on clinical notes: NER F1 and ROUGE-L of non-private, DP-Full, DP-LoRA and
-    DP-Prefix at epsilon 3, and membership-inference AUC at epsilon 1, 3, 8 (dp-lora-clinical-nlp.txt,
+    DP-Prefix at epsilon 3, and membership-inference AUC at epsilon 1, 3, 8 (Lopez and Hill,
     Tables 1 and 2)."""
     from dpcare.studies.clinical_nlp import ClinicalNLPBenchmark, run_clinical_nlp
 

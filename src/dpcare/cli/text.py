@@ -1,7 +1,10 @@
-"""``dpcare text generate | mask | finetune | ner | summarise``: clinical notes, outside the benchmarks.
+"""``dpcare text generate | mask | finetune | ner | summarise | classify | codes``: clinical notes, outside the
+benchmarks.
 
 Notes are JSONL (``dpcare.text.read_jsonl``: note_id, patient_id, text, optional phi / entities spans,
-icd_codes, summary_source / summary_target). The privacy unit of fine-tuning is the patient.
+icd_codes, summary_source / summary_target); ``codes`` also reads the other formats of
+``dpcare.text.readers.read_notes`` (``--format``). The privacy unit of fine-tuning and classification is the
+patient.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from typing import Annotated
 import typer
 
 from dpcare.cli.budget import BudgetOption
-from dpcare.exceptions import DataError, MissingFileError, SettingsError
+from dpcare.cli.options import settings_options
+from dpcare.exceptions import MissingFileError, SettingsError
+from dpcare.text.classify.settings import NoteClassifierSettings
 
-app = typer.Typer(help="Clinical notes: generate, mask, fine-tune a language model privately, apply it.",
-                  no_args_is_help=True)
+app = typer.Typer(help="Clinical notes: generate, mask, fine-tune a language model or train an ICD coder privately, "
+                       "apply them.", no_args_is_help=True)
 
 NotesArg = Annotated[Path, typer.Argument(help="notes as JSONL (note_id, patient_id, text, ...)")]
 ModelArg = Annotated[Path, typer.Argument(help="a folder written by `dpcare text finetune --out`")]
@@ -97,8 +102,9 @@ def finetune(
     from dpcare.runs import RunFolder
     from dpcare.text import read_jsonl
     from dpcare.text.lm.finetune import FinetuneMode, adaptive_clip, check_mode_privacy
+    from dpcare.text.readers import count_patients
     from dpcare.text.lm.finetune import finetune as run_finetune
-    from dpcare.text.lm.saved import finetune_manifest, save_finetuned
+    from dpcare.text.lm.saved import WEIGHTS, finetune_manifest, save_finetuned
 
     clipping = adaptive_clip(clip_variant)  # None for the fixed C; an unknown variant is an error
     parsed = FinetuneMode.parse(mode)
@@ -124,30 +130,13 @@ def finetune(
             adaptive_clip=clipping)
         if held is not None:
             held.actual = PrivacyLedger.from_state_dict(info["ledger"])
-    save_finetuned(net, info, run.staging)
+    save_finetuned(net, info, run.path(WEIGHTS).parent)  # into the run's staging folder
     run.finish(finetune_manifest(info, settings, data={"path": str(notes), "patients": info["patients"],
                                                        "notes": info["notes"], "rows": info["rows"]}))
     typer.echo(f"{info['mode']} {task}: {info['patients']} patients, {info['notes']} notes, {info['rows']} rows, "
                f"{info['steps']} steps, {info['trainable_parameters']:,} trainable parameters")
     typer.echo(info["guarantee_text"])
     typer.echo(f"saved to {out}/")
-
-
-def count_patients(path: Path) -> int:
-    """Distinct patient ids of a JSONL notes file (only that field is kept; the notes are checked when read)."""
-    if not path.is_file():
-        raise MissingFileError(f"no such file: {path}")
-    ids = set()
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            try:
-                ids.add(json.loads(line).get("patient_id") if line.strip() else None)
-            except (json.JSONDecodeError, AttributeError):
-                raise DataError(f"{path}:{lineno}: not a JSON object") from None
-    ids.discard(None)
-    if not ids:
-        raise DataError(f"{path}: no notes")
-    return len(ids)
 
 
 @app.command("ner")
@@ -210,3 +199,83 @@ def summarise(
         scores = rouge_l(*map(list, zip(*scored)))
         typer.echo(f"ROUGE-L F1 {scores['fmeasure']:.3f} over {len(scored)} notes with a reference summary")
     typer.echo(f"{len(written)} summaries written to {out}")
+
+
+FormatOption = Annotated[str, typer.Option("--format", help="how NOTES are stored: jsonl (default), noteevents, "
+                                                            "i2b2-2010, i2b2-2014 or brat (a folder of .txt notes)")]
+
+
+@app.command("classify")
+@settings_options("settings", NoteClassifierSettings(), skip=("dp.unit", "dp.steps"))
+def classify(
+    notes: Annotated[Path, typer.Argument(help="notes as JSONL, each with note_id, patient_id, text and icd_codes")],
+    out: Annotated[Path, typer.Option(help="run folder to write (model.pt, vocabulary.json, split.json, run.json); "
+                                           "rerun the same command to resume an interrupted run")],
+    format: FormatOption = "jsonl",
+    workers: Annotated[int, typer.Option(help="imputation processes (speed only)")] = 1,
+    force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder whole when the run "
+                                                         "finishes (default: refuse it)")] = False,
+    budget: BudgetOption = None,
+    settings: NoteClassifierSettings = None,
+) -> None:
+    """Train an ICD coder on your notes (CAML; the K most frequent codes): the masked sensitive spans of a
+    patient's notes protected (fusion methods, feature-level DP) or every note of a patient (dp-sgd). Prints
+    the test metrics and the guarantee."""
+    from dpcare.privacy import guard_run
+    from dpcare.runs import RunFolder
+    from dpcare.text.classify.recipe import KIND, fit, plan
+    from dpcare.text.readers import count_patients, read_notes
+
+    if format != "jsonl":
+        raise SettingsError(f"text classify needs every note's ICD codes (the labels): only --format jsonl carries "
+                            f"them (an icd_codes list per note), got --format {format}")
+    if workers < 1:
+        raise SettingsError(f"--workers must be >= 1, got --workers = {workers}")
+    if settings.impute and settings.lm != "smollm2" and not (Path(settings.lm) / "config.json").is_file():
+        raise MissingFileError(f"unknown model path {settings.lm!r}: not a local Hugging Face causal-LM folder "
+                               "(use --lm smollm2, or --no-impute)")
+    patients = count_patients(notes)  # the public count the guarantee's n follows from; no note text is read
+    planned = plan(settings, patients)
+    run = RunFolder(out, KIND, settings.to_dict(), force=force, command="dpcare text classify")
+    with guard_run(budget, planned, run_id=run.run_id, command="text classify", data=notes) as held:
+        corpus = read_notes(notes, format)
+        model = fit(corpus, settings, work_dir=Path(run.checkpoint_dir) / "views", impute_workers=workers)
+        if held is not None:
+            held.actual = model.ledger
+    model.write(run, data={"path": str(notes), "notes": len(corpus), "patients": patients})
+    typer.echo(json.dumps({"method": settings.method, **{k: round(v, 4) for k, v in model.metrics.items()},
+                           "best epoch": model.info["best_epoch"], "threshold": model.threshold,
+                           "codes": len(model.codes)}, indent=2))
+    typer.echo(model.guarantee.describe() if model.guarantee else "NO differential privacy guarantee "
+               f"({settings.method} is a non-private reference).")
+    typer.echo(f"written to {out}/")
+
+
+@app.command("codes")
+def codes(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder of `dpcare text classify`")],
+    notes: Annotated[Path, typer.Argument(help="notes to code (only their text is read; gold icd_codes, when "
+                                               "present, are scored)")],
+    out: Annotated[Path, typer.Option(help="JSONL to write: note_id, the predicted codes, every code's score")],
+    format: FormatOption = "jsonl",
+) -> None:
+    """Predict the ICD codes of new notes with a trained classifier (it reads the note text only: nothing is
+    masked or imputed). Scores micro / macro F1 when the notes carry their codes."""
+    from dpcare.io import write_json_lines
+    from dpcare.text.classify.recipe import NoteClassifier
+    from dpcare.text.readers import read_notes
+
+    if out.is_dir():
+        raise SettingsError(f"--out {out} is a folder: give the JSONL file to write")
+    model = NoteClassifier.load(run_dir)
+    corpus = read_notes(notes, format)
+    scores = model.predict_proba(corpus)
+    rows = ({"note_id": n.note_id, "codes": [c for c, p in zip(model.codes, row) if p >= model.threshold],
+             "scores": {c: round(float(p), 6) for c, p in zip(model.codes, row)}} for n, row in zip(corpus, scores))
+    write_json_lines(out, rows)
+    gold = [n for n in corpus if n.icd_codes]
+    if gold:
+        m = model.evaluate(gold)
+        typer.echo(f"micro-F1 {m['f1_micro']:.3f}, macro-F1 {m['f1_macro']:.3f} over {len(gold)} notes with codes "
+                   f"(the model's {len(model.codes)} codes, threshold {model.threshold:g})")
+    typer.echo(f"codes of {len(corpus)} notes written to {out}")

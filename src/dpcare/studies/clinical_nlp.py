@@ -1,4 +1,4 @@
-"""``dpcare benchmark clinical-nlp``: Tables 1 and 2 of dp-lora-clinical-nlp.txt on generated notes.
+"""``dpcare benchmark clinical-nlp``: Tables 1 and 2 of Lopez and Hill on generated notes.
 
 * Table 1: generative NER (exact-match span F1, constrained decoding) and summarisation (ROUGE-L of greedy
   summaries) of a causal LM fine-tuned non-privately, with DP-Full, DP-LoRA and DP-Prefix at epsilon 3.
@@ -391,9 +391,9 @@ def run_clinical_nlp(bench: ClinicalNLPBenchmark, out_dir: str | os.PathLike, no
         return tabulate(bench, out_dir)
     run = RunFolder(out_dir, KIND, bench.run_settings("generated" if notes is None else "supplied"), force=force,
                     command=COMMAND)
-    work = run.staging
+    journal = run.path("runs.jsonl")  # the staging folder (made on first use), where an interrupted call resumes
+    work = journal.parent
     notes_path = prepare_notes(bench, work, notes)
-    journal = work / "runs.jsonl"
     done = read_journal(journal)
     check_settings(journal, done, bench.fingerprint())
     have = {_key(r) for r in done}

@@ -1,17 +1,23 @@
-"""`dpcare benchmark fusiondp-text`: the nine methods of fusiondp.txt (Table 1) on clinical notes.
+"""`dpcare benchmark fusiondp-text`: the nine methods of Zeng et al. (FusionDP, Table 1) on clinical notes.
 
 ICD coding (the K most frequent codes, binary cross-entropy per code, summed over the codes) with
-the CAML backbone on public word vectors (``dpcare.text.classify.caml``), on the three views of
-``fusion_text_data``. The methods are the tabular family's objectives with a multi-label loss:
-SGD-ORG / SGD-Hybrid / SGD-Pub (non-private, on x / x_hyb / x_pub), DP-SGD (every note of a patient
-protected), and Naive Fusion, Naive Fusion-Pub, Feature-DP, Calibrated Fusion and FusionDP
-(feature-level DP: the masked spans of all of a patient's notes are protected). C, alpha and beta
-are the paper's Table 3 values (tuned by its authors on MIMIC-III; nothing is tuned here).
+the CAML backbone on public word vectors, every run a fit of the note-classifier recipe
+(:mod:`dpcare.text.classify.recipe`) on the three views of the same notes
+(:mod:`dpcare.text.classify.data`): SGD-ORG / SGD-Hybrid / SGD-Pub (non-private, on x / x_hyb / x_pub),
+DP-SGD (every note of a patient protected), and Naive Fusion, Naive Fusion-Pub, Feature-DP, Calibrated
+Fusion and FusionDP (feature-level DP: the masked spans of all of a patient's notes are protected). C,
+alpha and beta are the paper's Table 3 values (tuned by its authors on MIMIC-III; nothing is tuned here).
+The notes are split once (seed 0); the training seeds vary.
 
 Selection: after every epoch the model is scored on the validation notes; the epoch with the best
 micro-F1 (at its best threshold on a fixed grid) is kept, as in the paper. That choice reads the
 validation notes (original text and codes) without noise: it is listed in each guarantee as NOT
 counted in epsilon. The test notes are read once, by the chosen model.
+
+The study writes one run folder (kind ``study:fusiondp-text``) with a ``run.json`` that ``dpcare report``
+reads. The encoded views and the imputation journals wait in the staging folder's ``checkpoints/`` (they
+hold the notes: deleted when the study finishes), the runs' journal in its ``runs.jsonl``: an interrupted
+study resumes when the same command is rerun.
 """
 
 from __future__ import annotations
@@ -26,45 +32,37 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
-from dpcare.engine import TrainConfig, Trainer
 from dpcare.exceptions import SpecError
 from dpcare.io import epsilon_curves, new_figure, save_figure, write_json, write_text
-from dpcare.methods import DPSGD, NonPrivate
-from dpcare.methods.fusion import HYBRID_METHODS
-from dpcare.privacy import PrivacyLedger, ProtectedUnit
 from dpcare.progress import progress as tqdm
-from dpcare.text.classify.caml import CAML
-from dpcare.text.classify.multilabel import choose_threshold, multilabel_metrics, per_example_bce
-from dpcare.text.classify.data import TextViews
+from dpcare.runs import Manifest, RunFolder
+from dpcare.settings import DPSettings
 from dpcare.studies.grid import append_run, check_settings, parallel_results, read_journal
+from dpcare.text.classify.data import TextViews
+from dpcare.text.classify.multilabel import multilabel_metrics
+from dpcare.text.classify.recipe import (  # noqa: F401  (EpochSelection, make_ledger, make_objective: the study's face)
+    LABEL_SET,
+    LOSSES,
+    METRICS,
+    MISSED,
+    SELECTION,
+    EpochSelection,
+    make_ledger,
+    make_objective,
+    prepare_views,
+    train_views,
+)
+from dpcare.text.classify.recipe import predict_scores as predict
+from dpcare.text.classify.settings import METHOD_NAMES, PAPER_SETTINGS, NoteClassifierSettings
+from dpcare.text.classify.settings import NONPRIVATE_VIEWS as NONPRIVATE
 
-NONPRIVATE = {"sgd-org": "x", "sgd-hybrid": "x_hyb", "sgd-pub": "x_pub"}
-METHODS = (*NONPRIVATE, "dp-sgd", *HYBRID_METHODS.names())
-#: (C, alpha, beta) of fusiondp.txt Table 3 (MIMIC-III notes, epsilon 5); DP-SGD has no alpha
-PAPER_SETTINGS: dict[str, tuple[float, float, float]] = {
-    "fusiondp": (1.0, 0.5, 0.5), "dp-sgd": (1.5, 1.0, 0.0), "feature-dp": (1.0, 0.2, 0.0),
-    "calibrated-fusion": (0.05, 8.0, 0.0), "naive-fusion": (1.5, 0.5, 0.0), "naive-fusion-pub": (1.5, 0.5, 0.0)}
-METRICS = ("f1_micro", "f1_macro", "precision_micro", "precision_macro", "recall_micro", "recall_macro",
-           "auc_micro", "auc_macro")
+KIND = "study:fusiondp-text"
+COMMAND = "dpcare benchmark fusiondp-text"
+METHODS = METHOD_NAMES
 #: (better, worse) pairs behind the paper's claims, compared seed by seed
 CLAIMS = (("fusiondp", "calibrated-fusion"), ("calibrated-fusion", "feature-dp"), ("fusiondp", "dp-sgd"),
           ("naive-fusion", "naive-fusion-pub"), ("sgd-hybrid", "sgd-pub"))
-SELECTION = ("the best epoch and the decision threshold, chosen by micro-F1 on the validation notes (their original "
-             "text and codes): a release about the validation patients")
-MISSED = "the note text outside those spans, including any sensitive span the masker missed"
-LABEL_SET = "the label set (the K most frequent ICD codes of the training notes)"
-
-
-def mean_bce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Per-note binary cross-entropy averaged over the codes."""
-    return per_example_bce(logits, targets) / logits.shape[1]
-
-
-#: the per-note loss: BCE summed over the codes (the note's negative log-likelihood) or averaged.
-#: The scale sets how the exact public gradient weighs against the clipped, noised private one.
-LOSSES = {"sum": per_example_bce, "mean": mean_bce}
 
 
 @dataclass
@@ -112,6 +110,9 @@ class TextFusionBenchmark:
                             ("n_notes", self.n_notes)):
             if value < 1:
                 raise SpecError(f"{name} must be >= 1, got {value}")
+        for method in self.methods:  # every run's recipe settings, checked by their own rules
+            for epsilon in [None] if method in NONPRIVATE else self.epsilons:
+                self.settings_for(method, epsilon)
 
     def fingerprint(self) -> str:
         """The settings a finished run depends on (a resumed journal must match them)."""
@@ -128,34 +129,26 @@ class TextFusionBenchmark:
         return [(m, e, s) for m in self.methods for e in ([None] if m in NONPRIVATE else self.epsilons)
                 for s in range(self.seeds)]
 
+    def run_settings(self, lm: str = "smollm2", notes: str = "generated") -> dict[str, Any]:
+        """The settings of the study's run folder (its resume key): all but ``workers``, with the imputation LM
+        and where the notes come from."""
+        keep = {k: v for k, v in asdict(self).items() if k != "workers"}
+        return {**json.loads(json.dumps(keep, default=str)), "lm": str(lm), "notes": notes}
+
+    def settings_for(self, method: str, epsilon: float | None = None, seed: int = 0,
+                     lm: str = "smollm2") -> NoteClassifierSettings:
+        """The recipe's settings of one run: the method's (C, alpha, beta), the study's model and training
+        settings, the target epsilon (private methods) and the training seed; the notes split with seed 0."""
+        clip, alpha, beta = self.settings.get(method, (1.0, 1.0, 0.0))  # unused by the non-private references
+        dp = DPSettings(epsilon=self.main_epsilon if epsilon is None else epsilon, batch_size=self.batch_size,
+                        epochs=float(self.epochs), clip_norm=clip, seed=seed, unit="patient")
+        return NoteClassifierSettings(method=method, top_k=self.top_k, max_tokens=self.max_tokens, emb_dim=self.emb_dim,
+                                      n_filters=self.n_filters, kernel_size=self.kernel_size, lr=self.lr, alpha=alpha,
+                                      beta=beta, loss=self.loss, train_embeddings=self.train_embeddings, lm=str(lm),
+                                      impute_context_chars=self.impute_context_chars, split_seed=0, dp=dp)
+
 
 # ---------------------------------------------------------------- one run
-class EpochSelection:
-    """``on_step`` callback: at each epoch's end (step round(k T / E), the last at T), score the
-    validation notes and keep the best state."""
-
-    def __init__(self, model: torch.nn.Module, val: dict[str, torch.Tensor], total_steps: int, epochs: int):
-        self.model, self.val = model, val
-        self.ends = {max(1, round(k * total_steps / epochs)): k for k in range(1, epochs + 1)}
-        self.best: dict[str, Any] = {"f1_micro": -1.0}
-
-    def __call__(self, step: int) -> None:
-        if step not in self.ends:
-            return
-        scores = predict(self.model, self.val["x"])
-        threshold = choose_threshold(scores, self.val["y"])
-        f1 = multilabel_metrics(scores, self.val["y"], threshold)["f1_micro"]
-        if f1 > self.best["f1_micro"]:
-            state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-            self.best = {"f1_micro": f1, "epoch": self.ends[step], "threshold": threshold, "state": state}
-
-
-@torch.no_grad()
-def predict(model: torch.nn.Module, ids: torch.Tensor, batch: int = 256) -> torch.Tensor:
-    model.eval()
-    return torch.cat([torch.sigmoid(model(ids[i:i + batch])) for i in range(0, len(ids), batch)])
-
-
 _VIEWS: dict[str, TextViews] = {}
 
 
@@ -165,59 +158,16 @@ def _views(path: str) -> TextViews:
     return _VIEWS[path]
 
 
-def make_objective(method: str, beta: float = 0.0, loss: str = "sum"):
-    """The method's objective with the multi-label loss (``beta``: FusionDP's consistency weight)."""
-    fn = LOSSES[loss]
-    if method in NONPRIVATE:
-        return NonPrivate(fn)
-    if method == "dp-sgd":
-        return DPSGD(fn)
-    factory = HYBRID_METHODS.get(method)
-    return factory(beta, loss=fn) if method == "fusiondp" else factory(loss=fn)
-
-
-def make_ledger(method: str, n_patients: int) -> PrivacyLedger:
-    if method == "dp-sgd":
-        ledger = PrivacyLedger(n_patients, unit=ProtectedUnit.PATIENT)
-        ledger.note_uncounted(LABEL_SET)
-    else:
-        ledger = PrivacyLedger(n_patients, unit=ProtectedUnit.FEATURES,
-                               protected_columns=("the sensitive spans the masker found, in all of a patient's notes",),
-                               public_columns=(MISSED, "the ICD codes"))
-    ledger.note_uncounted(SELECTION)
-    return ledger
-
-
 def train_text_one(method: str, epsilon: float | None, seed: int, views_path: str,
                    bench: TextFusionBenchmark) -> dict[str, Any]:
-    """Train one (method, epsilon, seed); metrics of the epoch chosen on validation, on the test notes."""
+    """Train one (method, epsilon, seed) with the recipe; metrics of the epoch chosen on validation, on the test
+    notes."""
     start = time.perf_counter()
     views = _views(views_path)
-    train, val, test = (views.tensors[s] for s in ("train", "val", "test"))
-    torch.manual_seed(seed)
-    model = CAML(views.embedding.shape[0], len(views.codes), bench.emb_dim, bench.n_filters, bench.kernel_size,
-                 embeddings=views.embedding, activation="relu")
-    model.embed.weight.requires_grad_(bench.train_embeddings)
-    objective = make_objective(method, bench.settings.get(method, (0, 0, 0.0))[2], bench.loss)
-    cfg = {"batch_size": bench.batch_size, "epochs": bench.epochs, "lr": bench.lr, "seed": seed, "progress": False}
-    n_units = int(train["patient"].max()) + 1
-    units = len(train["y"]) if method in NONPRIVATE else n_units
-    selection = EpochSelection(model, val, math.ceil(bench.epochs * units / bench.batch_size), bench.epochs)
-    ledger = None
-    if method in NONPRIVATE:
-        trainer = Trainer(model, objective, TrainConfig(**cfg))
-        trainer.fit({"x": train[NONPRIVATE[method]], "y": train["y"]}, on_step=selection)
-    else:
-        clip, alpha, _ = bench.settings[method]
-        ledger = make_ledger(method, n_units)
-        trainer = Trainer(model, objective, TrainConfig(**cfg, clip_norm=clip, alpha=alpha, target_epsilon=epsilon),
-                          ledger=ledger)
-        public = {k: train[k] for k in objective.public_keys} if objective.has_public_branch else None
-        trainer.fit({k: train[k] for k in objective.private_keys}, public, groups=train["patient"],
-                    on_step=selection)
-    best = selection.best
-    model.load_state_dict(best["state"])
-    scores = multilabel_metrics(predict(model, test["x"]), test["y"], best["threshold"])
+    test = views.tensors["test"]
+    trained = train_views(views, bench.settings_for(method, epsilon, seed))
+    best, ledger = trained.best, trained.ledger
+    scores = multilabel_metrics(predict(trained.model, test["x"]), test["y"], best["threshold"])
     return {"method": method, "target_epsilon": epsilon, "seed": seed,
             "epsilon": ledger.epsilon() if ledger else math.inf, "delta": ledger.delta if ledger else None,
             "best_epoch": best["epoch"], "threshold": best["threshold"], "val_f1_micro": best["f1_micro"],
@@ -342,30 +292,56 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
+def manifest(table: pd.DataFrame, guarantees: dict[str, Any], bench: TextFusionBenchmark, generated: bool = True
+             ) -> Manifest:
+    """run.json of the study: one model per method and epsilon (the guarantee of its seed-0 run; the study keeps
+    no ledger states), the test metrics (mean over seeds), what no guarantee covers."""
+    m = Manifest(headline=["test f1_micro", "test auc_macro"], figures=[
+        ["test micro-F1 and macro-AUC against epsilon", "f1_vs_epsilon.png"]],
+        files={"table": "table.md", "runs": "runs.csv", "paired": "paired.csv", "data": "data/data.json"})
+    for r in table.to_dict("records"):
+        finite = math.isfinite(r["target_epsilon"])
+        model = f"{r['method']} eps={r['target_epsilon']:g}" if finite else r["method"]
+        g = guarantees.get(f"{r['method']}@{r['target_epsilon']}") if finite else None
+        m.add_model(model, g, None, note="" if g else "NO differential privacy guarantee (non-private reference).")
+        m.metrics.append({"model": model, **{f"test {k}": r[k] for k in METRICS}, "seeds": r["seeds"]})
+    m.not_protected = ["Sensitive spans the masker missed are part of the public view: no guarantee covers them "
+                       "(see the masker's recall in data/data.json).",
+                       "The imputation language model is public: its pre-training data are outside every guarantee."]
+    m.notes = [f"Not counted in epsilon: {SELECTION}; for DP-SGD also {LABEL_SET}.",
+               "Ledger lines come from each guarantee's release lines (the study keeps the guarantees of the seed-0 "
+               "runs, not their ledger states)."]
+    if generated:
+        m.notes.append("The notes are GENERATED (grounded in real records); results say nothing of real notes.")
+    return m
+
+
 def run_fusiondp_text(bench: TextFusionBenchmark, out_dir: str | os.PathLike, notes=None, lm: str = "smollm2",
-                      progress: bool = True) -> pd.DataFrame:
-    """The whole benchmark: notes (default: ``bench.n_notes`` generated ones), their three views
-    (``out_dir/data``, resumable), then every run (``out_dir/runs.jsonl``, resumable)."""
+                      progress: bool = True, force: bool = False) -> pd.DataFrame:
+    """The whole study into the run folder ``out_dir``: notes (default: ``bench.n_notes`` generated ones), their
+    three views (the recipe's, resumable in the staging folder's checkpoints), then every run (journalled in
+    the staging folder's ``runs.jsonl``), the tables and run.json. Rerun the same call to resume."""
     from dpcare.text import generate_corpus
-    from dpcare.text.views.imputation import SpanImputer
-    from dpcare.text.classify.data import prepare_text_views
 
     bench.validate()
     if lm != "smollm2" and not (Path(lm) / "config.json").is_file():
         raise SpecError(f"unknown model path {lm!r}: not a local Hugging Face causal-LM folder (use 'smollm2')")
-    out = Path(out_dir)
-    wanted = {**bench.data_settings(), "lm": str(lm), "notes": "generated" if notes is None else "supplied"}
-    if (out / "data" / "views.pt").exists():
-        have = TextViews.load(out / "data" / "views.pt").info.get("settings")
+    source = "generated" if notes is None else "supplied"
+    run = RunFolder(out_dir, KIND, bench.run_settings(lm, source), force=force, command=COMMAND)
+    work = run.path("runs.jsonl").parent  # the staging folder (made on first use), where a rerun resumes
+    data = Path(run.checkpoint_dir) / "views"  # the views hold the notes: never released
+    wanted = {**bench.data_settings(), "lm": str(lm), "notes": source}
+    if (data / "views.pt").exists():
+        have = TextViews.load(data / "views.pt").info.get("settings")
         if have != wanted:
-            raise SpecError(f"{out / 'data'} holds notes prepared with other settings ({have}, now {wanted}): "
+            raise SpecError(f"{data} holds notes prepared with other settings ({have}, now {wanted}): "
                             "use another output folder")
     else:
         if notes is None:
             notes = generate_corpus(bench.n_notes, seed=bench.corpus_seed)
-        imputer = SpanImputer(lm, context_chars=bench.impute_context_chars, batch_size=32,
-                              progress=progress and bench.workers <= 1)
-        prepare_text_views(notes, out / "data", top_k=bench.top_k, max_tokens=bench.max_tokens,
-                           emb_dim=bench.emb_dim, imputer=imputer, impute_workers=bench.workers,
-                           progress=progress, settings=wanted)
-    return run_text_benchmark(out / "data" / "views.pt", bench, out, progress)
+        prepare_views(notes, bench.settings_for("fusiondp", lm=lm), work_dir=data, impute_workers=bench.workers,
+                      progress=progress, tag=wanted, info_path=work / "data" / "data.json")
+    table = run_text_benchmark(data / "views.pt", bench, work, progress)
+    guarantees = json.loads((work / "guarantees.json").read_text())
+    run.finish(manifest(table, guarantees, bench, generated=source == "generated"))
+    return table

@@ -1,9 +1,12 @@
 """Readers (and writers, for round trips) of real note corpora a user supplies.
 
 MIMIC-III NOTEEVENTS.csv, i2b2/n2c2 2010 concepts (.txt + .con), i2b2 2014 de-identification
-XML, BRAT standoff (.txt + .ann) and JSONL. Every reader checks each span against its note's
-text and raises DataError naming the file (and line) for malformed content; a corpus without
-notes raises DataError("... no notes"); a missing file or folder raises MissingFileError.
+XML, BRAT standoff (.txt + .ann; also a plain folder of .txt notes) and JSONL. Every reader checks
+each span against its note's text and raises DataError naming the file (and line) for malformed
+content; a corpus without notes raises DataError("... no notes"); a missing file or folder raises
+MissingFileError. :func:`read_notes` reads any of them by format name (the commands' ``--format``);
+:func:`count_patients` counts a JSONL file's patients from their ids alone (a public count, before
+any note text is read).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from dpcare.exceptions import DataError, MissingFileError, SettingsError
+from dpcare.exceptions import DataError, MissingFileError, SettingsError, UnknownNameError
 from dpcare.text.spans import PHI_TYPES, Note, Span, check_spans, note_to_dict
 
 PatientOf = Callable[[str], str]
@@ -410,3 +413,54 @@ def write_jsonl(notes: Iterable[Note], path: str | os.PathLike) -> Path:
     from dpcare.io import write_json_lines
 
     return write_json_lines(path, map(note_to_dict, notes))
+
+
+# --- any format, by name --------------------------------------------------------------------------
+
+#: format name -> (what it reads, "file" / "folder" / "either", reader)
+NOTE_FORMATS: dict[str, tuple[str, str, Callable[[Path], list[Note]]]] = {
+    "jsonl": ("a JSON-lines file, one note per line (note_id, patient_id, text, optional icd_codes, phi, "
+              "entities, summary_source, summary_target)", "file", lambda p: read_jsonl(p)),
+    "noteevents": ("MIMIC-III NOTEEVENTS.csv (ROW_ID, SUBJECT_ID, TEXT, ...)", "file", lambda p: read_noteevents(p)),
+    "i2b2-2010": ("a folder of i2b2/n2c2 2010 notes (.txt, with .con concepts)", "folder",
+                  lambda p: read_i2b2_2010(p)),
+    "i2b2-2014": ("an i2b2 2014 de-identification .xml file or a folder of them", "either",
+                  lambda p: read_i2b2_2014_xml(p)),
+    "brat": ("a folder of .txt notes (with BRAT .ann annotations, optional); each note its own patient", "folder",
+             lambda p: read_brat(p)),
+}
+
+
+def read_notes(path: str | os.PathLike, format: str = "jsonl") -> list[Note]:
+    """The notes of ``path`` in ``format`` (a name of :data:`NOTE_FORMATS`); a path of the wrong kind (a file
+    for a folder format, or the reverse) is an error naming what the format expects."""
+    if format not in NOTE_FORMATS:
+        raise UnknownNameError(f"unknown notes format {format!r}; choose one of {list(NOTE_FORMATS)}")
+    what, kind, reader = NOTE_FORMATS[format]
+    path = Path(path)
+    if not path.exists():
+        raise MissingFileError(f"no such file or folder: {path} (--format {format} reads {what})")
+    if kind == "file" and path.is_dir():
+        raise DataError(f"{path} is a folder; --format {format} reads {what}")
+    if kind == "folder" and not path.is_dir():
+        raise DataError(f"{path} is a file; --format {format} reads {what} (--format jsonl reads a JSON-lines file)")
+    return reader(path)
+
+
+def count_patients(path: str | os.PathLike) -> int:
+    """Distinct patient ids of a JSONL notes file (only that field is kept; the notes are checked when read)."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(f"no such file: {path}")
+    ids = set()
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                patient = json.loads(line).get("patient_id") if line.strip() else None
+            except (json.JSONDecodeError, AttributeError):
+                raise DataError(f"{path}:{lineno}: not a JSON object") from None
+            if patient not in (None, ""):
+                ids.add(str(patient))  # as read_jsonl keeps it
+    if not ids:
+        raise DataError(f"{path}: no notes")
+    return len(ids)

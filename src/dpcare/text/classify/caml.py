@@ -1,5 +1,5 @@
 """CAML: convolutional attention for multi-label classification (Mullenbach et al., 2018), the
-clinical-note backbone of FusionDP (fusiondp.txt, Section 5.3 and Appendix C).
+clinical-note backbone of FusionDP (Zeng et al., Section 5.3 and Appendix C).
 
     E = embed(ids)                      [B, T, E]   (rows of <pad> positions set to zero)
     H = act(conv1d(E))                  [B, T, F]   one convolution, "same" padding

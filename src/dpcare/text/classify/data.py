@@ -1,4 +1,4 @@
-"""The data of FusionDP on clinical notes (fusiondp.txt, Section 5.3): three views of every note.
+"""The data of note classification under FusionDP (Zeng et al., Section 5.3): three views of every note.
 
     x      the original note                      read by the private (clipped, noised) loss only
     x_pub  the note with sensitive spans masked   Psi(x): the public features, one <mask> per span
@@ -10,7 +10,10 @@ vocabulary of PUBLIC resources only (``safe_vocabulary``: stop-words, clinical w
 ICD-10-CM descriptions), so that no note, private or masked, decides which words the model knows;
 the embedding starts from public word2vec vectors. The ICD label set is the K most frequent codes
 of the TRAINING notes: public under feature-level DP (the label is public there), an uncounted
-release for DP-SGD (listed in its guarantee). Notes are split by patient.
+release for DP-SGD (listed in its guarantee). Notes are split by patient (train 70 / validation 10 /
+test 20), as a function of the set of patient ids and the seed only.
+
+Without imputation (``impute=False``) the hybrid view is the masked note itself.
 """
 
 from __future__ import annotations
@@ -78,14 +81,29 @@ def check_notes(notes: Sequence[Note]) -> None:
                         f"{unlabelled[:3]}; drop them or supply their codes")
 
 
-def split_notes(notes: Sequence[Note], seed: int = 0) -> dict[str, list[Note]]:
-    """Train / validation / test notes, every note of a patient in one split."""
+def split_positions(patient_ids: Sequence[str], seed: int = 0) -> dict[str, list[int]]:
+    """Positions of the train / validation / test notes (in input order), every note of a patient in one split."""
     try:
-        parts = split_patients([n.patient_id for n in notes], SPLIT_FRACTIONS, seed=seed, names=SPLITS)
+        parts = split_patients(patient_ids, SPLIT_FRACTIONS, seed=seed, names=SPLITS)
     except ValueError as err:
         raise DataError(f"cannot split the notes by patient 70/10/20: {err}") from None
     where = {p: name for name, ids in parts.items() for p in ids}
-    return {name: [n for n in notes if where[n.patient_id] == name] for name in SPLITS}
+    return {name: [i for i, p in enumerate(patient_ids) if where[str(p)] == name] for name in SPLITS}
+
+
+def split_notes(notes: Sequence[Note], seed: int = 0) -> dict[str, list[Note]]:
+    """Train / validation / test notes, every note of a patient in one split."""
+    parts = split_positions([n.patient_id for n in notes], seed)
+    return {name: [notes[i] for i in parts[name]] for name in SPLITS}
+
+
+def split_sizes(patients: int, seed: int = 0) -> dict[str, int]:
+    """Patients per split for ``patients`` distinct patients (a public count: the split's sizes depend on it
+    alone, not on which patients)."""
+    if patients < 1:
+        raise DataError("no patients: the notes are empty")
+    parts = split_positions([str(i) for i in range(patients)], seed)
+    return {name: len(ids) for name, ids in parts.items()}
 
 
 def label_set(train: Sequence[Note], k: int, codes: Sequence[str] | None = None) -> LabelSet:
@@ -126,16 +144,17 @@ def build_views(parts: dict[str, list[Note]], masked: dict[str, list[MaskedNote]
     return TextViews(tensors, labels.codes, vectors.weight, info)
 
 
-def _impute_shard(imputer: Any, masked: list[MaskedNote], journal: Path) -> tuple[list[list[str]], dict]:
+def _impute_shard(imputer: Any, masked: list[MaskedNote], journal: Path | None) -> tuple[list[list[str]], dict]:
     values = imputer.impute(masked, checkpoint=journal)
     return values, imputer.stats()
 
 
-def impute_notes(imputer: Any, masked: list[MaskedNote], out: Path, workers: int = 1) -> tuple[list, dict]:
+def impute_notes(imputer: Any, masked: list[MaskedNote], out: Path | None, workers: int = 1) -> tuple[list, dict]:
     """Every note's imputed values, in ``workers`` processes over contiguous shards (each with its
-    own resumable journal ``imputation.<k>.jsonl``); merged statistics."""
+    own resumable journal ``out/imputation.<k>.jsonl``; ``out`` None: no journal); merged statistics."""
+    journal = (lambda name: out / name) if out is not None else (lambda name: None)
     if workers <= 1 or len(masked) < 2 * workers:
-        return _impute_shard(imputer, masked, out / "imputation.jsonl")
+        return _impute_shard(imputer, masked, journal("imputation.jsonl"))
     import multiprocessing
     from collections import Counter
     from concurrent.futures import ProcessPoolExecutor
@@ -145,7 +164,7 @@ def impute_notes(imputer: Any, masked: list[MaskedNote], out: Path, workers: int
     start = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         parts = list(pool.map(_impute_shard, [imputer] * workers, shards,
-                              [out / f"imputation.{k}.jsonl" for k in range(workers)]))
+                              [journal(f"imputation.{k}.jsonl") for k in range(workers)]))
     values = [v for part, _ in parts for v in part]
     stats: dict[str, Any] = {}
     for _, st in parts:
@@ -159,30 +178,37 @@ def impute_notes(imputer: Any, masked: list[MaskedNote], out: Path, workers: int
     return values, stats
 
 
-def prepare_text_views(notes: Sequence[Note], out_dir: str | os.PathLike, *, top_k: int = 50,
+def prepare_text_views(notes: Sequence[Note], out_dir: str | os.PathLike | None, *, top_k: int = 50,
                        codes: Sequence[str] | None = None, max_tokens: int = 512, emb_dim: int = 100,
                        split_seed: int = 0, imputer: Any = None, masker: SpanMasker | None = None,
-                       impute_workers: int = 1, progress: bool = True,
-                       settings: dict[str, Any] | None = None) -> TextViews:
-    """Split, mask, impute (resumable: ``out_dir/imputation*.jsonl``, ``impute_workers`` processes)
-    and encode; saves ``out_dir/views.pt`` and reuses it when present."""
-    out = Path(out_dir)
-    if (out / "views.pt").exists():
+                       impute: bool = True, impute_workers: int = 1, progress: bool = True,
+                       settings: dict[str, Any] | None = None, info_path: str | os.PathLike | None = None
+                       ) -> TextViews:
+    """Split, mask, impute (resumable: ``out_dir/imputation*.jsonl``, ``impute_workers`` processes; without
+    ``impute`` the hybrid view is the masked note) and encode; saves ``out_dir/views.pt`` and reuses it when
+    present (``out_dir`` None: nothing saved, nothing resumed). ``info_path``: where ``data.json`` goes
+    (default ``out_dir/data.json``)."""
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None and (out / "views.pt").exists():
         return TextViews.load(out / "views.pt")
     check_notes(notes)
     parts = split_notes(notes, split_seed)
     labels = label_set(parts["train"], top_k, codes)
     masker = masker or SpanMasker(placeholder=PLACEHOLDER)
-    if imputer is None:
-        from dpcare.text.views.imputation import SpanImputer
-
-        imputer = SpanImputer(progress=progress)
     masked, hybrid = {}, {}
     for name in SPLITS:
         masked[name] = masker.mask_many(parts[name])  # raises on a note with nothing public left
     every = [m for name in SPLITS for m in masked[name]]  # one imputation run (and journal) for all splits
-    values, stats = impute_notes(imputer, every, out, impute_workers)
-    filled = iter(m.fill(v) for m, v in zip(every, values))
+    if impute:
+        if imputer is None:
+            from dpcare.text.views.imputation import SpanImputer
+
+            imputer = SpanImputer(progress=progress)
+        values, stats = impute_notes(imputer, every, out, impute_workers)
+        filled = iter(m.fill(v) for m, v in zip(every, values))
+    else:  # the hybrid view is the masked note: no language model
+        stats = {"imputer": None}
+        filled = iter(m.text for m in every)
     for name in SPLITS:
         hybrid[name] = [next(filled) for _ in masked[name]]
     views = build_views(parts, masked, hybrid, labels, max_tokens, emb_dim)
@@ -195,6 +221,8 @@ def prepare_text_views(notes: Sequence[Note], out_dir: str | os.PathLike, *, top
         views.info["masker"] = scores.to_dict(orient="records")
     views.info["examples"] = [{"masked": m.text[:600], "hybrid": h[:600]}
                               for m, h in zip(masked["val"][:2], hybrid["val"][:2])]
-    write_json(out / "data.json", views.info)
-    views.save(out / "views.pt")  # last: its presence marks the data as complete
+    if info_path is not None or out is not None:
+        write_json(Path(info_path) if info_path is not None else out / "data.json", views.info)
+    if out is not None:
+        views.save(out / "views.pt")  # last: its presence marks the data as complete
     return views

@@ -2,7 +2,7 @@
 
 The label set is a function of the TRAINING labels only (``LabelSet.top_k``: the K most frequent
 codes, as the MIMIC-III top-50 setting of CAML and FusionDP). Under FusionDP the label is PUBLIC:
-only spans of the note text are private features (fusiondp.txt: the public loss
+only spans of the note text are private features (Zeng et al.: the public loss
 ``l(f(x_hybrid), y)`` reads the true label), so choosing the label set from the training labels
 spends no privacy budget there; under sample-level DP-SGD the label is private and the label set
 must come from public knowledge instead (e.g. a published code list, ``LabelSet(codes)``).

@@ -1,5 +1,5 @@
 """Membership inference and one-run audits of causal LMs fine-tuned on clinical notes
-(dp-lora-clinical-nlp.txt, Section 4.3 and Table 2: membership-inference AUC of models fine-tuned at
+(Lopez and Hill, Section 4.3 and Table 2: membership-inference AUC of models fine-tuned at
 epsilon 1, 3, 8 and non-private).
 
 The privacy unit is the PATIENT. Every attack scores a patient by :func:`note_losses`: the next-token NLL

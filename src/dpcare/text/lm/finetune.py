@@ -1,4 +1,4 @@
-"""Fine-tuning a causal LM on clinical notes through the DP engine (dp-lora-clinical-nlp.txt, Section 4.1):
+"""Fine-tuning a causal LM on clinical notes through the DP engine (Lopez and Hill, Section 4.1):
 generative NER and summarisation, in four modes.
 
 * ``non-private``: every parameter, ordinary training, no ledger (the paper's upper bound).

@@ -1,5 +1,5 @@
 """Token-classification NER with a BERT encoder (all-MiniLM-L6-v2 by default) through the DP engine
-(dp-lora-clinical-nlp.txt, Part 2): BIO tags over problem / treatment / test, modes ``non-private``,
+(Lopez and Hill, Part 2): BIO tags over problem / treatment / test, modes ``non-private``,
 ``dp-full`` and ``dp-lora`` (see :mod:`dpcare.text.lm.finetune`), the PATIENT as the privacy unit.
 
 Tags. ``O``, then ``B-type`` and ``I-type`` for each label in order (:func:`bio_tags`). A note is cut into

@@ -1,6 +1,6 @@
 """Imputation of masked spans by a language model that never saw the private notes: the hybrid note.
 
-FusionDP (fusiondp.txt, Section 5.3 and Appendix C) fills the masked segments of each note with
+FusionDP (Zeng et al., Section 5.3 and Appendix C) fills the masked segments of each note with
 GPT-4o-mini, prompted with the masking paper's instruction (Sarkar et al.) over the WHOLE masked
 note, to build the hybrid note x_hyb = x_pub + imputed x_priv. Here a local model (default
 SmolLM2-135M, :mod:`dpcare.lm`) fills one placeholder at a time:
