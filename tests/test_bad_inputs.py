@@ -125,6 +125,16 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      lambda d: ["forecast", "fit", _events(d), "--spec", "ts.yaml", "--input-len", "400"], "window"),
     ("images fit: an empty folder",
      lambda d: ["images", "fit", _dir(d, "imgs")], "imgs"),
+    ("text classify: a span outside its note",
+     lambda d: ["text", "classify", _write(d, "notes.jsonl", "".join(
+         f'{{"note_id": "n{i}", "patient_id": "p{i}", "text": "Mr. X was seen.", "icd_codes": ["I10"], "phi": '
+         f'[{{"start": 4, "end": {40 if i == 7 else 5}, "label": "PATIENT"}}]}}\n' for i in range(20))), "--out", "cls"],
+     "notes.jsonl"),
+    ("text finetune: an unknown model folder",
+     lambda d: ["text", "finetune", _write(d, "notes.jsonl", '{"note_id": "n1", "patient_id": "p1", "text": "x"}\n'),
+                "--model", "no-such-model", "--out", "ft"], "no-such-model"),
+    ("synth fit: an unknown mode",
+     lambda d: ["synth", "fit", _table(d), "--spec", _spec(d), "--mode", "dp-3stage"], "--mode must be one of"),
 ]
 
 
