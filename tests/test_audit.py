@@ -48,6 +48,60 @@ def test_one_run_audit_reads_perfect_and_random_guesses():
     assert one_run_audit(noise, included, delta=1e-6).epsilon_lower_bound < 0.3
     with pytest.raises(ValueError):
         one_run_audit(np.array([]), np.array([], bool), delta=1e-6)
+    gdp = one_run_audit(included.astype(float), included, delta=1e-6, bound="gdp")
+    assert gdp.bound == "gdp" and gdp.mu_lower_bound > 1.0 and gdp.epsilon_lower_bound > 2.5
+    assert one_run_audit(noise, included, delta=1e-6, bound="gdp").mu_lower_bound < 0.1
+    with pytest.raises(ValueError, match="bound"):
+        one_run_audit(noise, included, delta=1e-6, bound="renyi")
+
+
+def test_gaussian_dp_conversions_match_known_values():
+    from dpcare.audit.one_run import gdp_delta, gdp_epsilon, gdp_mu
+
+    assert gdp_delta(1.0, 1.0) == pytest.approx(0.126936, abs=1e-6)  # 1-GDP is (1, 0.127)-DP (Dong, Roth, Su)
+    assert gdp_delta(0.5, 0.0) == pytest.approx(2 * 0.598706 - 1, abs=1e-6)  # delta(0) = total variation
+    assert gdp_delta(0.0, 1.0) == 0.0 and gdp_delta(1.0, 40.0) == 0.0
+    assert gdp_epsilon(1.0, 0.126936) == pytest.approx(1.0, abs=1e-4)
+    assert gdp_mu(gdp_epsilon(0.7, 1e-5), 1e-5) == pytest.approx(0.7, rel=1e-6)
+    assert gdp_epsilon(0.01, 0.1) == 0.0  # delta above the curve's delta(0): epsilon 0
+    assert gdp_delta(2.0, np.array([0.5, 1.0, 2.0])) == pytest.approx([gdp_delta(2.0, e) for e in (0.5, 1.0, 2.0)])
+
+
+def test_gaussian_dp_lower_bound_known_values_and_monotonicity():
+    from dpcare.audit.one_run import gdp_epsilon, gdp_p_value, mu_lower_bound
+
+    perfect = [mu_lower_bound(1000, r, r) for r in (10, 50, 100, 500, 1000)]
+    assert perfect == sorted(perfect) and perfect[0] > 0  # a perfect guesser's bound grows with its guesses
+    assert perfect[-1] == pytest.approx(1.3655, abs=1e-3)  # regression value of the analysis
+    assert mu_lower_bound(1000, 200, 160) == pytest.approx(0.3548, abs=1e-3)
+    assert mu_lower_bound(1000, 100, 50) == 0.0 and mu_lower_bound(1000, 1000, 500) == 0.0  # chance guessing
+    assert mu_lower_bound(1000, 200, 170) > mu_lower_bound(1000, 200, 160)  # more correct guesses, larger bound
+    assert mu_lower_bound(1000, 200, 160, confidence=0.99) < mu_lower_bound(1000, 200, 160)
+    assert mu_lower_bound(1000, 200, 160, slack=0.02) < mu_lower_bound(1000, 200, 160)
+    mus = [0.1, 0.3, 0.5, 1.0]
+    p = [gdp_p_value(1000, 200, 160, mu) for mu in mus]
+    assert p == sorted(p) and p[-1] <= 1.0  # weaker claims are harder to reject
+    # at a delta that is not tiny next to 1/m, the pure (epsilon, delta) bound pays 2 m delta; the GDP bound not
+    assert gdp_epsilon(mu_lower_bound(1000, 100, 100), 2.7e-4) > epsilon_lower_bound(1000, 100, 100, 2.7e-4) + 0.3
+    with pytest.raises(ValueError):
+        mu_lower_bound(10, 20, 5)
+
+
+def test_gaussian_dp_lower_bound_is_sound_for_a_gaussian_mechanism():
+    """Canaries seen through a Gaussian mechanism: score = mu * included + N(0, 1) is mu-GDP for every canary;
+    the 95% GDP bound exceeds mu rarely (expected <= 5%), and it is far from 0 with mu = 2."""
+    rng = np.random.default_rng(0)
+    mu, m, over, found = 1.0, 500, 0, []
+    for _ in range(60):
+        included = rng.random(m) < 0.5
+        r = one_run_audit(mu * included + rng.normal(size=m), included, delta=1e-5, bound="gdp",
+                          guess_fractions=(0.1, 0.25, 0.5))
+        over += r.mu_lower_bound > mu
+        strong = one_run_audit(2 * mu * included + rng.normal(size=m), included, delta=1e-5, bound="gdp",
+                               guess_fractions=(0.1, 0.25, 0.5))
+        found.append(strong.mu_lower_bound)
+    assert over <= 6  # expected <= 3 of 60; allow sampling slack
+    assert np.mean(found) > 0.5
 
 
 def test_loss_attack_inputs():
