@@ -104,6 +104,19 @@ def test_gaussian_dp_lower_bound_is_sound_for_a_gaussian_mechanism():
     assert np.mean(found) > 0.5
 
 
+def test_claim_slack_is_zero_on_the_gaussian_curve_and_small_for_dp_sgd():
+    from dpcare.audit.one_run import claim_slack, gdp_delta, gdp_mu
+    from dpcare.privacy import PrivacyLedger
+    from dpcare.tabular.audit import ledger_profile
+
+    assert claim_slack(1000, 0.5, 1e-5, lambda e: gdp_delta(gdp_mu(0.5, 1e-5), e)) == pytest.approx(0, abs=1e-12)
+    ledger = PrivacyLedger(1750)
+    sigma = ledger.calibrate_training_noise(128 / 1750, 274, 0.5)
+    ledger.charge_sampled_gaussian("training", 128 / 1750, sigma, 274)
+    slack = claim_slack(1000, ledger.epsilon(), ledger.delta, ledger_profile(ledger))
+    assert 0 < slack < 0.01  # DP-SGD's curve lies a little above the Gaussian curve through its (epsilon, delta)
+
+
 def test_loss_attack_inputs():
     with pytest.raises(ValueError, match="non-empty"):
         loss_attack(np.array([]), np.array([1.0]))
@@ -149,23 +162,73 @@ class SkipClip(Trainer):
         return clipped_sum_fast(self.model, self.objective.private_loss, batch, self.trainable, 1e12, groups)
 
 
-AUDIT = dict(epsilon=0.5, canaries=400, epochs=40)
-
-
-@pytest.mark.parametrize("method, clip", [("dp-sgd", 1.0), ("feature-dp", 10.0)])
-def test_one_run_audit_never_exceeds_a_correct_runs_epsilon(method, clip):
+@pytest.mark.parametrize("method, options", [("dp-sgd", {}), ("feature-dp", {}),
+                                             ("dp-sgd", {"design": "flipped", "bound": "pure", "clip_norm": 1.0})])
+def test_one_run_audit_never_exceeds_a_correct_runs_epsilon(method, options):
     df, schema = small_support2(1500)
     for seed in (0, 1):
-        r = audit_tabular(df, schema, CanaryAuditSettings(method=method, clip_norm=clip, seed=seed, **AUDIT))
+        r = audit_tabular(df, schema, CanaryAuditSettings(method=method, epsilon=0.5, seed=seed, **options))
         assert r["epsilon_lower_bound"] <= r["claimed_epsilon"] <= 0.5
+        assert r["canaries"] == 749 and r["bound"] == options.get("bound", "gdp")
 
 
-@pytest.mark.parametrize("method, clip, bug", [("dp-sgd", 1.0, NoNoise), ("dp-sgd", 1.0, SkipClip),
-                                               ("feature-dp", 10.0, NoNoise)])
-def test_one_run_audit_catches_planted_bugs(method, clip, bug):
+@pytest.mark.parametrize("method, bug, bound", [("feature-dp", NoNoise, "gdp"), ("dp-sgd", NoNoise, "pure"),
+                                                ("dp-sgd", SkipClip, "pure")])
+def test_one_run_audit_catches_planted_bugs(method, bug, bound):
+    """Feature-DP's defaults catch a run without noise; with the extreme canaries even the (epsilon, delta) bound
+    catches DP-SGD's bugs (the Gaussian-DP bound of the defaults: test_one_run_command_defaults_catch...)."""
     df, schema = small_support2(1500)
-    r = audit_tabular(df, schema, CanaryAuditSettings(method=method, clip_norm=clip, **AUDIT), trainer_cls=bug)
+    r = audit_tabular(df, schema, CanaryAuditSettings(method=method, epsilon=0.5, bound=bound), trainer_cls=bug)
     assert r["epsilon_lower_bound"] > r["claimed_epsilon"]
+
+
+def test_one_run_command_defaults_match_the_audit_settings():
+    import inspect
+
+    from dpcare.cli.audit import audit_one_run
+
+    cli = {k: p.default for k, p in inspect.signature(audit_one_run).parameters.items()}
+    own = CanaryAuditSettings()
+    assert (cli["epsilon"], cli["canaries"], cli["epochs"], cli["clip"], cli["seed"], cli["design"], cli["bound"]) == (
+        own.epsilon, own.canaries, own.epochs, own.clip_norm, own.seed, own.design, own.bound)
+
+
+@pytest.fixture(scope="module")
+def support2_2000(tmp_path_factory):
+    """2,000 rows of SUPPORT2 (seed 0; the defaults were chosen on other seeds) and the bundled spec, as files."""
+    from dpcare.data.datasets import bundled_spec
+    from dpcare.data.schema import save_spec
+
+    folder = tmp_path_factory.mktemp("support2")
+    df, _ = load_dataset("support2")
+    df.sample(2000, random_state=0).to_csv(folder / "data.csv", index=False)
+    save_spec(bundled_spec("support2"), folder / "spec.yaml")
+    return folder
+
+
+@pytest.mark.parametrize("trainer, caught", [(Trainer, False), (NoNoise, True), (SkipClip, True)])
+def test_one_run_command_defaults_catch_noise_off_and_clipping_off(support2_2000, tmp_path, monkeypatch, trainer,
+                                                                   caught):
+    """The issue's check, through `dpcare audit one-run DATA --spec SPEC --epsilon 0.5` and its defaults: a run
+    without noise or without clipping gets a lower bound above the claimed 0.5, a correct run stays below."""
+    import dpcare.tabular.audit as tabular_audit
+
+    monkeypatch.setattr(tabular_audit, "Trainer", trainer)  # the trainer the command's audit uses
+    out = tmp_path / "audit"
+    r = CliRunner().invoke(app, ["audit", "one-run", str(support2_2000 / "data.csv"), "--spec",
+                                 str(support2_2000 / "spec.yaml"), "--epsilon", "0.5", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    attack = json.loads((out / "attacks" / "one_run.json").read_text())
+    row, details = attack["rows"][0], attack["details"]
+    assert details["bound"] == "gdp" and "Gaussian DP" in row["bound"] and details["canaries"] == 999
+    assert row["claimed epsilon"] == pytest.approx(0.5, abs=1e-3)
+    assert (row["audited lower bound"] > 0.5) is caught, r.output
+    if caught:
+        assert row["mu lower bound"] > row["claimed mu"]
+    from dpcare.runs import read_manifest
+
+    manifest = read_manifest(out)
+    assert manifest.models[0]["guarantee"]["epsilon"] == pytest.approx(0.5, abs=1e-3)
 
 
 def test_audit_command_and_its_bad_inputs(tmp_path):

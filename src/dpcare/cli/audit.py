@@ -96,35 +96,50 @@ def audit_one_run(
     spec: Annotated[Path, typer.Option(help="its privacy spec")],
     method: Annotated[str, typer.Option(help="dp-sgd or feature-dp")] = "dp-sgd",
     epsilon: Annotated[float, typer.Option(help="claimed epsilon of the run")] = 1.0,
-    canaries: Annotated[int, typer.Option(help="number of canaries (each included with probability 1/2)")] = 500,
+    canaries: Annotated[int | None, typer.Option(
+        help="number of canaries, each included with probability 1/2 [default: half the rows less one, "
+             "at most 1000]")] = None,
     epochs: Annotated[float, typer.Option(help="epochs")] = 20.0,
-    clip: Annotated[float, typer.Option(help="clipping norm")] = 1.0,
+    clip: Annotated[float | None, typer.Option(
+        help="clipping norm [default: 0.1 for dp-sgd, 10 for feature-dp]")] = None,
+    design: Annotated[str, typer.Option(
+        help="canaries: extreme (random labels, values at the declared bounds) or flipped (real rows, "
+             "flipped labels)")] = "extreme",
+    bound: Annotated[str, typer.Option(
+        help="gdp (Gaussian-DP lower bound on mu, as epsilon at the run's delta) or pure (epsilon at delta, "
+             "Steinke et al.)")] = "gdp",
     seed: Annotated[int, typer.Option(help="seed")] = 0,
     out: Annotated[Path, typer.Option(help="run folder to write (run.json, attacks/one_run.json)")] = Path(
         "results/audit"),
     force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder")] = False,
 ) -> None:
-    """Empirical epsilon lower bound from one training run with canaries (Steinke, Nasr, Jagielski 2023)."""
+    """Empirical epsilon lower bound from one training run with canaries (Steinke, Nasr, Jagielski 2023); see
+    docs/auditing.md."""
     from dpcare.runs import Manifest, RunFolder
     from dpcare.tabular.audit import CanaryAuditSettings, audit_tabular
 
     settings = CanaryAuditSettings(method=method, epsilon=epsilon, canaries=canaries, epochs=epochs, clip_norm=clip,
-                                   seed=seed)
+                                   seed=seed, design=design, bound=bound)
     run = RunFolder(out, "audit-one-run", vars(settings), force=force, command="dpcare audit one-run")
     df, schema = table_and_spec(data, spec)
     r = audit_tabular(df, schema, settings)
+    gdp = r["bound"] == "gdp"
+    name = "Gaussian DP (mu lower bound, as epsilon at the run's delta)" if gdp else "(epsilon, delta) at the run's delta"
     row = {"model": r["method"], "claimed epsilon": r["claimed_epsilon"], "audited lower bound": r["epsilon_lower_bound"],
-           "correct guesses": r["correct"], "guesses": r["guesses"], "canaries": r["canaries"],
+           "bound": name, "correct guesses": r["correct"], "guesses": r["guesses"], "canaries": r["canaries"],
            "confidence": r["confidence"]}
+    if gdp:
+        row.update({"claimed mu": r["claimed_mu"], "mu lower bound": r["mu_lower_bound"]})
     details = {k: v for k, v in r.items() if k not in ("guarantee", "ledger")}
     entry = run.attack("one_run", {"title": "One-run audit (empirical epsilon lower bound)", "rows": [row],
                                    "details": details})
     manifest = Manifest(attacks=[entry])
     manifest.add_model(f"{r['method']} (the audited training run, with canaries)", r["guarantee"], r["ledger"])
     run.finish(manifest)
+    mu = f"mu >= {r['mu_lower_bound']:.3f} against a claimed {r['claimed_mu']:.3f}; " if gdp else ""
     typer.echo(f"claimed epsilon {r['claimed_epsilon']:.3f}; audited lower bound {r['epsilon_lower_bound']:.3f} "
-               f"({r['correct']}/{r['guesses']} correct guesses on {r['canaries']} canaries, "
-               f"{r['confidence']:.0%} confidence)")
+               f"({r['bound']} bound: {mu}{r['correct']}/{r['guesses']} correct guesses on {r['canaries']} "
+               f"canaries, {r['confidence']:.0%} confidence)")
 
 
 @app.command("attribute")

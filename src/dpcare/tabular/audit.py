@@ -4,6 +4,8 @@ rows, and the glue that trains target, shadow and canary models for the model-ag
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -22,12 +24,13 @@ from dpcare.audit import (
     run_lira,
 )
 from dpcare.audit.canaries import make_canaries
+from dpcare.audit.one_run import BOUNDS, claim_slack, gdp_mu
 from dpcare.data import TableEncoder, TableSchema, load_table, public_view
 from dpcare.engine import TrainConfig, Trainer
 from dpcare.exceptions import DataError, SettingsError
 from dpcare.methods import make_objective
 from dpcare.models import TabularMLP
-from dpcare.privacy import PrivacyLedger, ProtectedUnit
+from dpcare.privacy import PrivacyLedger, ProtectedUnit, default_delta, make_accountant
 from dpcare.tabular.recipe import TabularModel, TabularSettings, tensors, train_rows
 
 LOSS_TITLE = "LOSS membership attack (training rows vs held-out rows)"
@@ -84,36 +87,72 @@ def tabular_lira(population: pd.DataFrame, schema: TableSchema, settings: Tabula
 
 @dataclass
 class CanaryAuditSettings:
+    """A one-run audit's training run and analysis. The defaults catch a run with its noise switched off or its
+    clipping skipped at a claimed epsilon of 0.5 on 2,000 rows of SUPPORT2 (docs/auditing.md has the bounds)."""
+
     method: str = "dp-sgd"  # dp-sgd | feature-dp
     epsilon: float = 1.0
-    canaries: int = 500
+    canaries: int | None = None  # None: half the table less one, at most MAX_CANARIES
     epochs: float = 20.0
     batch_size: int = 128
-    clip_norm: float = 1.0
+    clip_norm: float | None = None  # None: CLIP_NORMS[method]
     lr: float = 3e-3
     hidden: int = 256
     seed: int = 0
     confidence: float = 0.95
+    design: str = "extreme"  # extreme | flipped (dpcare.audit.canaries)
+    bound: str = "gdp"  # gdp | pure (dpcare.audit.one_run)
+    guess_fractions: tuple[float, ...] = (0.1, 0.25, 0.5)
+
+
+MAX_CANARIES = 1000
+# DP-SGD: below every example's gradient norm, so a run that skips clipping stands out; Feature-DP: large enough
+# for the private branch to matter next to the public one (at 0.1 a run without noise learns nothing private)
+CLIP_NORMS = {"dp-sgd": 0.1, "feature-dp": 10.0}
+
+
+def canary_count(settings: CanaryAuditSettings, rows: int) -> int:
+    """The number of canaries for a table of ``rows`` rows (the audit needs more rows than twice that)."""
+    m = settings.canaries if settings.canaries is not None else min(MAX_CANARIES, (rows - 1) // 2)
+    if m < 1 or rows <= 2 * m:
+        raise DataError(f"the table has {rows} rows; the audit needs more than 2 x {m} canaries (and at least one)")
+    return m
+
+
+def ledger_profile(ledger: PrivacyLedger) -> Callable[[np.ndarray], np.ndarray]:
+    """delta(epsilon) that the ledger's accountant certifies for everything it charged, as a function."""
+    accountant = make_accountant(ledger.accountant)
+    accountant.compose(ledger.event())
+    return lambda eps: np.array([accountant.get_delta(float(e)) for e in np.atleast_1d(eps)])
 
 
 def audit_tabular(df: pd.DataFrame, schema: TableSchema, settings: CanaryAuditSettings,
-                  trainer_cls: type[Trainer] = Trainer) -> dict:
+                  trainer_cls: type[Trainer] | None = None) -> dict:
     """Train once with canaries (:mod:`dpcare.audit.canaries`) and return the claimed epsilon and the audited
-    lower bound. Score (higher = "included"): -loss for DP-SGD; l(pad(Psi(x))) - l(x) for Feature-DP, i.e. how
-    much the canary's private features help the model.
+    lower bound (:func:`dpcare.audit.one_run_audit`, ``settings.bound``). Score (higher = "included"): the
+    model's log-odds of the canary's label for DP-SGD; l(pad(Psi(x))) - l(x) for Feature-DP, i.e. how much the
+    canary's private features help the model.
 
-    ``trainer_cls`` lets tests plant bugs (noise off, clipping skipped) to check the audit catches them."""
+    The mechanism does not depend on which canaries were drawn in: its sampling rate, step count, noise and
+    delta are fixed from the table's row count and the canary count before the inclusion bits are drawn (only
+    the division by the expected batch q n sees the training-set size, as in every run of the engine).
+
+    ``trainer_cls`` (default :class:`dpcare.engine.Trainer`) lets tests plant bugs (noise off, clipping skipped)
+    to check the audit catches them."""
     s = settings
     if s.method not in ("dp-sgd", "feature-dp"):
         raise SettingsError(f"the canary audit supports dp-sgd and feature-dp, not {s.method!r}")
+    if s.bound not in BOUNDS:
+        raise SettingsError(f"bound must be one of {BOUNDS}, got {s.bound!r}")
+    trainer_cls = trainer_cls or Trainer
     rng = np.random.default_rng(s.seed)
     df = load_table(df, schema)
-    if len(df) <= 2 * s.canaries:
-        raise DataError(f"the table has {len(df)} rows; the audit needs more than 2 x {s.canaries} canaries")
+    m = canary_count(s, len(df))
     order = rng.permutation(len(df))
-    canaries = make_canaries(df.iloc[order[: s.canaries]], schema, rng)
-    regular = df.iloc[order[s.canaries:]].reset_index(drop=True)
-    included = rng.random(s.canaries) < 0.5
+    rewritten = schema.feature_columns if s.design == "extreme" else None  # flipped: the private columns
+    canaries = make_canaries(df.iloc[order[:m]], schema, rng, s.design, rewritten)
+    regular = df.iloc[order[m:]].reset_index(drop=True)
+    included = rng.random(m) < 0.5
     encoder = TableEncoder(schema, protect="all" if s.method == "dp-sgd" else "private").fit(regular)
 
     def tensors(frame: pd.DataFrame, seed: int) -> dict[str, torch.Tensor]:
@@ -126,17 +165,27 @@ def audit_tabular(df: pd.DataFrame, schema: TableSchema, settings: CanaryAuditSe
     public = None
     if s.method == "feature-dp":  # the simulator knows every canary's public columns
         public = {k: torch.cat([reg[k], can[k]]) for k in ("x_pub", "y")}
+    planned = len(regular) + m / 2  # the expected training-set size: rate, steps and delta come from it
+    rate = min(1.0, s.batch_size / planned)
+    n = len(private["y"])
     torch.manual_seed(s.seed)
     model = TabularMLP(reg["x"].shape[1], hidden=s.hidden, dropout=0.0)
     objective = make_objective(s.method)
-    ledger = PrivacyLedger(len(private["y"]), unit=objective.unit,
+    ledger = PrivacyLedger(n, delta=default_delta(len(regular) + m), unit=objective.unit,
                            protected_columns=tuple(schema.private_columns) if objective.unit is ProtectedUnit.FEATURES else ())
-    trainer = trainer_cls(model, objective, TrainConfig(batch_size=s.batch_size, epochs=s.epochs, lr=s.lr,
-                                                        clip_norm=s.clip_norm, target_epsilon=s.epsilon,
-                                                        seed=s.seed, progress=False), ledger=ledger)
+    clip = CLIP_NORMS[s.method] if s.clip_norm is None else s.clip_norm
+    config = TrainConfig(batch_size=rate * n, public_batch_size=s.batch_size, steps=math.ceil(s.epochs / rate),
+                         lr=s.lr, clip_norm=clip, target_epsilon=s.epsilon, seed=s.seed, progress=False)
+    trainer = trainer_cls(model, objective, config, ledger=ledger)
     trainer.fit(private, public)
-    loss = per_example_losses(model, can["x"], can["y"])
-    scores = -loss if s.method == "dp-sgd" else per_example_losses(model, can["x_pub"], can["y"]) - loss
-    audit = one_run_audit(scores, included, delta=ledger.delta, confidence=s.confidence)
-    return {"method": s.method, "claimed_epsilon": ledger.epsilon(), "delta": ledger.delta, **audit.to_dict(),
-            "guarantee": ledger.guarantee().to_dict(), "ledger": ledger.state_dict()}
+    if s.method == "dp-sgd":
+        scores = logit_confidence(model, can["x"], can["y"])
+    else:
+        scores = per_example_losses(model, can["x_pub"], can["y"]) - per_example_losses(model, can["x"], can["y"])
+    claimed = ledger.epsilon()
+    slack = claim_slack(m, claimed, ledger.delta, ledger_profile(ledger)) if s.bound == "gdp" else 0.0
+    audit = one_run_audit(scores, included, delta=ledger.delta, confidence=s.confidence,
+                          guess_fractions=tuple(s.guess_fractions), bound=s.bound, slack=slack)
+    claimed_mu = gdp_mu(claimed, ledger.delta) if s.bound == "gdp" else None
+    return {"method": s.method, "claimed_epsilon": claimed, "claimed_mu": claimed_mu, **audit.to_dict(),
+            "design": s.design, "clip_norm": clip, "guarantee": ledger.guarantee().to_dict(), "ledger": ledger.state_dict()}
