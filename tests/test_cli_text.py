@@ -135,7 +135,9 @@ def test_finetune_with_a_budget_is_refused_before_any_note_is_read(gpt2_folder, 
     (["--epsilon", "0"], "epsilon"),
     (["--model", "/no/such/model"], "unknown model path"),
     (["--mode", "dp-magic"], "dp-magic"),
-    (["--clip-variant", "p99"], "unknown clip variant"),
+    (["--clip-variant", "p99"], "--clip-variant must be one of"),
+    (["--clip-variant", "adaptive-median", "--adaptive-clip", "0.5"], "give one"),
+    (["--steps", "5"], "No such option"),
 ])
 def test_finetune_errors_name_the_problem(extra, message, notes_file, tmp_path):
     r = runner.invoke(app, ["text", "finetune", str(notes_file), *extra, "--out", str(tmp_path / "m")])

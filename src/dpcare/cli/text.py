@@ -19,6 +19,7 @@ from dpcare.cli.budget import BudgetOption
 from dpcare.cli.options import settings_options
 from dpcare.exceptions import MissingFileError, SettingsError
 from dpcare.text.classify.settings import NoteClassifierSettings
+from dpcare.text.lm.settings import FinetuneSettings
 
 app = typer.Typer(help="Clinical notes: generate, mask, fine-tune a language model or train an ICD coder privately, "
                        "apply them.", no_args_is_help=True)
@@ -63,78 +64,42 @@ def mask(
 
 
 @app.command("finetune")
+@settings_options("settings", FinetuneSettings(), skip=("dp.unit", "dp.steps"))
 def finetune(
     notes: NotesArg,
     out: Annotated[Path, typer.Option(help="run folder: weights.safetensors, finetune.json, guarantee.json, run.json; "
                                            "rerun the same command to resume an interrupted run")],
-    task: Annotated[str, typer.Option(help="ner (generative, JSON list of spans) or summarisation")] = "ner",
-    mode: Annotated[str, typer.Option(help="dp-lora, dp-full, dp-prefix or non-private")] = "dp-lora",
-    epsilon: Annotated[float | None, typer.Option(help="target epsilon (private modes)")] = 3.0,
-    delta: Annotated[float | None, typer.Option(help="delta (default 1/patients^1.1)")] = None,
-    model: Annotated[str, typer.Option(help="'smollm2' or a local Hugging Face causal-LM folder")] = "smollm2",
-    layers: Annotated[int, typer.Option(help="keep the first k blocks (0: all; a cut model is for smoke "
-                                             "tests only)")] = 0,
-    epochs: Annotated[float, typer.Option(help="passes over the patients (in expectation)")] = 3.0,
-    batch_size: Annotated[int, typer.Option(help="expected patients per step (Poisson)")] = 16,
-    lr: Annotated[float | None, typer.Option(help="Adam learning rate (default: the mode's starting point)")] = None,
-    clip: Annotated[float, typer.Option(help="per-patient clip norm C (the initial C when adaptive)")] = 1.0,
-    clip_variant: Annotated[str, typer.Option(
-        help="fixed, adaptive-median (private quantile estimate) or warmup-p80 (10 charged warm-up counts to "
-             "the 80th percentile, then frozen)")] = "fixed",
-    window: Annotated[int, typer.Option(help="note tokens per NER window")] = 256,
-    stride: Annotated[int, typer.Option(help="tokens between window starts (0: no sliding; a longer note is "
-                                             "an error)")] = 128,
-    seed: Annotated[int, typer.Option(help="seed of sampling, noise and adapters")] = 0,
     physical_batch: Annotated[int, typer.Option(help="rows per forward/backward pass (memory only)")] = 8,
     force: ForceOption = False,
     budget: BudgetOption = None,
+    settings: FinetuneSettings = None,
 ) -> None:
     """Fine-tune a causal LM on notes, the PATIENT as the privacy unit (every window of every note of a
     patient clipped together); save the trained weights as a run folder and print the guarantee."""
-    from dpcare.privacy import (
-        NEIGHBOURING,
-        Guarantee,
-        PrivacyLedger,
-        ProtectedUnit,
-        default_delta,
-        guard_run,
-    )
+    from dpcare.privacy import PrivacyLedger, guard_run
     from dpcare.runs import RunFolder
     from dpcare.text import read_jsonl
-    from dpcare.text.lm.finetune import FinetuneMode, adaptive_clip, check_mode_privacy
-    from dpcare.text.readers import count_patients
-    from dpcare.text.lm.finetune import finetune as run_finetune
+    from dpcare.text.lm.finetune import finetune_with, plan
     from dpcare.text.lm.saved import WEIGHTS, finetune_manifest, save_finetuned
+    from dpcare.text.readers import count_patients
 
-    clipping = adaptive_clip(clip_variant)  # None for the fixed C; an unknown variant is an error
-    parsed = FinetuneMode.parse(mode)
-    if not parsed.private:
-        epsilon = None
-    check_mode_privacy(parsed, epsilon, delta)
-    if model != "smollm2" and not Path(model).is_dir():
-        raise MissingFileError(f"unknown model path {model!r}: not a folder (use 'smollm2' or a local "
+    if settings.model != "smollm2" and not Path(settings.model).is_dir():
+        raise MissingFileError(f"unknown model path {settings.model!r}: not a folder (use 'smollm2' or a local "
                                "Hugging Face causal-LM folder)")
     patients = count_patients(notes)  # the n that every ledger states; no note text is read before the budget
-    planned = Guarantee(epsilon=epsilon, delta=delta if delta is not None else default_delta(patients), n=patients,
-                        unit=ProtectedUnit.PATIENT, neighbouring=NEIGHBOURING[ProtectedUnit.PATIENT]
-                        ) if parsed.private else None
-    settings = {"task": task, "mode": mode, "epsilon": epsilon, "delta": delta, "model": model, "layers": layers,
-                "epochs": epochs, "batch_size": batch_size, "lr": lr, "clip": clip, "clip_variant": clip_variant,
-                "window": window, "stride": stride, "seed": seed}
-    run = RunFolder(out, "text-finetune", settings, force=force, command="dpcare text finetune")
+    planned = plan(settings, patients)
+    recorded = settings.to_dict()
+    run = RunFolder(out, "text-finetune", recorded, force=force, command="dpcare text finetune")
     with guard_run(budget, planned, run_id=run.run_id, command="text finetune", data=notes) as held:
-        net, _, info = run_finetune(
-            read_jsonl(notes), task, parsed, epsilon=epsilon, delta=delta, model=model, layers=layers or None, epochs=epochs,
-            batch_size=batch_size, lr=lr, clip_norm=clip, seed=seed, window=window, stride=stride or None,
-            checkpoint_dir=run.checkpoint_dir, progress=True, max_physical_batch=physical_batch,
-            adaptive_clip=clipping)
+        net, _, info = finetune_with(read_jsonl(notes), settings, checkpoint_dir=run.checkpoint_dir, progress=True,
+                                     max_physical_batch=physical_batch)
         if held is not None:
             held.actual = PrivacyLedger.from_state_dict(info["ledger"])
     save_finetuned(net, info, run.path(WEIGHTS).parent)  # into the run's staging folder
-    run.finish(finetune_manifest(info, settings, data={"path": str(notes), "patients": info["patients"],
+    run.finish(finetune_manifest(info, recorded, data={"path": str(notes), "patients": info["patients"],
                                                        "notes": info["notes"], "rows": info["rows"]}))
-    typer.echo(f"{info['mode']} {task}: {info['patients']} patients, {info['notes']} notes, {info['rows']} rows, "
-               f"{info['steps']} steps, {info['trainable_parameters']:,} trainable parameters")
+    typer.echo(f"{info['mode']} {settings.task}: {info['patients']} patients, {info['notes']} notes, {info['rows']} "
+               f"rows, {info['steps']} steps, {info['trainable_parameters']:,} trainable parameters")
     typer.echo(info["guarantee_text"])
     typer.echo(f"saved to {out}/")
 

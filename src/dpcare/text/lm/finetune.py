@@ -42,7 +42,16 @@ from dpcare.engine.objective import Objective
 from dpcare.engine.trainer import TrainConfig, Trainer
 from dpcare.exceptions import DataError, PrivacyParameterError, SpecError, UnknownNameError
 from dpcare.lm import load_causal_lm, trim_right_padding
-from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
+from dpcare.privacy import (
+    NEIGHBOURING,
+    Guarantee,
+    PrivacyLedger,
+    ProtectedUnit,
+    check_delta,
+    check_epsilon,
+    default_delta,
+)
+from dpcare.text.lm.settings import CLIP_VARIANTS, FinetuneSettings
 from dpcare.text.lm.generative_ner import ner_prompt, ner_target, note_windows, spans_in
 from dpcare.text.spans import ENTITY_LABELS, Note
 from dpcare.token_loss import token_nll
@@ -57,16 +66,16 @@ SUMMARY_INSTRUCTION = "Summarise the hospital course: list the discharge diagnos
 
 #: clip-norm variants: the fixed setting, adaptive clipping at the median throughout training, and a private
 #: warm-up to the 80th percentile with C frozen afterwards (the paper's recipe made private)
-CLIP_VARIANTS = ("fixed", "adaptive-median", "warmup-p80")
 #: std of the noise on the clip count: the paper's default (expected batch / 20) is for batches of hundreds; with
 #: a few patients per step it would leave the split accounting (2 sigma_b > sigma) nothing for the gradient
 COUNT_NOISE = 2.0
 
 
-def adaptive_clip(variant: str) -> AdaptiveClip | None:
-    """The :class:`~dpcare.engine.adaptive_clip.AdaptiveClip` of a clip variant (None: the fixed clip norm)."""
+def adaptive_clip(variant: str, quantile: float | None = None) -> AdaptiveClip | None:
+    """The :class:`~dpcare.engine.adaptive_clip.AdaptiveClip` of a clip variant (None: the fixed clip norm), or
+    of the generic ``quantile`` (``DPSettings.adaptive_clip``) with the fixed variant."""
     if variant == "fixed":
-        return None
+        return None if quantile is None else AdaptiveClip(target_quantile=quantile, lr=0.2, count_noise=COUNT_NOISE)
     if variant == "adaptive-median":
         return AdaptiveClip(target_quantile=0.5, lr=0.2, count_noise=COUNT_NOISE)
     if variant == "warmup-p80":
@@ -244,6 +253,29 @@ class TargetLoss(Objective):
 
 
 # --------------------------------------------------------------------------- training
+def finetune_with(notes: Iterable[Note], settings: FinetuneSettings, checkpoint_dir: str | None = None,
+                  progress: bool = False, max_physical_batch: int = 8):
+    """:func:`finetune` with a :class:`~dpcare.text.lm.settings.FinetuneSettings` (what ``dpcare text finetune``
+    runs)."""
+    s, dp = settings, settings.dp
+    return finetune(notes, s.task, s.mode, epsilon=dp.epsilon if s.private else None,
+                    delta=dp.delta if s.private else None, model=s.model, layers=s.layers or None, epochs=dp.epochs,
+                    batch_size=dp.batch_size, lr=s.lr, clip_norm=dp.clip_norm, seed=dp.seed,
+                    checkpoint_dir=checkpoint_dir, progress=progress, window=s.window, stride=s.stride or None,
+                    max_physical_batch=max_physical_batch, accountant=dp.accountant,
+                    adaptive_clip=adaptive_clip(s.clip_variant, dp.adaptive_clip))
+
+
+def plan(settings: FinetuneSettings, patients: int) -> Guarantee | None:
+    """The guarantee a run will state, from the settings and the public patient count (None: non-private)."""
+    if not settings.private:
+        return None
+    dp = settings.dp
+    delta = check_delta(dp.delta, patients) if dp.delta is not None else default_delta(patients)
+    return Guarantee(epsilon=dp.epsilon, delta=delta, n=patients, accountant=dp.accountant, unit=ProtectedUnit.PATIENT,
+                     neighbouring=NEIGHBOURING[ProtectedUnit.PATIENT])
+
+
 def check_mode_privacy(mode: FinetuneMode, epsilon: float | None, delta: float | None) -> None:
     """A private mode needs a valid target epsilon; non-private training takes neither epsilon nor delta."""
     if mode.private:
