@@ -1,4 +1,4 @@
-"""DDPM noise-prediction training as engine objectives, and sampling (feature-dp.txt, Section 6.3).
+"""DDPM noise-prediction training as engine objectives, and sampling (Mahloujifar et al., Section 6.3).
 
 The five methods of the paper, each an :class:`~dpcare.engine.Objective`:
 
