@@ -11,7 +11,13 @@ from dpcare.audit.loss_attack import (
     per_example_losses,
     sklearn_losses,
 )
-from dpcare.audit.metrics import attack_metrics, attack_payload, attack_row, clustered_auc_interval, plot_roc
+from dpcare.audit.metrics import (
+    attack_metrics,
+    attack_payload,
+    attack_row,
+    clustered_auc_interval,
+    plot_roc,
+)
 from dpcare.audit.one_run import epsilon_lower_bound, one_run_audit, p_value
 
 __all__ = [

@@ -10,7 +10,19 @@ from __future__ import annotations
 
 import typer
 
-from dpcare.cli import account, audit, benchmark, budget, data, forecast, images, report, synth, text, train
+from dpcare.cli import (
+    account,
+    audit,
+    benchmark,
+    budget,
+    data,
+    forecast,
+    images,
+    report,
+    synth,
+    text,
+    train,
+)
 from dpcare.cli.common import ErrorReportingGroup
 from dpcare.runtime import ensure_fast_process
 

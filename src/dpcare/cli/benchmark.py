@@ -36,7 +36,7 @@ def benchmark_fusiondp(
     force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder when the study finishes")
                      ] = False,
 ) -> None:
-    """FusionDP vs Feature-DP vs DP-SGD vs the hybrid baselines over epsilons (Zhang et al., Figure 2)."""
+    """FusionDP vs Feature-DP vs DP-SGD vs the hybrid baselines over epsilons (Zeng et al., Figure 2)."""
     from dpcare.data import load_dataset
     from dpcare.studies.fusiondp import FusionBenchmark, run_benchmark
 
