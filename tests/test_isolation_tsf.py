@@ -7,10 +7,12 @@ validation windows. This adds the other direction: with declared statistics (tho
 changing the values of the TRAINING patients leaves the validation windows that the defences' epoch
 selection reads bit-identical. And for ``fit`` on a user's events: the statistics DP-SGD standardises with
 and the split (a function of the patient ids and the seed) do not move when private values, times or stay
-lengths change.
+lengths change. The public baselines of the verdict (LOCF, the input-window mean, the declared mean) do not move
+when the training patients' values change.
 """
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -48,34 +50,39 @@ class Selected(Exception):
     pass
 
 
-def selection_input(monkeypatch, ev, declared):
+def selection_input(monkeypatch, ev, declared, form="direct"):
     """prepare_tsf + train_methods(["zoo"]): the validation (and training) windows the defence's
-    retraining loop, which selects epochs on validation loss, receives."""
+    retraining loop, which selects epochs on validation loss, receives. A residual forecaster's embedding path
+    forecasts the change from its own anchor (LOCF plus its skip): the spy checks that its targets are the
+    validation windows' targets minus that forecast, and keeps the windows' raw targets."""
     data = prepare_tsf("toy", events=ev, variables=VARS, step="hour", declared=declared, **WINDOW)
+    val = data.part("validation")
     seen = {}
 
     def spy(model, train, validation, config, progress=True):
+        assert torch.equal(validation["y"], model.target(val.x, val.y))  # y itself for the direct forecaster
         seen["train"] = {k: v.clone() for k, v in train.items()}
-        seen["validation"] = {k: v.clone() for k, v in validation.items()}
+        seen["validation"] = {"x": validation["x"].clone(), "y": val.y.clone(), "mask": validation["mask"].clone()}
         raise Selected
 
     monkeypatch.setattr(tsf, "retrain_with_augmentation", spy)
     with pytest.raises(Selected):
-        train_methods(data.part("train"), data.part("validation"), ["zoo"], TINY, data.standardizer)
+        train_methods(data.part("train"), val, ["zoo"], replace(TINY, parameterisation=form), data.standardizer)
     return data, seen
 
 
-def test_selection_reads_bit_identical_validation_windows_when_training_patients_change(monkeypatch):
-    data, a = selection_input(monkeypatch, events(), DECLARED)
+@pytest.mark.parametrize("form", ["direct", "residual"])
+def test_selection_reads_bit_identical_validation_windows_when_training_patients_change(monkeypatch, form):
+    data, a = selection_input(monkeypatch, events(), DECLARED, form)
     changed = events(shift={p: 10.0 * (i + 1) for i, p in enumerate(data.splits["train"])})
-    _, b = selection_input(monkeypatch, changed, DECLARED)
+    _, b = selection_input(monkeypatch, changed, DECLARED, form)
     assert not torch.equal(a["train"]["x"], b["train"]["x"])  # the training patients did change
     assert a["validation"].keys() == b["validation"].keys()
     for k in a["validation"]:
         assert torch.equal(a["validation"][k], b["validation"][k]), k
     # with statistics fitted on the training patients the validation windows move (why DP-SGD refuses them)
-    _, fa = selection_input(monkeypatch, events(), None)
-    _, fb = selection_input(monkeypatch, changed, None)
+    _, fa = selection_input(monkeypatch, events(), None, form)
+    _, fb = selection_input(monkeypatch, changed, None, form)
     assert not torch.equal(fa["validation"]["x"], fb["validation"]["x"])
     # fails if prepare_tsf fits the statistics on the training patients although they are declared (checked)
 
@@ -125,3 +132,24 @@ def test_dp_sgd_statistics_and_split_do_not_move_with_private_values(monkeypatch
     assert c["splits"] == a["splits"] and c["patients"] == a["patients"]
     # seen red with two planted leaks (checked): prepare_tsf labelling statistics fitted on the training
     # patients "declared", and splitting the patients that have a window instead of every patient id
+
+
+def test_public_baselines_do_not_move_with_the_training_patients():
+    """LOCF, the input-window mean and the declared mean read the test windows alone: with other values for every
+    training patient, their forecasts, test MSE and comparisons are bit-identical; the pooled training mean (a
+    reference, labelled not public) moves."""
+    from dpcare.timeseries import baselines as bl
+
+    data = prepare_tsf("toy", events=events(), variables=VARS, step="hour", declared=DECLARED, **WINDOW)
+    changed = events(shift={p: 10.0 * (i + 1) for i, p in enumerate(data.splits["train"])})
+    other = prepare_tsf("toy", events=changed, variables=VARS, step="hour", declared=DECLARED, **WINDOW)
+    assert other.splits == data.splits and not torch.equal(other.part("train").y, data.part("train").y)
+    test_a, test_b = data.part("test"), other.part("test")
+    for name, forecast in bl.public_forecasts(test_a).items():
+        assert torch.equal(forecast, bl.public_forecasts(test_b)[name]), name
+    losses = np.zeros(len(test_a))
+    a = bl.compare_with_baselines(losses, test_a, data.part("train"), seed=3, resamples=50)
+    b = bl.compare_with_baselines(losses, test_b, other.part("train"), seed=3, resamples=50)
+    assert [e for e in a["baselines"] if e["public"]] == [e for e in b["baselines"] if e["public"]]
+    assert a["baselines"][-1]["name"] == bl.POOLED and a["baselines"][-1] != b["baselines"][-1]
+    # seen red with a planted leak (checked): the declared mean forecast replaced by pooled_mean(train)

@@ -155,7 +155,12 @@ def test_run_folder_contents(fitted, tmp_path):
     fitted.save(tmp_path / "run")
     m = read_manifest(tmp_path / "run")
     assert m.kind == "forecast" and m.models[0]["guarantee"]["unit"] == "patient"
-    assert [r["model"] for r in m.metrics] == ["dp-sgd", "declared center (public forecast)"]
+    assert [r["model"] for r in m.metrics] == ["dp-sgd", "public baseline: last observation carried forward",
+                                               "public baseline: mean of the input window",
+                                               "public baseline: declared mean",
+                                               "reference: pooled training mean per variable and step (reads the "
+                                               "training data, not public)"]
+    assert m.notes[0].startswith("dp-sgd: ")
     assert any("split.json" in s and "identifiers" in s for s in m.not_protected)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["model.pt", "run.json", "split.json"]
     with pytest.raises(SettingsError, match="not empty"):
@@ -194,6 +199,7 @@ def test_cli_fit_apply_in_a_fresh_process_report(files, tmp_path):
             "--out", run, *TINY_FLAGS)
     assert r.exit_code == 0, r.output
     assert "(3, " in r.output and "patient" in r.output and "LOSS attack: AUC" in r.output
+    assert "dp-sgd vs last observation carried forward: " in r.output
     m = read_manifest(run)
     split = json.loads((run / "split.json").read_text())
     loss = json.loads((run / "attacks" / "loss.json").read_text())
@@ -213,7 +219,8 @@ def test_cli_fit_apply_in_a_fresh_process_report(files, tmp_path):
     r = cli("report", run, "--out", tmp_path / "report.html")
     assert r.exit_code == 0, r.output
     html = (tmp_path / "report.html").read_text()
-    assert "test MSE" in html and "declared center" in html and "LOSS membership attack" in html
+    assert "test MSE" in html and "public baseline: last observation carried forward" in html
+    assert "LOSS membership attack" in html
     r = cli("forecast", "fit", files / "events.csv", "--spec", files / "spec.yaml", "--out", run)
     assert r.exit_code == 2 and "not empty" in r.output
 

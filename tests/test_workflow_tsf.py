@@ -19,6 +19,7 @@ from dpcare.runs import read_manifest
 from dpcare.studies.tsf import TsfBenchmark, method_labels, run_tsf_benchmark, train_methods
 from dpcare.timeseries import ForecastSettings, user_dataset
 from dpcare.timeseries.attacks import lira_report
+from dpcare.timeseries.model import locf_forecast, masked_mse
 from dpcare.timeseries.recipe import prepare_tsf, train_dp_sgd, with_method
 
 VARS = ("hr", "sbp", "temp")
@@ -168,7 +169,10 @@ def test_benchmark_attacks_test_patients_shadows_avoid_validation_and_resume(tmp
     monkeypatch.setattr("dpcare.studies.tsf.train_methods", no_training)
     monkeypatch.setattr("dpcare.studies.tsf.run_shadow", no_training)
     table = run_tsf_benchmark(bench, out, progress=False)  # the rerun resumes in the staging folder
-    assert list(table["method"]) == ["baseline", "dp-sgd eps=3", "mixup"]
+    baselines = ["public: LOCF", "public: input-window mean", "public: declared mean",
+                 "reference: pooled training mean (not public)"]
+    assert list(table["method"]) == ["baseline", "dp-sgd eps=3", "mixup", *baselines]
+    assert set(table["verdict"][:3]) <= {"beats", "no better"} and table["verdict"][3:].isna().all()
     data = prepare_tsf(ds)
     for f in (out / "toy" / "target").glob("*.json"):
         r = json.loads(f.read_text())
@@ -179,19 +183,24 @@ def test_benchmark_attacks_test_patients_shadows_avoid_validation_and_resume(tmp
         members = json.loads((out / "toy" / "shadows" / f"shadow_{k}.json").read_text())["members"]
         assert set(members) <= set(data.splits["train"] + data.splits["test"])
         assert len(members) == len(data.splits["train"] + data.splits["test"]) // 2
-    assert np.isfinite(table["lira_auc"]).all()
+    assert np.isfinite(table["lira_auc"][:3]).all()
+    # the baselines on the same test windows as the models, the LOCF one by hand
+    test = data.part("test")
+    locf = masked_mse(locf_forecast(test.x, 2), test.y, test.mask).double().mean().item()
+    assert table["test_mse"][3] == pytest.approx(locf)
     assert (out / "roc-loss-toy.png").exists() and (out / "roc-lira-toy.png").exists()
     assert not (out / "checkpoints").exists() and not staging.exists()
     # run.json: every model, its guarantee (DP-SGD only), test MSE, and both attacks with their scores
     m = read_manifest(out)
-    assert m.kind == "study:tsf" and [e["name"] for e in m.models] == [f"toy: {lab}" for lab in table["method"]]
+    assert m.kind == "study:tsf" and [e["name"] for e in m.models] == [f"toy: {lab}" for lab in table["method"][:3]]
+    assert any(n.startswith("toy: dp-sgd eps=3: ") for n in m.notes) and m.baselines[0]["data"] == "toy"
     g = m.models[1]["guarantee"]
     assert g["unit"] == "patient" and g["n"] == len(data.part("train").patients()) and m.models[0]["guarantee"] is None
     assert [r["test MSE"] for r in m.metrics] == pytest.approx(list(table["test_mse"]))
     attacks = {a["file"]: json.loads((out / a["file"]).read_text()) for a in m.attacks}
     assert set(attacks) == {"attacks/loss.json", "attacks/lira.json"}
-    assert [r["AUC"][0] for r in attacks["attacks/loss.json"]["rows"]] == pytest.approx(list(table["loss_auc"]))
-    assert [r["AUC"][0] for r in attacks["attacks/lira.json"]["rows"]] == pytest.approx(list(table["lira_auc"]))
+    assert [r["AUC"][0] for r in attacks["attacks/loss.json"]["rows"]] == pytest.approx(list(table["loss_auc"][:3]))
+    assert [r["AUC"][0] for r in attacks["attacks/lira.json"]["rows"]] == pytest.approx(list(table["lira_auc"][:3]))
     html = tmp_path / "report.html"
     r = CliRunner().invoke(app, ["report", str(out), "--out", str(html)])
     assert r.exit_code == 0, r.output
@@ -230,7 +239,7 @@ def test_cli_quick_benchmark_runs(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     table = pd.read_csv(out / "table.csv")
     assert set(table["data"]) == {"mimic_demo", "pbcseq"}
-    assert len(table) == 10 and table["lira_auc"].notna().all()
+    assert len(table) == 10 + 8 and table["lira_auc"].notna().sum() == 10
     dp = table[table["method"].str.startswith("dp-sgd")]
     assert (dp["epsilon"] <= 3.0 + 1e-9).all()
 
@@ -239,3 +248,15 @@ def test_cli_names_a_bad_input(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dpcare.cli", "benchmark", "tsf", "--events", str(tmp_path / "x.csv"),
                         "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "--spec" in r.stderr
+
+
+def test_the_study_keeps_its_published_settings():
+    """The README's table was measured with the paper's direct parameterisation and these DP-SGD settings; the
+    recipe's defaults have changed since (residual forecaster, more steps), the study's have not."""
+    from dpcare.studies.tsf import published_settings
+
+    s = TsfBenchmark().settings
+    assert s == published_settings() and s.parameterisation == "direct"
+    assert (s.d_model, s.baseline_epochs, s.baseline_lr, s.dp_lr, s.dp_sampling_rate) == (64, 60.0, 5e-4, 2e-3, 0.25)
+    assert (s.dp.epochs, s.dp.clip_norm, s.dp.seed, s.dp.unit) == (15.0, 1.0, 0, "patient")
+    assert TsfBenchmark.quick().settings.form == "direct"

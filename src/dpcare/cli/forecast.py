@@ -41,12 +41,15 @@ def forecast_fit(
     budget: BudgetOption = None,
     settings: ForecastSettings = None,
 ) -> None:
-    """Train a forecaster on events; print test MSE, the guarantee (patient-level DP-SGD) and the attack."""
+    """Train a forecaster on events; print test MSE beside the baselines on the same test patients (last
+    observation carried forward, the declared mean: public; the pooled training mean: a reference), the
+    verdict, the guarantee (patient-level DP-SGD) and the attack."""
     from dpcare.exceptions import SettingsError, UnknownNameError
     from dpcare.privacy import guard_run
     from dpcare.runs import RunFolder
     from dpcare.timeseries import DATASETS, user_dataset
     from dpcare.timeseries.attacks import PRIV, loss_audit
+    from dpcare.timeseries.baselines import verdict_lines
     from dpcare.timeseries.recipe import KIND, fit, plan
 
     if (events is None) == (dataset is None):
@@ -76,12 +79,14 @@ def forecast_fit(
     model.write(run, data=data, attacks=attacks)
     g = model.guarantee
     row = {"method": settings.method, **{k: v for k, v in model.metrics.items() if k.startswith("test")},
-           f"{model.center_name()} test_mse": model.metrics["mean_forecast_test_mse"],
+           "baselines test_mse": {e["name"]: e["metrics"]["test MSE"] for e in model.baselines["baselines"]},
            "epsilon": g.epsilon if g else math.inf, "delta": g.delta if g else 0.0,
            "patients": {k: len(model.split[k]) for k in ("train", "validation", "test")}}
     typer.echo(json.dumps(row, indent=2, default=_json_float))
     typer.echo(g.describe() if g else "NO formal guarantee: a non-private model (the baseline or an augmentation "
                                       "defence).")
+    for line in verdict_lines(settings.method, model.baselines):
+        typer.echo(line)
     if audit:
         r = payload["rows"][0]
         typer.echo(f"LOSS attack: AUC {r['AUC'][0]:.3f} [{r['AUC'][1]:.3f}, {r['AUC'][2]:.3f}], TPR/FPR at the mean "

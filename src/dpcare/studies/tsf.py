@@ -33,6 +33,7 @@ from dpcare.exceptions import PrivacyParameterError, SettingsError, UnknownNameE
 from dpcare.io import torch_save, write_json
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder
+from dpcare.settings import DPSettings
 from dpcare.timeseries import Standardizer, TimeSeriesDataset, WindowSet, windows_for
 from dpcare.timeseries.attacks import (
     LIRA_TITLE,
@@ -43,6 +44,7 @@ from dpcare.timeseries.attacks import (
     lira_report,
     loss_attack_report,
 )
+from dpcare.timeseries.baselines import SHORT, compare_with_baselines, verdict_lines
 from dpcare.timeseries.recipe import (
     DEFENCES,
     METHODS,
@@ -59,6 +61,19 @@ from dpcare.timeseries.recipe import (
 )
 
 
+def published_settings() -> ForecastSettings:
+    """The settings of the README's published table, pinned (the recipe's defaults have changed since): the
+    paper's direct parameterisation (the forecaster predicts the values, not the change from the last
+    observation), d_model 64, the Baseline 60 epochs at Adam 5e-4, DP-SGD 15 epochs at q = 0.25 of the
+    training patients, Adam 2e-3, C = 1."""
+    return ForecastSettings(
+        parameterisation="direct", d_model=64, n_heads=4, baseline_epochs=60.0, baseline_batch_size=32, baseline_lr=5e-4,
+        dp_lr=2e-3, dp_sampling_rate=0.25, aug_epochs=8, aug_candidates=256, aug_lr=5e-4, alpha=0.75, mixup_beta=1.0,
+        pca_variance=0.70, zoo_mu_rel=0.05,
+        dp=DPSettings(epsilon=3.0, delta=None, accountant="pld", clip_norm=1.0, adaptive_clip=None, batch_size=8,
+                      epochs=15.0, steps=None, seed=0, unit="patient"))
+
+
 @dataclass
 class TsfBenchmark:
     datasets: tuple = ("mimic_demo", "pbcseq")  # names of bundled sets or TimeSeriesDataset objects
@@ -68,7 +83,7 @@ class TsfBenchmark:
     workers: int = 2  # parallel shadow processes: no effect on the results
     bootstrap: int = 200  # resamples of windows for the attacks' intervals
     patient_draws: int = 500  # resamples of patients for the AUC intervals
-    settings: ForecastSettings = field(default_factory=ForecastSettings)  # its dp.seed: splits, models, shadows
+    settings: ForecastSettings = field(default_factory=published_settings)  # its dp.seed: splits, models, shadows
 
     @property
     def seed(self) -> int:
@@ -77,7 +92,7 @@ class TsfBenchmark:
     @classmethod
     def quick(cls) -> TsfBenchmark:
         """Smoke size: tiny model, few epochs, one epsilon, 2 shadows (minutes on a laptop CPU)."""
-        base = ForecastSettings()
+        base = published_settings()
         settings = replace(base, d_model=16, n_heads=2, baseline_epochs=2, aug_epochs=2, aug_candidates=32,
                            dp=base.dp.replace(epochs=4))
         return cls(epsilons=(3.0,), shadows=2, settings=settings)
@@ -201,7 +216,7 @@ def _target(data: TsfData, labels: list[str], bench: TsfBenchmark, folder: Path,
 def _baseline(train: WindowSet, bench: TsfBenchmark, folder: Path, checkpoints: Path, progress: bool):
     """The target Baseline, trained once and kept (the defences all start from it)."""
     path = folder / "baseline.pt"
-    model = new_model(bench.settings, train)
+    model = new_model(bench.settings, train, private=False)
     if path.exists():
         model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         return model.eval()
@@ -284,10 +299,14 @@ def run_tsf_benchmark(bench: TsfBenchmark, out_dir: str | Path, progress: bool =
             run.write_json(f"{name}/lira.json", {lab: {k: v for k, v in r.items() if k != "scores"}
                                                   for lab, r in lira.items()})
         run.write_json(f"{name}/patient_intervals.json", patient_ci)
+        verdicts = _verdicts(data, targets, bench.seed)
         for lab in labels:
-            rows.append(_row(data, targets[lab], lira.get(lab), patient_ci[lab]))
+            rows.append(_row(data, targets[lab], lira.get(lab), patient_ci[lab]) | {"verdict": _word(verdicts[lab])})
+        baselines = verdicts[labels[0]]["baselines"]
+        rows += [{"data": name, "method": SHORT[e["name"]], "test_mse": e["metrics"]["test MSE"]} for e in baselines]
         _plots(data.name, targets, lira, run)
         _gather(parts, data, [targets[lab] for lab in labels], lira, patient_ci)
+        _gather_baselines(parts.manifest, name, labels, verdicts)
     table = pd.DataFrame(rows)
     run.write_text("table.csv", table.to_csv(index=False))
     run.write_text("table.md", markdown(table, bench))
@@ -317,6 +336,30 @@ def _gather(parts: _Parts, data: TsfData, targets: list[dict], lira: dict[str, d
         m.not_protected.append(f"{data.name}: standardisation statistics were fitted on the training patients, a "
                                "release outside every guarantee (DP-SGD refuses them; only non-private models use "
                                "them).")
+
+
+def _verdicts(data: TsfData, targets: dict[str, dict], seed: int) -> dict[str, dict]:
+    """Every target model against the baselines on the same test windows (its stored per-window test losses;
+    the paired bootstrap resamples test patients)."""
+    test, train = data.part("test"), data.part("train")
+    declared = data.standardizer.source == "declared"
+    return {lab: compare_with_baselines(-np.asarray(t["roc"]["nonmembers"], float), test, train, declared, seed)
+            for lab, t in targets.items()}
+
+
+def _word(result: dict) -> str:
+    return "beats" if result["beats"] else "no better"
+
+
+def _gather_baselines(m: Manifest, name: str, labels: list[str], verdicts: dict[str, dict]) -> None:
+    """One data set's baselines (metrics rows, ``baselines``) and every model's verdict (``notes``)."""
+    entries = verdicts[labels[0]]["baselines"]
+    m.metrics += [{"model": f"{name}: {SHORT[e['name']]}", **e["metrics"]} for e in entries]
+    m.baselines.append({"data": name, "baselines": [{k: v for k, v in e.items() if k != "comparison"}
+                                                    for e in entries],
+                        "verdicts": {lab: verdicts[lab]["baselines"] for lab in labels}})
+    for lab in labels:
+        m.notes += [f"{name}: {line}" for line in verdict_lines(lab, verdicts[lab]) if not line.startswith("reference")]
 
 
 def _manifest(parts: _Parts, run: RunFolder) -> Manifest:
@@ -358,13 +401,17 @@ def _plots(name: str, targets: dict[str, dict], lira: dict[str, dict], run: RunF
 
 
 def markdown(table: pd.DataFrame, bench: TsfBenchmark) -> str:
-    cols = ["data", "method", "epsilon", "test_mse", "priv", "loss_auc", "loss_auc_patient_ci", "loss_tpr_1pct",
+    cols = ["data", "method", "epsilon", "test_mse", "verdict", "priv", "loss_auc", "loss_auc_patient_ci", "loss_tpr_1pct",
             "lira_auc", "lira_auc_patient_ci", "lira_tpr_1pct"]
     cols = [c for c in cols if c in table]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in table.iterrows():
         lines.append("| " + " | ".join(_fmt(r[c]) for c in cols) + " |")
-    note = (f"\nShadows per LiRA: {bench.shadows}. AUC intervals: 95% bootstrap over PATIENTS (a patient's windows "
+    note = (f"\nverdict: against BOTH public baselines on the same test windows (last observation carried forward, "
+            "LOCF, and the declared mean), a paired bootstrap over test patients; 'beats' only if the 95% interval "
+            "of the test MSE improvement is above 0 against each. The pooled training mean reads the training "
+            "windows: a reference, not a public baseline. "
+            f"Shadows per LiRA: {bench.shadows}. AUC intervals: 95% bootstrap over PATIENTS (a patient's windows "
             "are correlated). epsilon: patient-level (add/remove one patient with all windows), "
             "from the run's ledger; empty = no formal guarantee (augmentation gives none).\n")
     return "\n".join(lines) + note
@@ -388,5 +435,5 @@ def _read(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-__all__ = ["ShadowTask", "TsfBenchmark", "method_labels", "needs_baseline", "run_shadow", "run_tsf_benchmark",
-           "train_methods"]
+__all__ = ["ShadowTask", "TsfBenchmark", "method_labels", "needs_baseline", "published_settings", "run_shadow",
+           "run_tsf_benchmark", "train_methods"]

@@ -7,6 +7,14 @@ conv, attention, LayerNorm, Linear d -> V) gives a memory M [B, T', V]; one deco
 of width V predicts the output window hour by hour from its own fed-back predictions
 (student forcing: gradients flow through them).
 
+With ``residual=True`` the forecaster predicts the CHANGE from each variable's last observed value of the
+input window (last observation carried forward, LOCF; the declared mean, 0, for a variable never observed):
+forecast = LOCF + skip(per variable: its last observed value, the mean of its observed values in the window,
+whether it was observed) + head(decoder output), with the skip (per variable, a linear change at every future
+step: e.g. the pull back towards the patient's level or the population mean) and the linear
+head initialised to zero, so that the untrained model IS the LOCF forecast and training (private or not)
+starts from that public baseline.
+
 For per-example DP (fast clipping): every trainable parameter lives in ``nn.Linear``,
 ``nn.LayerNorm`` or ``nn.Conv1d``; attention uses separate q/k/v/out ``nn.Linear``
 projections (no fused ``in_proj``); no layer uses batch statistics, and every layer is
@@ -34,6 +42,31 @@ def masked_mse(yhat: Tensor, y: Tensor, mask: Tensor) -> Tensor:
     sq = torch.where(m > 0, (yhat - y) ** 2, torch.zeros((), dtype=yhat.dtype, device=yhat.device))
     dims = tuple(range(1, yhat.dim()))
     return (sq * m).sum(dims) / m.sum(dims).clamp_min(1.0)
+
+
+def last_observed(x: Tensor) -> Tensor:
+    """Per window and variable the last observed value of input windows x [B, T, 2V] (values, then 0/1
+    masks): [B, V]; 0 (the declared mean in z-units) for a variable the window never observes."""
+    n_vars = x.shape[-1] // 2
+    values, seen = x[..., :n_vars], x[..., n_vars:] > 0
+    steps = torch.arange(1, x.shape[1] + 1, device=x.device).view(1, -1, 1)
+    last = torch.where(seen, steps, torch.zeros_like(steps)).amax(dim=1)  # 1-based; 0 = never observed
+    value = values.gather(1, (last - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
+    return torch.where(last > 0, value, torch.zeros_like(value))
+
+
+def window_mean(x: Tensor) -> Tensor:
+    """Per window and variable the mean of the observed values of input windows x [B, T, 2V]: [B, V]; 0 (the
+    declared mean) for a variable the window never observes."""
+    n_vars = x.shape[-1] // 2
+    values, seen = x[..., :n_vars], x[..., n_vars:]
+    return (values * seen).sum(dim=1) / seen.sum(dim=1).clamp_min(1.0)
+
+
+def locf_forecast(x: Tensor, output_len: int) -> Tensor:
+    """Last observation carried forward: every future step of a window forecast by :func:`last_observed`,
+    [B, output_len, V]."""
+    return last_observed(x).unsqueeze(1).expand(-1, output_len, -1)
 
 
 def sinusoidal_positions(length: int, dim: int) -> Tensor:
@@ -122,7 +155,7 @@ class Forecaster(nn.Module):
 
     def __init__(self, n_vars: int, input_len: int = 24, output_len: int = 24,
                  d_model: int = 64, n_heads: int = 4, d_ff: int | None = None,
-                 dropout: float = 0.0, decoder_ff: int | None = None):
+                 dropout: float = 0.0, decoder_ff: int | None = None, residual: bool = False):
         super().__init__()
         self.n_vars, self.input_len, self.output_len = n_vars, input_len, output_len
         self.d_model = d_model
@@ -138,6 +171,15 @@ class Forecaster(nn.Module):
         self.encoder_norm = nn.LayerNorm(d_model)
         self.to_memory = nn.Linear(d_model, n_vars)
         self.decoder = DecoderLayer(n_vars, 1, decoder_ff or 4 * n_vars, dropout)
+        self.residual = residual
+        if residual:  # created last: a direct forecaster's initialisation is unchanged
+            # per variable (a grouped 1x1 convolution: few parameters, little noise under DP-SGD): its last
+            # value, its window mean and whether it was observed -> its change at every future step
+            self.skip = nn.Conv1d(3 * n_vars, n_vars * output_len, 1, groups=n_vars)
+            self.head = nn.Linear(n_vars, n_vars)  # decoder output -> change
+            for layer in (self.skip, self.head):
+                nn.init.zeros_(layer.weight)
+                nn.init.zeros_(layer.bias)
 
     def embed(self, x: Tensor) -> Tensor:
         """Conv token embedding plus sinusoidal positions: E [B, T_in, d]."""
@@ -155,7 +197,10 @@ class Forecaster(nn.Module):
         return self.to_memory(self.encoder_norm(h))
 
     def from_embedding(self, e: Tensor, output_len: int | None = None) -> Tensor:
-        """Forecast [B, T_out, V] from embeddings; predictions are fed back (student forcing)."""
+        """Forecast [B, T_out, V] from embeddings; predictions are fed back (student forcing). A residual
+        forecaster returns the forecast CHANGE from the last observation (its head applied to the decoder's
+        outputs): :meth:`forward` adds the last observation, embedding-space users compare it with
+        ``y - LOCF`` (:meth:`target`)."""
         memory = self.encode(e)
         seq = memory.new_zeros(e.shape[0], 1, self.n_vars)
         preds = []
@@ -164,11 +209,34 @@ class Forecaster(nn.Module):
             preds.append(pred)
             if step + 1 < (output_len or self.output_len):
                 seq = torch.cat([seq, pred], dim=1)
-        return torch.cat(preds, dim=1)
+        out = torch.cat(preds, dim=1)
+        return self.head(out) if self.residual else out
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.from_embedding(self.embed(x))
+        out = self.from_embedding(self.embed(x))
+        return self.anchor(x) + out if self.residual else out
+
+    def anchor(self, x: Tensor) -> Tensor:
+        """A residual forecaster's forecast before the decoder: LOCF plus the skip's change, [B, T_out, V]."""
+        last = last_observed(x)
+        seen = (x[..., self.n_vars:] > 0).any(dim=1).to(x.dtype)
+        features = torch.stack([last, window_mean(x), seen], dim=2).reshape(len(x), 3 * self.n_vars, 1)
+        change = self.skip(features).view(len(x), self.n_vars, self.output_len).transpose(1, 2)
+        return last.unsqueeze(1) + change
+
+    def target(self, x: Tensor, y: Tensor) -> Tensor:
+        """What :meth:`from_embedding` forecasts for windows x with targets y: y itself, or for a residual
+        forecaster y minus :meth:`anchor` (a constant: the masked MSE of ``from_embedding`` against it equals
+        that of :meth:`forward` against y, and embedding-space training, which freezes the skip, sees the
+        same loss)."""
+        if not self.residual:
+            return y
+        with torch.no_grad():
+            return y - self.anchor(x)
 
     def embedding_parameters(self) -> Iterator[nn.Parameter]:
-        """Parameters of the conv token embedding (frozen during augmentation retraining)."""
-        return self.token_embedding.parameters()
+        """Parameters that read the windows x rather than their embedding (frozen during augmentation
+        retraining): the conv token embedding, and a residual forecaster's skip."""
+        yield from self.token_embedding.parameters()
+        if self.residual:
+            yield from self.skip.parameters()

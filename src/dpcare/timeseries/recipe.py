@@ -15,7 +15,10 @@ Data flow and what each step may read:
   its expected batch is ``dp_sampling_rate`` x the training patients of the split (a public count);
   delta defaults to 1/P^1.1 over those P training patients;
 - defences select epochs on the VALIDATION patients; the attacks use the training windows (members) and
-  the TEST patients' windows (non-members), which no selection step has seen.
+  the TEST patients' windows (non-members), which no selection step has seen;
+- every run is scored against the forecasts that need no private data on the SAME test windows
+  (:mod:`dpcare.timeseries.baselines`: last observation carried forward and the declared mean, a verdict
+  against each resampling test patients; the pooled training mean as a reference that reads the training data).
 """
 
 from __future__ import annotations
@@ -41,10 +44,11 @@ from dpcare.timeseries.augment import (
     embedding_losses,
     retrain_with_augmentation,
 )
+from dpcare.timeseries.baselines import POOLED, compare_with_baselines, summarise, verdict_lines
 from dpcare.timeseries.binning import BinnedStays, Standardizer, bin_events
 from dpcare.timeseries.datasets import DATASETS, TimeSeriesDataset, events_dataset, load_events
 from dpcare.timeseries.events import validate_events
-from dpcare.timeseries.model import Forecaster, masked_mse
+from dpcare.timeseries.model import Forecaster
 from dpcare.timeseries.objective import ForecastLoss
 from dpcare.timeseries.settings import (
     DEFENCES,
@@ -187,16 +191,24 @@ def require_declared(dataset: TimeSeriesDataset) -> None:
 
 
 # --------------------------------------------------------------------------- training
-def new_model(settings: ForecastSettings, ws: WindowSet) -> Forecaster:
+def new_model(settings: ForecastSettings, ws: WindowSet, private: bool | None = None) -> Forecaster:
+    """A forecaster from a seeded random initialisation (a residual one starts as LOCF) in the parameterisation
+    of a DP-SGD (``private``; default: ``settings.private``) or a non-private run. Under the linear
+    parameterisation only the per-variable skip is trainable: the engine trains (and noises) nothing else."""
+    form = settings.form_for(settings.private if private is None else private)
     torch.manual_seed(settings.dp.seed)
-    return Forecaster(len(ws.variables), int(ws.x.shape[1]), int(ws.y.shape[1]), d_model=settings.d_model,
-                      n_heads=settings.n_heads)
+    model = Forecaster(len(ws.variables), int(ws.x.shape[1]), int(ws.y.shape[1]), d_model=settings.d_model,
+                       n_heads=settings.n_heads, residual=form != "direct")
+    if form == "linear":
+        for name, p in model.named_parameters():
+            p.requires_grad_(name.startswith("skip."))
+    return model
 
 
 def train_baseline(train: WindowSet, settings: ForecastSettings, progress: bool = False,
                    checkpoint_dir: str | None = None) -> Forecaster:
     """Non-private training on the training windows (Adam, masked MSE)."""
-    model = new_model(settings, train)
+    model = new_model(settings, train, private=False)
     cfg = TrainConfig(batch_size=settings.baseline_batch_size, epochs=settings.baseline_epochs,
                       lr=settings.baseline_lr, seed=settings.dp.seed, progress=progress, checkpoint_dir=checkpoint_dir)
     Trainer(model, ForecastLoss(private=False), cfg).fit(train.tensors())
@@ -219,7 +231,7 @@ def dp_sgd(train: WindowSet, settings: ForecastSettings, standardizer: Standardi
     dp = settings.dp.replace(batch_size=dp_batch_size(settings, units if patients is None else patients))
     cfg = TrainConfig.from_dp(dp, private=True, lr=settings.dp_lr, progress=progress, checkpoint_dir=checkpoint_dir,
                               max_physical_batch=256)
-    model = new_model(settings, train)
+    model = new_model(settings, train, private=True)
     result = Trainer(model, ForecastLoss(private=True), cfg, ledger).fit(train.tensors(), groups=train.groups())
     return model, result
 
@@ -248,16 +260,23 @@ def train_defended(baseline: Forecaster, train: WindowSet, validation: WindowSet
     cfg = AugmentConfig(method=s.method, alpha=s.alpha, beta=s.mixup_beta, pca_variance=s.pca_variance,
                         mu=mu, zoo_lr=10 * mu, candidates_per_epoch=s.aug_candidates,
                         max_epochs=s.aug_epochs, lr=s.aug_lr, seed=s.dp.seed)
-    result = retrain_with_augmentation(model, train.tensors(), validation.tensors(), cfg, progress=progress)
+    result = retrain_with_augmentation(model, embedding_tensors(model, train), embedding_tensors(model, validation),
+                                       cfg, progress=progress)
     accepted = sum(r.accepted for r in result.history[1:])
     return result.model, {"epochs": len(result.history) - 1, "accepted_epochs": accepted, "mu": mu,
                           "pca_components": result.pca_components, "history": result.history_dicts()}
 
 
+def embedding_tensors(model: Forecaster, ws: WindowSet) -> dict[str, torch.Tensor]:
+    """Windows for embedding-space training: x, the target the model's embedding path forecasts (y, or for a
+    residual forecaster y minus its LOCF-plus-skip anchor, the skip being frozen there) and the mask."""
+    return {"x": ws.x, "y": model.target(ws.x, ws.y), "mask": ws.mask}
+
+
 def window_losses(model: Forecaster, ws: WindowSet, batch: int = 512) -> np.ndarray:
     """Masked MSE of every window (eval mode, no gradients)."""
     e = embed_windows(model, ws.x, batch)
-    return embedding_losses(model, e, ws.y, ws.mask, batch).numpy().astype(float)
+    return embedding_losses(model, e, model.target(ws.x, ws.y), ws.mask, batch).numpy().astype(float)
 
 
 # --------------------------------------------------------------------------- the fitted model
@@ -269,7 +288,8 @@ class ForecastModel:
     """A fitted forecaster with what ``forecast`` needs on new patients' events (standardizer with its
     declared or fitted statistics, variables, step, window lengths), the guarantee (None: none) and ledger,
     metrics (masked MSE in z-units), the patient split and run facts. ``prepared`` (not saved) holds the
-    windows it was fitted on, for an audit in the same process."""
+    windows it was fitted on, for an audit in the same process. ``baselines``: the baselines' test MSE on the
+    same test windows and the verdict (:func:`dpcare.timeseries.baselines.compare_with_baselines`)."""
 
     settings: ForecastSettings
     model: Forecaster
@@ -285,6 +305,7 @@ class ForecastModel:
     info: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     prepared: TsfData | None = field(default=None, repr=False)
+    baselines: dict[str, Any] | None = None  # the baselines on the same test windows and the verdict
 
     # ----------------------------------------------------------------- forecasting
     def forecast(self, events: pd.DataFrame | str | os.PathLike, layout: str = "canonical") -> pd.DataFrame:
@@ -331,9 +352,12 @@ class ForecastModel:
         m.add_model(method, g.to_dict() if g else None, self.ledger.state_dict() if self.ledger is not None else None,
                     note="" if g else NO_GUARANTEE)
         m.metrics = [{"model": method, **{name: self.metrics[k] for k, name in METRICS.items() if k in self.metrics}}]
-        if "mean_forecast_test_mse" in self.metrics:
-            m.metrics.append({"model": f"{self.center_name()} (public forecast)",
-                              "test MSE": self.metrics["mean_forecast_test_mse"]})
+        if self.baselines is not None:
+            b = self.baselines
+            m.baselines = list(b["baselines"])
+            m.metrics += [{"model": f"{'public baseline' if e['public'] else 'reference'}: {e['name']}", **e["metrics"]}
+                          for e in b["baselines"]]
+            m.notes += verdict_lines(method, b)
         m.settings["info"] = {k: v for k, v in self.info.items() if k != "history"}
         m.not_protected = [f"{SPLIT_FILE} names the training (member) and held-out patients: patient identifiers, "
                            f"kept in the run folder for audits only; share {MODEL_FILE} and run.json, not it."]
@@ -343,13 +367,14 @@ class ForecastModel:
                 "patients are outside the guarantee, which covers the training patients.",
                 "The guarantee's n is the number of training patients with at least one window (those the engine "
                 "samples): an exact count, published as every guarantee publishes n."]
+        if self.baselines is not None and g is not None:
+            m.not_protected.append(f"The reference '{POOLED}' is the mean of the training patients' targets: its test "
+                                   "MSE is a statistic of the training data outside the guarantee (a reference for "
+                                   "the reader, not a public baseline and not part of the released model).")
         if self.standardizer.source != "declared":
             m.not_protected.append("Standardisation statistics were fitted on the training patients (no declared "
                                    f"center/scale): a release outside every guarantee, stored in {MODEL_FILE}.")
         return m
-
-    def center_name(self) -> str:
-        return "declared center" if self.standardizer.source == "declared" else "training mean"
 
     def write(self, run: RunFolder, data: dict[str, Any] | None = None,
               attacks: Sequence[dict[str, str]] = ()) -> Path:
@@ -358,7 +383,7 @@ class ForecastModel:
             "model": self.model.state_dict(),
             "config": {"n_vars": self.model.n_vars, "input_len": self.model.input_len,
                        "output_len": self.model.output_len, "d_model": self.settings.d_model,
-                       "n_heads": self.settings.n_heads},
+                       "n_heads": self.settings.n_heads, "residual": self.model.residual},
             "standardizer": {"center": self.standardizer.center, "scale": self.standardizer.scale,
                              "source": self.standardizer.source},
             "variables": list(self.variables), "step": self.step, "window": dict(self.window), "clip_z": self.clip_z})
@@ -383,6 +408,8 @@ class ForecastModel:
         saved = torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=True)
         settings = dict(manifest.settings)
         info = settings.pop("info", {})
+        if not saved["config"].get("residual", False):  # a run saved before the setting: the paper's forecaster
+            settings.setdefault("parameterisation", "direct")
         model = Forecaster(**saved["config"])
         model.load_state_dict(saved["model"])
         model.eval()
@@ -390,14 +417,15 @@ class ForecastModel:
         entry = manifest.models[0]
         names = {name: k for k, name in METRICS.items()}
         metrics = {names[k]: v for k, v in manifest.metrics[0].items() if k in names}
-        if len(manifest.metrics) > 1:
-            metrics["mean_forecast_test_mse"] = manifest.metrics[1]["test MSE"]
+        baselines = summarise(manifest.baselines, manifest.data.get("windows", {}).get("test"),
+                              manifest.data.get("patients_with_windows", {}).get("test")) if manifest.baselines else None
         split_path = folder / SPLIT_FILE
         return cls(ForecastSettings.from_dict(settings), model, Standardizer(st["center"], st["scale"], st["source"]),
                    tuple(saved["variables"]), saved["step"], dict(saved["window"]), float(saved["clip_z"]),
                    Guarantee.from_dict(entry["guarantee"]) if entry["guarantee"] else None,
                    PrivacyLedger.from_state_dict(entry["ledger"]) if entry["ledger"] else None, metrics,
-                   json.loads(split_path.read_text()) if split_path.exists() else {}, info, dict(manifest.data))
+                   json.loads(split_path.read_text()) if split_path.exists() else {}, info, dict(manifest.data),
+                   baselines=baselines)
 
 
 # --------------------------------------------------------------------------- fitting
@@ -432,7 +460,8 @@ def fit(data: str | TimeSeriesDataset | pd.DataFrame, settings: ForecastSettings
         spec: str | os.PathLike | dict | None = None, checkpoint_dir: str | None = None,
         progress: bool = True) -> ForecastModel:
     """Train ``settings.method`` on the training patients (64% of the data set's patients) and score it
-    on the validation (16%) and test (20%) patients (masked MSE of every window, z-units)."""
+    on the validation (16%) and test (20%) patients (masked MSE of every window, z-units), and against the
+    baselines on the same test windows (``ForecastModel.baselines``: the verdict)."""
     settings = settings or ForecastSettings()
     dataset = as_dataset(data, spec)
     if settings.private:
@@ -458,14 +487,16 @@ def fit(data: str | TimeSeriesDataset | pd.DataFrame, settings: ForecastSettings
         info = {}
         if settings.method in DEFENCES:
             model, info = train_defended(model, train, parts["validation"], settings, progress)
-    metrics = {f"{s}_mse": float(window_losses(model, parts[s]).mean()) for s in SPLIT_NAMES}
-    test = parts["test"]
-    metrics["mean_forecast_test_mse"] = float(masked_mse(torch.zeros_like(test.y), test.y, test.mask).mean())
+    losses = {s: window_losses(model, parts[s]) for s in SPLIT_NAMES}
+    metrics = {f"{s}_mse": float(losses[s].mean()) for s in SPLIT_NAMES}
+    # the baselines on the SAME test windows, the verdict resampling test patients
+    baselines = compare_with_baselines(losses["test"], parts["test"], train,
+                                       declared=prepared.standardizer.source == "declared", seed=settings.dp.seed)
     split = {"seed": settings.dp.seed, "fractions": list(FRACTIONS), "patients": len(population),
              **{s: prepared.splits[s] for s in SPLIT_NAMES}}
     return ForecastModel(settings, model.eval(), prepared.standardizer, tuple(prepared.windows.variables),
                          prepared.step, dict(prepared.window), CLIP_Z, guarantee, ledger, metrics, split, info,
-                         prepared.summary(), prepared)
+                         prepared.summary(), prepared, baselines)
 
 
 __all__ = ["CLIP_Z", "DEFENCES", "FRACTIONS", "METHODS", "SPLIT_NAMES", "ForecastModel", "ForecastSettings",

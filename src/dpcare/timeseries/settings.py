@@ -10,6 +10,7 @@ from dpcare.settings import DPSettings, Settings, setting
 
 DEFENCES = ("zoo", "zoo_pca", "mixup")
 METHODS = ("baseline", "dp-sgd", *DEFENCES)
+PARAMETERISATIONS = ("direct", "residual", "linear")
 
 
 def _default_dp() -> DPSettings:
@@ -23,6 +24,13 @@ class ForecastSettings(Settings):
     method: str = setting("dp-sgd", kind="choice", choices=METHODS,
                           help="baseline (non-private), dp-sgd (patient-level DP: the only one with a guarantee), "
                                "or an augmentation defence of the baseline (zoo, zoo_pca, mixup: no guarantee)")
+    parameterisation: str | None = setting(
+        None, kind="choice", choices=PARAMETERISATIONS, none=True,
+        none_means="linear for dp-sgd, residual for the other methods",
+        help="direct: the transformer forecasts the values (the paper's); residual: last observation carried forward "
+             "plus a per-variable linear change and the transformer's, both from zero (the untrained forecaster IS "
+             "last observation carried forward); linear: residual with the linear change alone trained (few "
+             "parameters: what DP-SGD can learn from few patients)")
     d_model: int = setting(64, kind="integer", low=1, help="width of the forecaster's embedding and encoder")
     n_heads: int = setting(4, kind="integer", low=1, help="attention heads of the encoder (must divide --d-model)")
     baseline_epochs: float = setting(60.0, low=0, open_low=True,
@@ -57,6 +65,9 @@ class ForecastSettings(Settings):
         if self.dp.unit != "patient":
             raise SettingsError("the forecasting recipe protects patients (unit patient: all windows of a patient "
                                 f"sampled and clipped together), got unit = {self.dp.unit!r}")
+        if self.method in DEFENCES and self.form == "linear":
+            raise SettingsError(f"the {self.method} defence fine-tunes the transformer in embedding space, which the "
+                                "linear parameterisation does not train: use --parameterisation residual or direct")
         if self.d_model % self.n_heads:
             raise SettingsError(f"d_model must be divisible by n_heads, got d_model = {self.d_model}, "
                                 f"n_heads = {self.n_heads}")
@@ -64,6 +75,18 @@ class ForecastSettings(Settings):
     @property
     def private(self) -> bool:
         return self.method == "dp-sgd"
+
+    @property
+    def form(self) -> str:
+        """The parameterisation of this method's forecaster (``parameterisation``, or the method's default)."""
+        return self.form_for(self.private)
+
+    def form_for(self, private: bool) -> str:
+        """The parameterisation of a DP-SGD (``private``) or a non-private forecaster under these settings (the
+        defences start from a non-private Baseline, whatever ``method`` is)."""
+        if self.parameterisation is not None:
+            return self.parameterisation
+        return "linear" if private else "residual"
 
     def window(self) -> dict[str, int | None]:
         return {"input_len": self.input_len, "output_len": self.output_len, "stride": self.stride}
@@ -82,4 +105,4 @@ def dp_batch_size(settings: ForecastSettings, patients: int) -> int:
     return settings.dp.batch_size if rate is None else max(1, round(rate * patients))
 
 
-__all__ = ["DEFENCES", "METHODS", "ForecastSettings", "dp_batch_size", "with_method"]
+__all__ = ["DEFENCES", "METHODS", "PARAMETERISATIONS", "ForecastSettings", "dp_batch_size", "with_method"]
