@@ -1,0 +1,24 @@
+"""The main job (`dpcare demo`) as a study over the tabular recipe: one run folder per method and seed, the
+summary with each method's public baseline, its own run.json, resume and refusal of a non-empty folder."""
+
+import pytest
+
+from dpcare.exceptions import SettingsError
+from dpcare.runs import read_manifest
+from dpcare.studies.demo import run_demo
+
+
+def test_demo_study_writes_runs_baselines_and_its_manifest(tmp_path):
+    out = tmp_path / "demo"
+    summary = run_demo(out, epsilon=1.0, seeds=1, epochs=0.2, methods=("dp-sgd", "feature-dp"), progress=False)
+    assert list(summary["method"]) == ["dp-sgd", "feature-dp"]
+    assert list(summary["baseline"]) == ["constant", "public columns"]
+    m = read_manifest(out)
+    assert m.kind == "study:demo" and [x["name"] for x in m.models] == ["dp-sgd-seed0", "feature-dp-seed0"]
+    assert all(x["guarantee"]["epsilon"] <= 1.0 + 1e-6 for x in m.models)
+    for name in ("dp-sgd-seed0", "feature-dp-seed0"):
+        assert read_manifest(out / "runs" / name).kind == "tabular"
+    table = (out / "results.md").read_text()
+    assert "public baseline AUPRC" in table and "seeds |" in table
+    with pytest.raises(SettingsError, match="is not empty"):
+        run_demo(out, seeds=1, epochs=0.2, methods=("dp-sgd",), progress=False)
