@@ -42,7 +42,7 @@ def table():
 def test_undeclared_private_bounds_need_a_ledger_and_a_budget(table):
     schema = schema_without(age="bounds")
     for kwargs in ({}, {"ledger": FakeLedger(1e-5)}, {"stats_epsilon": 1.0}):
-        with pytest.raises(ValueError, match=r"\['age'\].*declare bounds in the spec, or pass a ledger"):
+        with pytest.raises(ValueError, match=r"\['age'\].*declare bounds in the spec, or give a DP budget"):
             TableEncoder(schema, protect="private").fit(table, **kwargs)
     with pytest.raises(ValueError, match="delta"):  # calibration needs the ledger's delta
         TableEncoder(schema, protect="private").fit(table, ledger=FakeLedger(), stats_epsilon=1.0)

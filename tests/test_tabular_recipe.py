@@ -356,6 +356,7 @@ def test_a_resumed_run_takes_over_its_own_reservation(tmp_path):
     settings = TabularSettings(method="dp-sgd", dp=DPSettings(epsilon=1.0, **FAST_DP), **SMALL)
     planned = __import__("dpcare.tabular", fromlist=["plan"]).plan(SCHEMA, settings, 400)
     run = RunFolder(tmp_path / "r", "tabular", settings.to_dict())
+    run.path("checkpoints/checkpoint.pt").write_text("state")  # it trained a while, then was killed
     with pytest.raises(KeyboardInterrupt):
         with guard_run(budget.path, planned, run_id=run.run_id, command="train"):
             raise KeyboardInterrupt("killed")
