@@ -77,7 +77,7 @@ def test_methods_are_those_of_the_engine_registry():
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(dp=DPSettings(unit="example")), "dp.unit must be 'patient'"),
+    (dict(dp=DPSettings(unit="example")), "unit must be 'patient', got unit = 'example'"),
     (dict(dp=DPSettings(unit="patient", steps=10)), "set epochs, not steps"),
     (dict(dp=DPSettings(unit="patient", epochs=1.5)), "whole number"),
     (dict(method="magic"), "method must be one of"),

@@ -209,4 +209,11 @@ class DPSettings(Settings):
                         help="privacy unit: example (one row) or patient (all of a patient's rows together)")
 
 
-__all__ = ["ACCOUNTANTS", "UNITS", "DPSettings", "Rule", "Settings", "check", "from_dict", "rules", "setting", "to_dict"]
+def require_unit(dp: DPSettings, unit: str, why: str) -> None:
+    """A recipe's privacy unit: ``dp.unit`` must be ``unit`` (``why``: what that unit covers there, in words)."""
+    if dp.unit != unit:
+        raise SettingsError(f"{why}: unit must be {unit!r}, got unit = {dp.unit!r}")
+
+
+__all__ = ["ACCOUNTANTS", "UNITS", "DPSettings", "Rule", "Settings", "check", "from_dict", "require_unit", "rules",
+           "setting", "to_dict"]

@@ -48,7 +48,7 @@ from dpcare.images.grid import save_grid
 from dpcare.images.settings import DiffusionSettings
 from dpcare.images.unet import UNet
 from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, default_delta
-from dpcare.runs import Manifest, RunFolder, read_manifest
+from dpcare.runs import Manifest, RunFolder, read_run_of_kind
 
 KIND = "images"
 MODEL_FILE = "model.pt"
@@ -287,12 +287,8 @@ class DiffusionModel:
     def load(cls, folder: str | os.PathLike) -> DiffusionModel:
         """A model saved by :meth:`save` or ``dpcare images fit`` (works in a fresh process)."""
         folder = Path(folder)
-        manifest = read_manifest(folder)
-        if manifest.kind != KIND:
-            raise DataError(f"{folder} holds a {manifest.kind!r} run, not a diffusion model ({KIND!r})")
+        manifest, settings, info = read_run_of_kind(folder, KIND, "a diffusion model")
         saved = torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=True)
-        settings = dict(manifest.settings)
-        info = settings.pop("info", {})
         c = saved["unet_config"]
         unet = UNet(c["channels"], c["size"], tuple(c["widths"]), c["n_classes"], c["emb_dim"])
         unet.load_state_dict(saved["unet"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dpcare.exceptions import SettingsError
-from dpcare.settings import DPSettings, Settings, setting
+from dpcare.settings import DPSettings, Settings, require_unit, setting
 
 #: the five methods (the same names as :class:`dpcare.images.diffusion.DiffusionObjective`)
 METHODS = ("non-private", "public", "dp", "fdp-dpsgd", "fdp-alg1")
@@ -66,9 +66,7 @@ class DiffusionSettings(Settings):
         self.unet_widths  # noqa: B018 - parses and checks the widths
         if self.blur_kernel % 2 == 0:
             raise SettingsError(f"blur_kernel must be an odd integer >= 1, got blur_kernel = {self.blur_kernel}")
-        if self.dp.unit != "example":
-            raise SettingsError(f"the diffusion recipe's privacy unit is one image (unit example), got unit = "
-                                f"{self.dp.unit!r}")
+        require_unit(self.dp, "example", "the diffusion recipe's privacy unit is one image")
 
     @property
     def unet_widths(self) -> tuple[int, ...]:

@@ -11,8 +11,9 @@ from dpcare.runs.manifest import (
     is_run_folder,
     read_attacks,
     read_manifest,
+    read_run_of_kind,
 )
 
 __all__ = ["CHECKPOINTS", "FORMAT", "MANIFEST", "Manifest", "RunFolder", "abandon_unwritten", "attach_attack",
            "check_output",
-           "fingerprint", "is_run_folder", "read_attacks", "read_manifest"]
+           "fingerprint", "is_run_folder", "read_attacks", "read_manifest", "read_run_of_kind"]

@@ -100,6 +100,18 @@ def read_manifest(folder: str | os.PathLike) -> Manifest:
     return Manifest.from_dict(d)
 
 
+def read_run_of_kind(folder: str | os.PathLike, kind: str, what: str) -> tuple[Manifest, dict[str, Any],
+                                                                                  dict[str, Any]]:
+    """The manifest of a finished run of ``kind`` (a saved model being loaded), its settings and the run facts
+    kept under ``settings["info"]``; another kind of run is an error naming both (``what``: the model, in
+    words)."""
+    manifest = read_manifest(folder)
+    if manifest.kind != kind:
+        raise DataError(f"{folder} holds a {manifest.kind!r} run, not {what} ({kind!r})")
+    settings = dict(manifest.settings)
+    return manifest, settings, settings.pop("info", {})
+
+
 def read_attacks(folder: str | os.PathLike, manifest: Manifest) -> list[dict[str, Any]]:
     """The attack files the manifest lists, each checked to belong to this run."""
     out = []
@@ -126,4 +138,5 @@ def attach_attack(folder: str | os.PathLike, name: str, payload: dict[str, Any])
     return path
 
 
-__all__ = ["FORMAT", "MANIFEST", "Manifest", "attach_attack", "is_run_folder", "read_attacks", "read_manifest"]
+__all__ = ["FORMAT", "MANIFEST", "Manifest", "attach_attack", "is_run_folder", "read_attacks", "read_manifest",
+           "read_run_of_kind"]

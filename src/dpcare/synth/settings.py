@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpcare.exceptions import SettingsError
-from dpcare.settings import DPSettings, Settings, from_dict, setting, to_dict
+from dpcare.settings import DPSettings, Settings, from_dict, require_unit, setting, to_dict
 
 MODES = ("dp-2stage-u", "dp-2stage-o", "dp-standard", "non-private")
 ORDERS = ("target-first", "shuffle")
@@ -127,9 +127,8 @@ class SynthSettings(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.dp.unit != "example":
-            raise SettingsError("the synthesizer protects rows (unit example): a table with several rows per patient "
-                                f"needs one row per patient; got unit = {self.dp.unit!r}")
+        require_unit(self.dp, "example", "the synthesizer protects rows (a table with several rows per patient needs "
+                                         "one row per patient)")
         if self.mode == "non-private" and self.dp.adaptive_clip is not None:
             raise SettingsError("adaptive_clip is a private mechanism: non-private mode clips nothing; leave it unset")
 

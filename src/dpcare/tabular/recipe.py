@@ -38,9 +38,16 @@ from dpcare.fusion import Imputer, make_imputer
 from dpcare.methods import DPSGD, FeatureDP, LabelDP, NonPrivate
 from dpcare.methods.fusion import HYBRID_METHODS
 from dpcare.models import TabularMLP
-from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, check_delta, default_delta
+from dpcare.privacy import (
+    NEIGHBOURING,
+    Guarantee,
+    PrivacyLedger,
+    ProtectedUnit,
+    check_delta,
+    default_delta,
+)
 from dpcare.registry import Registry
-from dpcare.runs import Manifest, RunFolder, read_manifest
+from dpcare.runs import Manifest, RunFolder, read_run_of_kind
 from dpcare.tabular.settings import METHOD_NAMES, TabularSettings
 
 SPLITS = {"train": 0.8, "val": 0.1, "test": 0.1}
@@ -263,12 +270,8 @@ class TabularModel:
     def load(cls, folder: str | os.PathLike) -> TabularModel:
         """A model saved by :meth:`save` or ``dpcare train`` (in eval mode)."""
         folder = Path(folder)
-        manifest = read_manifest(folder)
-        if manifest.kind != "tabular":
-            raise DataError(f"{folder} holds a {manifest.kind!r} run, not a tabular model")
+        manifest, settings, info = read_run_of_kind(folder, "tabular", "a tabular model")
         saved = torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=False)
-        settings = manifest.settings
-        info = settings.pop("info", {})
         encoder = TableEncoder.from_state_dict(saved["encoder"])
         model = TabularMLP(**saved["model_config"])
         model.load_state_dict(saved["model"])

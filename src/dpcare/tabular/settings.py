@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dpcare.exceptions import SettingsError
-from dpcare.settings import DPSettings, Settings, setting
+from dpcare.settings import DPSettings, Settings, require_unit, setting
 
 #: the methods of :data:`dpcare.tabular.recipe.METHODS`, in its order
 METHOD_NAMES = ("non-private", "dp-sgd", "feature-dp", "label-dp", "naive-fusion", "naive-fusion-pub",
@@ -43,9 +42,8 @@ class TabularSettings(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.dp.unit != "example":
-            raise SettingsError("the tabular recipe protects rows (unit example): a table with several rows per "
-                                "patient needs one row per patient, or the event/notes recipes")
+        require_unit(self.dp, "example", "the tabular recipe protects rows (a table with several rows per patient "
+                                         "needs one row per patient, or the event and notes recipes)")
 
     @property
     def private(self) -> bool:

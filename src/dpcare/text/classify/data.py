@@ -31,10 +31,10 @@ import torch
 
 from dpcare.exceptions import DataError, SpecError
 from dpcare.io import torch_save, write_json
-from dpcare.text.views.masking import MaskedNote, SpanMasker
 from dpcare.text.classify.multilabel import LabelSet
-from dpcare.text.spans import Note
 from dpcare.text.classify.vocab import Vocab, tokenize, word_vectors
+from dpcare.text.spans import Note
+from dpcare.text.views.masking import MaskedNote, SpanMasker
 from dpcare.timeseries.windows import split_patients
 
 log = logging.getLogger(__name__)

@@ -39,7 +39,7 @@ from dpcare.exceptions import DataError, SettingsError
 from dpcare.methods import DPSGD, NonPrivate
 from dpcare.methods.fusion import HYBRID_METHODS
 from dpcare.privacy import Guarantee, PrivacyLedger, ProtectedUnit
-from dpcare.runs import Manifest, RunFolder, read_manifest
+from dpcare.runs import Manifest, RunFolder, read_run_of_kind
 from dpcare.text.classify.caml import CAML
 from dpcare.text.classify.data import (
     PLACEHOLDER,
@@ -299,12 +299,8 @@ class NoteClassifier:
     def load(cls, folder: str | os.PathLike) -> NoteClassifier:
         """A classifier saved by :meth:`save` or ``dpcare text classify`` (in eval mode), in any process."""
         folder = Path(folder)
-        manifest = read_manifest(folder)
-        if manifest.kind != KIND:
-            raise DataError(f"{folder} holds a {manifest.kind!r} run, not a note classifier ({KIND})")
+        manifest, settings, info = read_run_of_kind(folder, KIND, "a note classifier")
         saved = torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=False)
-        settings = dict(manifest.settings)
-        info = settings.pop("info", {})
         model = CAML(**saved["config"])
         model.load_state_dict(saved["model"])
         model.eval()

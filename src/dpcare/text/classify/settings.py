@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dpcare.exceptions import SettingsError
-from dpcare.settings import DPSettings, Settings, setting
+from dpcare.settings import DPSettings, Settings, require_unit, setting
 
 #: non-private references: the view of the training notes each trains on
 NONPRIVATE_VIEWS = {"sgd-org": "x", "sgd-hybrid": "x_hyb", "sgd-pub": "x_pub"}
@@ -69,9 +69,7 @@ class NoteClassifierSettings(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.dp.unit != "patient":
-            raise SettingsError("the note classifier protects patients (all of a patient's notes together): "
-                                f"dp.unit must be 'patient', got {self.dp.unit!r}")
+        require_unit(self.dp, "patient", "the note classifier protects patients (all of a patient's notes together)")
         if self.dp.steps is not None:
             raise SettingsError("the note classifier trains whole epochs (the epoch kept is chosen on the validation "
                                 f"notes): set epochs, not steps (got steps = {self.dp.steps})")

@@ -51,8 +51,8 @@ from dpcare.privacy import (
     check_epsilon,
     default_delta,
 )
-from dpcare.text.lm.settings import CLIP_VARIANTS, FinetuneSettings
 from dpcare.text.lm.generative_ner import ner_prompt, ner_target, note_windows, spans_in
+from dpcare.text.lm.settings import CLIP_VARIANTS, FinetuneSettings
 from dpcare.text.spans import ENTITY_LABELS, Note
 from dpcare.token_loss import token_nll
 

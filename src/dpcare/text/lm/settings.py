@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dpcare.exceptions import SettingsError
-from dpcare.settings import DPSettings, Settings, setting
+from dpcare.settings import DPSettings, Settings, require_unit, setting
 
 TASKS = ("ner", "summarisation")
 MODES = ("dp-lora", "dp-full", "dp-prefix", "non-private")
@@ -42,9 +42,8 @@ class FinetuneSettings(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.dp.unit != "patient":
-            raise SettingsError("fine-tuning protects patients (every window of every note of a patient clipped "
-                                f"together): unit patient, got unit = {self.dp.unit!r}")
+        require_unit(self.dp, "patient", "fine-tuning protects patients (every window of every note of a patient "
+                                         "clipped together)")
         if self.dp.steps is not None:
             raise SettingsError("fine-tuning counts epochs over the patients: give --epochs, not --steps")
         if self.dp.adaptive_clip is not None and self.clip_variant != "fixed":

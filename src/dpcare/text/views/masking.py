@@ -16,6 +16,7 @@ from typing import Any
 
 from dpcare.exceptions import DataError, MissingDependencyError
 from dpcare.progress import progress
+from dpcare.text.spans import Note, Span
 from dpcare.text.views.safe_words import (
     CLINICAL_ACRONYMS,
     CLINICAL_CODES,
@@ -24,7 +25,6 @@ from dpcare.text.views.safe_words import (
     safe_vocabulary,
     stop_words,
 )
-from dpcare.text.spans import Note, Span
 
 # masker types; where two rule spans of one length overlap, the type listed first wins
 LABELS: tuple[str, ...] = ("CONTACT", "ID", "AGE", "DATE", "TIME", "PERSON", "LOCATION",
