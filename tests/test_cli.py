@@ -125,3 +125,16 @@ def test_benchmark_clinical_nlp_bad_input_is_named(tmp_path):
     assert r.exit_code == 2 and "unknown model path" in r.output
     r = runner.invoke(app, ["benchmark", "clinical-nlp", "--shadows", "3", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "even" in r.output
+
+
+def test_third_party_deprecation_warnings_stay_out_of_the_users_output():
+    """transformers' FutureWarning appeared in every `synth fit` and text run; dpcare's own warnings stay."""
+    import subprocess
+    import sys
+
+    code = ("import warnings, dpcare.cli as c; c.quiet_third_party_warnings(); "
+            "warnings.warn('past_key_values is deprecated', FutureWarning); "
+            "warnings.warn('old api', DeprecationWarning); warnings.warn('the batch covers every unit')")
+    r = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, check=True)
+    assert "past_key_values" not in r.stderr and "old api" not in r.stderr
+    assert "the batch covers every unit" in r.stderr

@@ -202,6 +202,14 @@ def test_finetune_summarisation_with_a_llama_folder_cut_to_one_block(tmp_path, t
     assert model.get_base_model().config.num_hidden_layers == 1
 
 
+def test_ner_on_notes_without_gold_entities_warns(gpt2_folder):
+    from dataclasses import replace
+
+    bare = [replace(n, entities=()) for n in NOTES]
+    with pytest.warns(UserWarning, match="none of the 3 training notes carries a gold entity"):
+        finetune(bare, "ner", "non-private", model=gpt2_folder, epochs=1, batch_size=1, window=24, stride=12)
+
+
 def test_finetune_errors_a_user_can_fix(gpt2_folder, tmp_path):
     with pytest.raises(PrivacyParameterError, match="needs a target epsilon"):
         finetune(NOTES, "ner", "dp-lora", model=gpt2_folder)

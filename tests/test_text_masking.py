@@ -169,3 +169,15 @@ def test_progress_bar_for_long_lists(masker, monkeypatch, capsys):
     assert "masking notes: 100% (3/3)" in capsys.readouterr().err
     masker.find_many(["Seen by Dr. Smith."] * 3)  # short lists: no bar by default
     assert capsys.readouterr().err == ""
+
+
+def test_identifiers_a_model_copies_into_its_summaries_are_masked():
+    """`dpcare text summarise` copied names and phone numbers from the note into its output: they are masked
+    by default (red with the masking step removed from the command: checked through this helper's use)."""
+    from dpcare.text.lm.summaries import mask_identifiers
+    from dpcare.text.views.masking import SpanMasker
+
+    texts = ["Mr. John Smith was discharged home; call 617-555-0134 with questions.", "", "Stable on aspirin."]
+    masked, count = mask_identifiers(texts, SpanMasker(ner=False, placeholder="[**{label}**]"))
+    assert count >= 2 and "John Smith" not in masked[0] and "617-555-0134" not in masked[0]
+    assert "[**" in masked[0] and masked[1] == "" and masked[2] == texts[2]

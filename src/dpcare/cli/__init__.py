@@ -8,6 +8,8 @@ own ``app`` added below.
 
 from __future__ import annotations
 
+import warnings
+
 import typer
 
 from dpcare.cli import (
@@ -48,10 +50,19 @@ app.add_typer(forecast.app, name="forecast")
 app.add_typer(images.app, name="images")
 
 
+def quiet_third_party_warnings() -> None:
+    """Deprecation notices of the libraries underneath (transformers' ``past_key_values`` FutureWarning in every
+    generation, peft's, torch's) are not the user's business: the command line does not show them. dpcare's
+    own warnings (UserWarning: a batch covering every unit, an epsilon met at the noise floor) still show."""
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
 def main() -> None:
     """Console-script entry point: re-exec with the fast process settings, then run ``app``."""
     ensure_fast_process()
+    quiet_third_party_warnings()
     app()
 
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "quiet_third_party_warnings"]

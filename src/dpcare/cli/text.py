@@ -142,9 +142,13 @@ def summarise(
     notes: NotesArg,
     out: Annotated[Path, typer.Option(help="JSONL: note_id and summary")],
     max_tokens: Annotated[int, typer.Option(help="most tokens of a summary")] = 96,
+    keep_identifiers: Annotated[bool, typer.Option(
+        "--keep-identifiers", help="write the summaries as generated (default: names, dates, numbers and places "
+                                   "the masker finds are replaced by [**TYPE**])")] = False,
 ) -> None:
     """Summarise each note's hospital course (summary_source, or the whole text when it has none) with a
-    fine-tuned summarisation model; scores ROUGE-L when the notes carry reference summaries."""
+    fine-tuned summarisation model; scores ROUGE-L when the notes carry reference summaries. The model copies
+    identifiers from the notes into its summaries: they are masked unless --keep-identifiers."""
     from dpcare.io import write_json_lines
     from dpcare.progress import progress
     from dpcare.text import read_jsonl
@@ -158,11 +162,21 @@ def summarise(
     corpus = read_jsonl(notes)
     written = [write_summary(net, tokenizer, n.summary_source or n.text, max_tokens)
                for n in progress(corpus, desc="summaries")]
-    write_json_lines(out, ({"note_id": n.note_id, "summary": s} for n, s in zip(corpus, written)))
     scored = [(n.summary_target, s) for n, s in zip(corpus, written) if n.summary_target.strip()]
-    if scored:
+    if scored:  # the summaries as generated, against the references
         scores = rouge_l(*map(list, zip(*scored)))
         typer.echo(f"ROUGE-L F1 {scores['fmeasure']:.3f} over {len(scored)} notes with a reference summary")
+    if keep_identifiers:
+        typer.echo("warning: the summaries are written as generated: they may copy names, dates, record numbers "
+                   "and phone numbers from the notes", err=True)
+    else:
+        from dpcare.text.lm.summaries import mask_identifiers
+        from dpcare.text.views.masking import SpanMasker
+
+        written, masked = mask_identifiers(written, SpanMasker(placeholder="[**{label}**]"))
+        typer.echo(f"{masked} identifier spans masked in the summaries (the masker's misses are not; "
+                   "docs/text-masking.md)")
+    write_json_lines(out, ({"note_id": n.note_id, "summary": s} for n, s in zip(corpus, written)))
     typer.echo(f"{len(written)} summaries written to {out}")
 
 

@@ -311,9 +311,13 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
     mode = FinetuneMode.parse(mode)
     check_mode_privacy(mode, epsilon, delta)
     check_adaptive_clip(mode, adaptive_clip)
+    notes = list(notes)
+    if task == "ner" and notes and not any(n.entities for n in notes):
+        warnings.warn(f"none of the {len(notes)} training notes carries a gold entity: the NER model can only "
+                      "learn to answer with an empty list", stacklevel=2)
     causal, tokenizer = load_causal_lm(model, layers)
     prefix = mode is FinetuneMode.DP_PREFIX
-    examples = make_examples(list(notes), task, tokenizer, labels, window, stride)
+    examples = make_examples(notes, task, tokenizer, labels, window, stride)
     data = encode(examples, tokenizer, _max_positions(causal, prefix_tokens if prefix else 0))
     groups = patient_groups(examples)
     patients, rows = int(groups.max()) + 1, len(examples)

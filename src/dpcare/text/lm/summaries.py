@@ -45,3 +45,20 @@ def evaluate_summaries(model: nn.Module, tokenizer, notes: Sequence[Note], max_n
     written = [write_summary(model, tokenizer, n.summary_source, max_new_tokens)
                for n in tqdm(notes, desc="summaries", disable=not progress)]
     return rouge_l([n.summary_target for n in notes], written), written
+
+
+def mask_identifiers(texts: Sequence[str], masker) -> tuple[list[str], int]:
+    """``texts`` (generated summaries) with every span the masker finds (names, dates, record numbers, phones,
+    places...) replaced by its typed placeholder, and the number of spans replaced: a fine-tuned model copies
+    identifiers from the notes it reads into what it writes. Empty texts are kept as they are."""
+    kept = [i for i, t in enumerate(texts) if t.strip()]
+    found = masker.find_many([texts[i] for i in kept], [f"summary {i}" for i in kept], show_progress=False)
+    out, count = list(texts), 0
+    for i, spans in zip(kept, found):
+        text = texts[i]
+        for span in sorted(spans, key=lambda s: s.start, reverse=True):
+            text = text[:span.start] + masker.placeholder.format(label=span.label) + text[span.end:]
+        out[i] = text
+        count += len(spans)
+    return out, count
+
