@@ -222,3 +222,32 @@ def test_classify_with_an_imputation_lm_and_the_ner_masker(notes, gpt2_folder, t
     assert (again.predict_proba(notes) == model.predict_proba(notes)).all()
     with pytest.raises(SettingsError, match="other settings"):  # views of other settings are not reused
         fit(notes, replace(s, top_k=4), work_dir=tmp_path / "work", progress=False)
+
+
+def test_selection_reads_only_the_validation_notes_and_the_test_notes_are_read_once(notes):
+    """The epoch and threshold are chosen on the validation split; the test split is scored once, by the chosen
+    model, after training (red when EpochSelection was handed the test tensors, checked)."""
+    from dpcare.text.classify import recipe
+
+    seen = []
+    real = recipe.predict_scores
+
+    def spy(model, ids, batch=256):
+        seen.append(ids)
+        return real(model, ids, batch)
+
+    captured = {}
+    real_train = recipe.train_views
+
+    def keep_views(views, settings, progress=False):
+        captured["views"] = views
+        return real_train(views, settings, progress)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(recipe, "predict_scores", spy)
+        mp.setattr(recipe, "train_views", keep_views)
+        fit(notes, tiny(epochs=2), progress=False)
+    val, test = captured["views"].tensors["val"]["x"], captured["views"].tensors["test"]["x"]
+    during, after = seen[:-1], seen[-1]
+    assert len(during) == 2 and all(ids is val for ids in during)  # one validation pass per epoch
+    assert after is test
