@@ -104,7 +104,10 @@ def test_the_residual_forecaster_with_a_zero_head_is_locf_exactly():
     x = torch.cat([torch.randn(64, 4, 3, generator=rng) * seen, seen], dim=2)
     y, mask = torch.randn(64, 2, 3, generator=rng), (torch.rand(64, 2, 3, generator=rng) < 0.7).float()
     with torch.no_grad():
-        assert torch.equal(model(x), locf_forecast(x, 2))
+        assert torch.equal(model(x), locf_forecast(x, 2)) and not model.head_is_off()
+        model.head.requires_grad_(False)  # the linear parameterisation: the transformer is not computed
+        assert model.head_is_off() and torch.equal(model(x), locf_forecast(x, 2))
+        model.head.requires_grad_(True)
     from dpcare.timeseries.windows import WindowSet
 
     ws = WindowSet(x, y, mask, np.array(["p"] * 64), np.array(["s"] * 64), np.zeros(64, int), VARS)
@@ -222,6 +225,8 @@ def test_parameterisations_and_their_defaults(files):
     from dpcare.timeseries.recipe import new_model
 
     assert ForecastSettings().form == "linear"  # DP-SGD: the linear change from LOCF alone
+    d = ForecastSettings()  # the defaults chosen on validation patients (docs/timeseries.md, "Defaults")
+    assert (d.dp_lr, d.dp.epochs, d.dp_sampling_rate, d.dp.clip_norm) == (0.05, 30.0, 0.25, 1.0)
     assert replace(BASE, method="baseline").form == replace(BASE, method="zoo").form == "residual"
     with pytest.raises(SettingsError, match="parameterisation residual or direct"):
         replace(BASE, method="mixup", parameterisation="linear")

@@ -10,10 +10,10 @@ of width V predicts the output window hour by hour from its own fed-back predict
 With ``residual=True`` the forecaster predicts the CHANGE from each variable's last observed value of the
 input window (last observation carried forward, LOCF; the declared mean, 0, for a variable never observed):
 forecast = LOCF + skip(per variable: its last observed value, the mean of its observed values in the window,
-whether it was observed) + head(decoder output), with the skip (per variable, a linear change at every future
-step: e.g. the pull back towards the patient's level or the population mean) and the linear
-head initialised to zero, so that the untrained model IS the LOCF forecast and training (private or not)
-starts from that public baseline.
+whether it was observed) + head(decoder output). The skip (per variable, a linear change over the whole horizon:
+e.g. from the last value towards the window's mean or the population mean; 4 parameters a variable) and the
+linear head start at zero, so that the untrained model IS the LOCF forecast and training (private or not)
+starts from that public baseline; the decoder's change varies along the horizon.
 
 For per-example DP (fast clipping): every trainable parameter lives in ``nn.Linear``,
 ``nn.LayerNorm`` or ``nn.Conv1d``; attention uses separate q/k/v/out ``nn.Linear``
@@ -173,9 +173,9 @@ class Forecaster(nn.Module):
         self.decoder = DecoderLayer(n_vars, 1, decoder_ff or 4 * n_vars, dropout)
         self.residual = residual
         if residual:  # created last: a direct forecaster's initialisation is unchanged
-            # per variable (a grouped 1x1 convolution: few parameters, little noise under DP-SGD): its last
-            # value, its window mean and whether it was observed -> its change at every future step
-            self.skip = nn.Conv1d(3 * n_vars, n_vars * output_len, 1, groups=n_vars)
+            # per variable (a grouped 1x1 convolution: 4 parameters a variable, little noise under DP-SGD): its
+            # last value, its window mean and whether it was observed -> its change over the whole horizon
+            self.skip = nn.Conv1d(3 * n_vars, n_vars, 1, groups=n_vars)
             self.head = nn.Linear(n_vars, n_vars)  # decoder output -> change
             for layer in (self.skip, self.head):
                 nn.init.zeros_(layer.weight)
@@ -213,16 +213,25 @@ class Forecaster(nn.Module):
         return self.head(out) if self.residual else out
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.residual and self.head_is_off():
+            return self.anchor(x)  # the transformer's change is exactly 0: not computed
         out = self.from_embedding(self.embed(x))
         return self.anchor(x) + out if self.residual else out
 
+    def head_is_off(self) -> bool:
+        """A residual forecaster whose head is frozen at zero (the linear parameterisation): the transformer
+        adds nothing."""
+        head = (self.head.weight, self.head.bias)
+        return not any(p.requires_grad for p in head) and not any(bool(p.any()) for p in head)
+
     def anchor(self, x: Tensor) -> Tensor:
-        """A residual forecaster's forecast before the decoder: LOCF plus the skip's change, [B, T_out, V]."""
+        """A residual forecaster's forecast before the decoder: LOCF plus the skip's change (the same at every
+        future step), [B, T_out, V]."""
         last = last_observed(x)
         seen = (x[..., self.n_vars:] > 0).any(dim=1).to(x.dtype)
         features = torch.stack([last, window_mean(x), seen], dim=2).reshape(len(x), 3 * self.n_vars, 1)
-        change = self.skip(features).view(len(x), self.n_vars, self.output_len).transpose(1, 2)
-        return last.unsqueeze(1) + change
+        level = last + self.skip(features).view(len(x), self.n_vars)
+        return level.unsqueeze(1).expand(-1, self.output_len, -1)
 
     def target(self, x: Tensor, y: Tensor) -> Tensor:
         """What :meth:`from_embedding` forecasts for windows x with targets y: y itself, or for a residual
