@@ -71,7 +71,7 @@ def test_for_device_merges_overrides():
     ({"decimals": -1}, "decimals must be an integer in [0, 12], got decimals = -1"),
     ({"mode": "gan"}, "mode must be one of ['dp-2stage-u', 'dp-2stage-o', 'dp-standard', 'non-private']"),
     ({"lam": 1.5}, "lam must be a finite number in [0, 1], or None (the plain LM loss), got lam = 1.5"),
-    ({"stage1": StageSettings(epochs=1.0), "dp": DPSettings(unit="patient")}, "protects rows (unit example)"),
+    ({"stage1": StageSettings(epochs=1.0), "dp": DPSettings(unit="patient")}, "the synthesizer protects rows"),
     ({"mode": "non-private", "dp": DPSettings(adaptive_clip=0.5)}, "adaptive_clip is a private mechanism"),
 ])
 def test_bad_settings_name_the_setting(changes, message):

@@ -173,7 +173,7 @@ def test_bad_inputs_are_named(files, tmp_path):
         replace(TINY, method="dpsgd")
     with pytest.raises(PrivacyParameterError, match="epsilon must be"):
         TINY.dp.replace(epsilon=0.0)
-    with pytest.raises(SettingsError, match="unit patient"):
+    with pytest.raises(SettingsError, match="unit must be 'patient', got unit = 'example'"):
         replace(TINY, dp=TINY.dp.replace(unit="example"))
     ds = user_dataset(files / "events.csv", "canonical", files / "spec.yaml")
     with pytest.raises(DataError, match="longer than every stay"):

@@ -37,7 +37,7 @@ import torch
 from dpcare.engine import TrainConfig, Trainer
 from dpcare.exceptions import DataError, SettingsError, SpecError, UnknownNameError
 from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, default_delta
-from dpcare.runs import Manifest, RunFolder, read_manifest
+from dpcare.runs import Manifest, RunFolder, read_run_of_kind
 from dpcare.timeseries.augment import (
     AugmentConfig,
     embed_windows,
@@ -402,12 +402,8 @@ class ForecastModel:
         import json
 
         folder = Path(folder)
-        manifest = read_manifest(folder)
-        if manifest.kind != KIND:
-            raise DataError(f"{folder} holds a {manifest.kind!r} run, not a forecaster ({KIND!r})")
+        manifest, settings, info = read_run_of_kind(folder, KIND, "a forecaster")
         saved = torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=True)
-        settings = dict(manifest.settings)
-        info = settings.pop("info", {})
         if not saved["config"].get("residual", False):  # a run saved before the setting: the paper's forecaster
             settings.setdefault("parameterisation", "direct")
         model = Forecaster(**saved["config"])

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dpcare.exceptions import SettingsError
-from dpcare.settings import DPSettings, Settings, setting
+from dpcare.settings import DPSettings, Settings, require_unit, setting
 
 DEFENCES = ("zoo", "zoo_pca", "mixup")
 METHODS = ("baseline", "dp-sgd", *DEFENCES)
@@ -64,9 +64,8 @@ class ForecastSettings(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.dp.unit != "patient":
-            raise SettingsError("the forecasting recipe protects patients (unit patient: all windows of a patient "
-                                f"sampled and clipped together), got unit = {self.dp.unit!r}")
+        require_unit(self.dp, "patient", "the forecasting recipe protects patients (all windows of a patient sampled "
+                                         "and clipped together)")
         if self.method in DEFENCES and self.form == "linear":
             raise SettingsError(f"the {self.method} defence fine-tunes the transformer in embedding space, which the "
                                 "linear parameterisation does not train: use --parameterisation residual or direct")
