@@ -25,18 +25,21 @@ from dpcare.privacy.events import (
 from dpcare.privacy.guarantee import NEIGHBOURING, Guarantee, ProtectedUnit
 from dpcare.privacy.ledger import Entry, PrivacyLedger
 from dpcare.privacy.validation import (
+    WeakDeltaWarning,
     check_delta,
     check_epsilon,
     check_noise_multiplier,
     check_sampling_rate,
     check_steps,
     default_delta,
+    legacy_delta,
+    n_delta,
 )
 
 __all__ = [
     "NEIGHBOURING", "PLD_DISCRETIZATION", "RDP_ORDERS", "Budget", "Entry", "Guarantee", "PrivacyLedger", "ProtectedUnit", "Release",
-    "Spent", "calibrate_noise_multiplier", "check_delta", "check_epsilon", "check_noise_multiplier",
+    "Spent", "WeakDeltaWarning", "calibrate_noise_multiplier", "check_delta", "check_epsilon", "check_noise_multiplier",
     "check_sampling_rate", "check_steps", "compose", "compute_delta", "compute_epsilon", "default_delta",
-    "event_from_json", "event_to_json", "gaussian_event", "guard_run", "laplace_event", "make_accountant",
+    "event_from_json", "event_to_json", "gaussian_event", "guard_run", "laplace_event", "legacy_delta", "make_accountant", "n_delta",
     "planned_training", "sampled_gaussian_event",
 ]

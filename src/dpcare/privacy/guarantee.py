@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
+from dpcare.privacy.validation import MAX_N_DELTA, is_weak_delta
+
 
 class ProtectedUnit(str, Enum):
     EXAMPLE = "example"  # the whole record (DP-SGD)
@@ -87,9 +89,15 @@ class Guarantee:
                 "",
             ),
         }[self.unit]
+        nd = self.n * self.delta
+        size = f"n = {self.n}, n*delta = {nd:.2g}" if self.n > 0 else "n not saved"
         head = (f"({self.epsilon:.4g}, {self.delta:.3g})-differential privacy ({self.accountant.upper()} "
-                f"accountant, n = {self.n}) protecting {what}.")
+                f"accountant, {size}) protecting {what}.")
         lines = [head, f"Neighbouring datasets: {self.neighbouring}."]
+        if self.n > 0 and is_weak_delta(self.delta, self.n):
+            lines.append(f"WEAK delta: n*delta = {nd:.2g} > {MAX_N_DELTA:g}, so a mechanism that publishes each "
+                         f"unit's record with probability delta meets this guarantee and would expose {nd:.2g} "
+                         "units in expectation.")
         if exposed:
             lines.append(f"NOT protected: {exposed}.")
         public = "; ".join(("the number of units n", *self.declared))

@@ -28,6 +28,7 @@ from dpcare.privacy.validation import (
     check_sampling_rate,
     check_steps,
     default_delta,
+    warn_if_weak_delta,
 )
 
 STATE_VERSION = 1
@@ -59,7 +60,9 @@ class _Steps:
 class PrivacyLedger:
     """Composes all private releases of a run over ``n`` private examples.
 
-    ``delta`` defaults to 1/n^1.1 and must be < 1/n. Charges are kept in order;
+    ``delta`` defaults to min(1e-5, 0.01/n) (:func:`~dpcare.privacy.validation.default_delta`) and must be
+    < 1/n; a delta with n*delta > 0.01 is allowed with a :class:`~dpcare.privacy.validation.WeakDeltaWarning`
+    (not when a saved ledger is loaded: it warned when it was built). Charges are kept in order;
     training steps with the same (name, q, sigma) form one self-composed entry. ``declared``: what the run
     was given as public knowledge (a spec's bounds and categories, declared statistics), in words, for
     the guarantee; nothing is claimed public that the run did not declare.
@@ -67,13 +70,15 @@ class PrivacyLedger:
 
     def __init__(self, n: int, delta: float | None = None, accountant: str = "pld",
                  unit: ProtectedUnit | str = ProtectedUnit.EXAMPLE, protected_columns: Iterable[str] = (),
-                 public_columns: Iterable[str] = (), declared: Iterable[str] = ()) -> None:
+                 public_columns: Iterable[str] = (), declared: Iterable[str] = (), *, _warn: bool = True) -> None:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise PrivacyParameterError(f"the ledger needs the number of private examples n >= 1, got n = {n!r}")
         if accountant not in ACCOUNTANTS:
             raise PrivacyParameterError(f"accountant must be one of {ACCOUNTANTS}, got accountant = {accountant!r}")
         self.n = int(n)
         self.delta = check_delta(default_delta(self.n) if delta is None else delta, self.n)
+        if _warn:
+            warn_if_weak_delta(self.delta, self.n, stacklevel=2)
         self.accountant = accountant
         self.unit = ProtectedUnit(unit)
         self.protected_columns = tuple(protected_columns)
@@ -189,7 +194,7 @@ class PrivacyLedger:
     @classmethod
     def from_state_dict(cls, d: dict[str, Any]) -> PrivacyLedger:
         ledger = cls(d["n"], d["delta"], d["accountant"], ProtectedUnit(d["unit"]), d["protected_columns"],
-                     d["public_columns"], d.get("declared", ()))
+                     d["public_columns"], d.get("declared", ()), _warn=False)
         if "entries" not in d:  # the layout before version 1: events first, then step blocks
             d = {"entries": [{"kind": "event", **e} for e in d.get("events", [])]
                  + [{"kind": "sampled_gaussian", "name": k[0], "sampling_rate": k[1], "noise_multiplier": k[2],
