@@ -63,6 +63,12 @@ def bin_events(events: pd.DataFrame, variables: Iterable[str] | None = None,
             raise SettingsError(f"variables are repeated: {list(chosen)}")
     if not chosen:
         raise DataError("the event table is empty")
+    return grid_events(events, chosen, step)
+
+
+def grid_events(events: pd.DataFrame, chosen: tuple[str, ...], step: str) -> BinnedStays:
+    """:func:`bin_events` without its checks that every chosen variable is observed (a lazy reader grids a
+    few subjects at a time: a chunk may lack a variable). ``events``: validated, ``chosen``: distinct."""
     ev = events.loc[events["variable"].isin(chosen), list(EVENT_COLUMNS)]
     if step == "hour" and (ev["time"] < 0).any():
         raise DataError(f"negative time {ev['time'].min()} h: times must be hours since the "

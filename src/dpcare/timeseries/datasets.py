@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -83,10 +84,19 @@ class TimeSeriesDataset:
     source: str = ""
     licence: str = ""
     patients: Callable[[], list[str]] | None = None  # the patient ids alone (no event read); None: from the events
+    # the splits the data comes with ({train, validation, test: ids}; MEDS subject_splits), or None: the recipe's
+    given_splits: Callable[[], dict[str, list[str]] | None] | None = None
+    # windows built by a lazy reader (MEDS folders; see dpcare.timeseries.meds.meds_windows), or None: in memory
+    windows: Callable[..., Any] | None = None
+    splits_file: str | None = None  # where given_splits come from (for the run's split.json)
 
     def load(self, variables: Iterable[str] | None = None) -> pd.DataFrame:
         """Events of ``variables`` (default: the spec's default variables)."""
         return self.loader(variables=list(self.variables if variables is None else variables))
+
+    def splits(self) -> dict[str, list[str]] | None:
+        """The train / validation / test patients the data comes with (MEDS subject splits), or None."""
+        return self.given_splits() if self.given_splits is not None else None
 
     def patient_ids(self) -> list[str]:
         """Every patient of the data set (sorted), whether or not she has a forecasting window: the
@@ -140,11 +150,9 @@ def patient_ids(path: Path | str, layout: str = "canonical") -> list[str]:
     if not path.exists():
         raise MissingFileError(f"no such file or folder: {path}")
     if layout == "meds":
-        files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
-        if not files:
-            raise DataError(f"{path}: the folder holds no .parquet file")
-        ids = pd.concat([_id_column(f, "subject_id") for f in files], ignore_index=True)
-        column = "subject_id"
+        from dpcare.timeseries.meds import meds_subject_ids
+
+        return meds_subject_ids(path)  # the subject_id column alone, batch by batch
     elif layout == "clif":
         ids, column = _id_column(path / "clif_hospitalization.parquet", "patient_id"), "patient_id"
     else:
@@ -189,7 +197,30 @@ def user_dataset(path: Path | str, layout: str, spec: Path | str | dict) -> Time
     def loader(variables=None):
         return load_events(path, layout, variables)
 
-    return _parse_spec(values, loader, where, patients=lambda: patient_ids(path, layout))
+    dataset = _parse_spec(values, loader, where, patients=lambda: patient_ids(path, layout))
+    if layout == "meds":
+        return meds_dataset(path, dataset)
+    return dataset
+
+
+def meds_dataset(path: Path | str, dataset: TimeSeriesDataset) -> TimeSeriesDataset:
+    """``dataset`` (a spec with a MEDS loader) read lazily: windows from the shards batch by batch
+    (:func:`dpcare.timeseries.meds.meds_windows`), the folder's ``metadata/subject_splits.parquet`` as the
+    split when it has one (the population: its subjects), else the subject ids of the shards."""
+    from dpcare.timeseries.meds import SPLITS_FILE, meds_splits, meds_subject_ids, meds_windows
+
+    path = Path(path)
+
+    def patients() -> list[str]:
+        given = meds_splits(path)
+        return meds_subject_ids(path) if given is None else sorted({p for ids in given.values() for p in ids})
+
+    def windows(**kwargs):
+        return meds_windows(path, **kwargs)
+
+    file = path.joinpath(*SPLITS_FILE)
+    return replace(dataset, patients=patients, given_splits=lambda: meds_splits(path), windows=windows,
+                   splits_file=str(file) if file.exists() else None)
 
 
 def events_dataset(events: pd.DataFrame, spec: Path | str | dict | None = None,

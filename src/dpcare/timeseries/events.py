@@ -167,13 +167,14 @@ def _parquet_names(path: Path) -> list[str]:
 # ---------------------------------------------------------------------------------------- MEDS
 
 def read_meds(path: Path | str, codes: Iterable[str] | None = None) -> pd.DataFrame:
-    """Events from a MEDS parquet file or folder (read recursively): subject_id, time, code,
-    numeric_value. Patient = stay = subject_id; rows without numeric_value or time (static
-    measurements) are dropped; ``codes`` keeps only those codes."""
+    """Events from a MEDS parquet file or folder (its ``data/`` shards, read recursively, whole, into memory):
+    subject_id, time, code, numeric_value. Patient = stay = subject_id; rows without numeric_value or time
+    (static measurements) are dropped; ``codes`` keeps only those codes. A folder larger than memory:
+    :func:`dpcare.timeseries.meds.meds_windows` reads it lazily into windows."""
+    from dpcare.timeseries.meds import meds_shards
+
     path = _need_file(path)
-    files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
-    if not files:
-        raise DataError(f"{path}: the folder holds no .parquet file")
+    files = meds_shards(path)  # data/ of a MEDS folder (not metadata/), else every .parquet under it
     needed = ["subject_id", "time", "code", "numeric_value"]
     frames = []
     for f in files:

@@ -81,27 +81,45 @@ class TsfData:
     """Standardised windows of every patient, the patient splits and how values were scaled."""
 
     name: str
-    windows: WindowSet
+    windows: WindowSet | None  # every patient's windows (None when a lazy reader built them split by split)
     splits: dict[str, list[str]]
     standardizer: Standardizer
     step: str
     window: dict[str, int] = field(default_factory=dict)
+    parts: dict[str, WindowSet] | None = None  # the windows of each split (a lazy reader: MEDS folders)
+    splits_file: str | None = None  # the splits were given by this file (MEDS subject_splits), not drawn
 
     def part(self, split: str) -> WindowSet:
-        return windows_for(self.windows, self.splits[split])
+        if self.parts is None:
+            return windows_for(self.windows, self.splits[split])
+        if split not in self.parts:
+            raise DataError(f"none of the {len(self.splits[split])} given patients has a window")
+        return self.parts[split]
+
+    def _any(self) -> WindowSet:
+        return self.windows if self.windows is not None else next(iter(self.parts.values()))
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        return tuple(self._any().variables)
 
     @property
     def n_vars(self) -> int:
-        return len(self.windows.variables)
+        return len(self.variables)
 
     def summary(self) -> dict:
-        with_windows = set(self.windows.patients())
-        return {"data": self.name, "variables": list(self.windows.variables), "step": self.step,
+        if self.parts is None:
+            with_windows = set(self.windows.patients())
+        else:
+            with_windows = {p for ws in self.parts.values() for p in ws.patients()}
+        some = self._any()
+        return {"data": self.name, "variables": list(self.variables), "step": self.step,
                 "windows": {s: len(self.part(s)) for s in SPLIT_NAMES},
                 "patients": {s: len(self.splits[s]) for s in SPLIT_NAMES},
                 "patients_with_windows": {s: len(with_windows & set(self.splits[s])) for s in SPLIT_NAMES},
-                "input_len": int(self.windows.x.shape[1]), "output_len": int(self.windows.y.shape[1]),
-                "standardisation": self.standardizer.source}
+                "input_len": int(some.x.shape[1]), "output_len": int(some.y.shape[1]),
+                "standardisation": self.standardizer.source,
+                **({"splits_file": self.splits_file} if self.splits_file else {})}
 
 
 def prepare_tsf(dataset: str | TimeSeriesDataset = "mimic_demo", events: pd.DataFrame | None = None,
@@ -153,6 +171,35 @@ def prepare_tsf(dataset: str | TimeSeriesDataset = "mimic_demo", events: pd.Data
     return TsfData(dataset, make_windows(z, **window), splits, standardizer, binned.step, window)
 
 
+def prepare_lazy(dataset: TimeSeriesDataset, input_len: int | None = None, output_len: int | None = None,
+                 stride: int | None = None, seed: int = 0, population: Iterable[str] | None = None,
+                 clip_z: float = CLIP_Z, spill_dir: str | os.PathLike | None = None) -> TsfData:
+    """:func:`prepare_tsf` for a data set whose reader builds the windows itself, split by split, without the
+    event table in memory (``dataset.windows``: MEDS folders). The split: the one the data comes with
+    (``dataset.splits()``: MEDS subject_splits), else :func:`split_patients` of ``population`` and ``seed``.
+    Declared statistics of every variable standardise; else they are fitted on the training patients."""
+    if dataset.windows is None:
+        raise SettingsError(f"data set {dataset.name!r} has no lazy reader: use prepare_tsf")
+    given = dataset.splits()
+    if given is None:
+        ids = population if population is not None else dataset.patient_ids()
+        splits = split_patients(ids, FRACTIONS, seed, SPLIT_NAMES)
+    else:
+        splits = {s: list(given[s]) for s in SPLIT_NAMES}
+    check_patient_splits(splits)
+    defaults = dataset.window_kwargs()
+    given_window = {"input_len": input_len, "output_len": output_len, "stride": stride}
+    window = {k: v if v is not None else defaults[k] for k, v in given_window.items()}
+    variables = list(dataset.variables)
+    declared = None if dataset.undeclared(variables) else Standardizer.declared(
+        {v: dataset.declared[v] for v in variables})
+    fitted: list[Standardizer] = []
+    read = dataset.windows(variables=variables, splits=splits, step=dataset.step, standardizer=declared,
+                           clip_z=clip_z, spill_dir=spill_dir, standardizer_out=fitted, **window)
+    return TsfData(dataset.name, None, splits, fitted[0], dataset.step, window, parts=read.parts,
+                   splits_file=dataset.splits_file if given is not None else None)
+
+
 def clipped(z: BinnedStays, clip_z: float) -> BinnedStays:
     """z-scores clipped to +-clip_z (NaN, not observed, stays NaN)."""
     return BinnedStays(z.variables, z.stay_ids, z.patient_ids, [np.clip(v, -clip_z, clip_z) for v in z.values], z.step)
@@ -171,7 +218,8 @@ def plan(settings: ForecastSettings, patients: int, dataset: TimeSeriesDataset |
         return None
     if dataset is not None:
         require_declared(dataset)
-    sizes = split_sizes(patients, FRACTIONS)
+    given = dataset.splits() if dataset is not None else None
+    sizes = split_sizes(patients, FRACTIONS) if given is None else [len(given[s]) for s in SPLIT_NAMES]
     if min(sizes) < 1:
         raise DataError(f"{patients} patients are too few for the train / validation / test split "
                         f"{list(FRACTIONS)}: a split would be empty")
@@ -463,7 +511,12 @@ def fit(data: str | TimeSeriesDataset | pd.DataFrame, settings: ForecastSettings
     if settings.private:
         require_declared(dataset)
     population = dataset.patient_ids()
-    prepared = prepare_tsf(dataset, **settings.window(), seed=settings.dp.seed, population=population)
+    if dataset.windows is not None:  # a lazy reader (MEDS folders): windows past memory go to the staging folder
+        spill = None if checkpoint_dir is None else Path(checkpoint_dir) / "windows"
+        prepared = prepare_lazy(dataset, **settings.window(), seed=settings.dp.seed, population=population,
+                                spill_dir=spill)
+    else:
+        prepared = prepare_tsf(dataset, **settings.window(), seed=settings.dp.seed, population=population)
     parts = {s: _part(prepared, s) for s in SPLIT_NAMES}
     train = parts["train"]
 
@@ -490,12 +543,14 @@ def fit(data: str | TimeSeriesDataset | pd.DataFrame, settings: ForecastSettings
                                        declared=prepared.standardizer.source == "declared", seed=settings.dp.seed)
     split = {"seed": settings.dp.seed, "fractions": list(FRACTIONS), "patients": len(population),
              **{s: prepared.splits[s] for s in SPLIT_NAMES}}
-    return ForecastModel(settings, model.eval(), prepared.standardizer, tuple(prepared.windows.variables),
+    if prepared.splits_file:  # the data's own split (MEDS subject_splits), used as given
+        split.update(seed=None, fractions=None, splits_file=prepared.splits_file)
+    return ForecastModel(settings, model.eval(), prepared.standardizer, tuple(prepared.variables),
                          prepared.step, dict(prepared.window), CLIP_Z, guarantee, ledger, metrics, split, info,
                          prepared.summary(), prepared, baselines)
 
 
 __all__ = ["CLIP_Z", "DEFENCES", "FRACTIONS", "METHODS", "SPLIT_NAMES", "ForecastModel", "ForecastSettings",
-           "TsfData", "as_dataset", "dp_batch_size", "dp_sgd", "fit", "new_model", "plan", "prepare_tsf",
+           "TsfData", "as_dataset", "dp_batch_size", "dp_sgd", "fit", "new_model", "plan", "prepare_lazy", "prepare_tsf",
            "require_declared", "train_baseline", "train_defended", "train_dp_sgd", "training_patients",
            "window_losses", "with_method"]

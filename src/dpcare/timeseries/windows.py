@@ -77,6 +77,19 @@ def make_windows(binned: BinnedStays, input_len: int = 24, output_len: int = 24,
         longest = int(lengths.max()) if len(lengths) else 0
         raise DataError(f"the window (input_len + output_len = {t_in + t_out} {binned.step} "
                         f"steps) is longer than every stay (longest: {longest} steps)")
+    arrays = window_arrays(binned, t_in, t_out, stride, min_in, min_out)
+    if arrays is None:
+        raise DataError(f"no window has >= {min_in} observed input cells and >= {min_out} "
+                        f"observed target cells")
+    x, y, mask, owners, stays, starts = arrays
+    return WindowSet(x=torch.from_numpy(x), y=torch.from_numpy(y), mask=torch.from_numpy(mask),
+                     patient=np.array(owners, dtype=str), stay=np.array(stays, dtype=str),
+                     start=starts, variables=binned.variables)
+
+
+def window_arrays(binned: BinnedStays, t_in: int, t_out: int, stride: int, min_in: int, min_out: int):
+    """The windows of :func:`make_windows` as numpy arrays (x, y, mask float32; owners, stays as lists;
+    starts int64), or None when no stay has one. No check of the arguments (make_windows checks them)."""
     inputs, targets, owners, stays, starts = [], [], [], [], []
     offsets = np.arange(-t_in, t_out)
     for values, stay, patient in zip(binned.values, binned.stay_ids, binned.patient_ids):
@@ -95,16 +108,12 @@ def make_windows(binned: BinnedStays, input_len: int = 24, output_len: int = 24,
         owners += [patient] * int(keep.sum())
         stays += [stay] * int(keep.sum())
     if not inputs:
-        raise DataError(f"no window has >= {min_in} observed input cells and >= {min_out} "
-                        f"observed target cells")
+        return None
     x_val, y_val = np.concatenate(inputs), np.concatenate(targets)
     x_seen, y_seen = ~np.isnan(x_val), ~np.isnan(y_val)
-    x = np.concatenate([np.nan_to_num(x_val, nan=0.0), x_seen], axis=2)
-    return WindowSet(x=torch.from_numpy(x.astype(np.float32)),
-                     y=torch.from_numpy(np.nan_to_num(y_val, nan=0.0).astype(np.float32)),
-                     mask=torch.from_numpy(y_seen.astype(np.float32)),
-                     patient=np.array(owners, dtype=str), stay=np.array(stays, dtype=str),
-                     start=np.concatenate(starts).astype(np.int64), variables=binned.variables)
+    x = np.concatenate([np.nan_to_num(x_val, nan=0.0), x_seen], axis=2).astype(np.float32)
+    return (x, np.nan_to_num(y_val, nan=0.0).astype(np.float32), y_seen.astype(np.float32), owners, stays,
+            np.concatenate(starts).astype(np.int64))
 
 
 def split_sizes(patients: int, fractions: Sequence[float] = (0.64, 0.16, 0.20)) -> list[int]:
