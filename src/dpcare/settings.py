@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,7 +192,8 @@ class DPSettings(Settings):
                                   f"{MAX_EPSILON:g} a guarantee bounds nothing an attacker cares about")
     delta: float | None = setting(None, low=0, high=1, open_low=True, open_high=True, none=True,
                                   none_means="the default for n units", error=PrivacyParameterError,
-                                  help="delta of the guarantee (default: 1/n^1.1; must be < 1/n)")
+                                  help="delta of the guarantee (default: min(1e-5, 0.01/n), so n*delta <= 0.01; "
+                                       "must be < 1/n; above 0.01/n it warns)")
     accountant: str = setting("pld", kind="choice", choices=ACCOUNTANTS,
                               help="privacy accountant: pld (exact, default) or rdp")
     clip_norm: float = setting(1.0, low=0, open_low=True, cli="clip",
@@ -209,11 +211,44 @@ class DPSettings(Settings):
                         help="privacy unit: example (one row) or patient (all of a patient's rows together)")
 
 
+# --------------------------------------------------------------------------- where to compute
+PRECISIONS = ("fp32", "bf16")
+DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+
+def check_device_name(name: str) -> None:
+    """The form of a device name (not whether this machine has one): auto, cpu, cuda, cuda:N or mps."""
+    if not isinstance(name, str) or not DEVICE_PATTERN.fullmatch(name):
+        raise SettingsError(f"device must be auto, cpu, cuda, cuda:N or mps, got device = {name!r}")
+
+
+@dataclass(frozen=True)
+class ComputeSettings(Settings):
+    """Where a recipe trains: the device, the precision and the number of processes of one machine
+    (:mod:`dpcare.engine.devices`, :mod:`dpcare.engine.distributed`). None of them changes the guarantee."""
+
+    device: str = setting("auto", kind="text", help="auto (a CUDA GPU when present, else the CPU), cpu, cuda, "
+                                                    "cuda:N or mps; a device asked for and absent is an error")
+    precision: str = setting("fp32", kind="choice", choices=PRECISIONS,
+                             help="fp32, or bf16 autocast (norms, clipping and the noisy sum stay fp32)")
+    nproc: int = setting(1, kind="integer", low=1, help="DP training processes on this machine "
+                                                        "(torch.distributed; units sharded, noise added once)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_device_name(self.device)
+
+    def engine(self) -> dict[str, Any]:
+        """The engine's keywords (``TrainConfig(device=..., precision=...)``)."""
+        return {"device": self.device, "precision": self.precision}
+
+
 def require_unit(dp: DPSettings, unit: str, why: str) -> None:
     """A recipe's privacy unit: ``dp.unit`` must be ``unit`` (``why``: what that unit covers there, in words)."""
     if dp.unit != unit:
         raise SettingsError(f"{why}: unit must be {unit!r}, got unit = {dp.unit!r}")
 
 
-__all__ = ["ACCOUNTANTS", "UNITS", "DPSettings", "Rule", "Settings", "check", "from_dict", "require_unit", "rules",
+__all__ = ["ACCOUNTANTS", "PRECISIONS", "UNITS", "ComputeSettings", "DPSettings", "Rule", "Settings", "check",
+           "check_device_name", "from_dict", "require_unit", "rules",
            "setting", "to_dict"]

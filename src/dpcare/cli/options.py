@@ -96,12 +96,25 @@ def settings_options(param: str, default: Any, skip: Iterable[str] = ()) -> Call
                 o.rule.check(o.flag, value)
                 values[o.path] = value
             kwargs[param] = _build(default, values)
+            _check_compute(kwargs[param])
             return command(**kwargs)
 
         wrapper.__signature__ = signature.replace(parameters=[*kept, *(o.parameter() for o in options)])
         return wrapper
 
     return decorate
+
+
+def _check_compute(settings: Any) -> None:
+    """A device or precision this machine lacks is refused before the command reads anything."""
+    from dpcare.settings import ComputeSettings
+
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if isinstance(value, ComputeSettings):
+            from dpcare.engine.devices import check_precision, resolve_device
+
+            check_precision(value.precision, resolve_device(value.device))
 
 
 __all__ = ["settings_options"]

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dpcare.engine.clip import check_losses, clip_factors
+from dpcare.engine.devices import full_precision, to_float32
 from dpcare.engine.functorch_backend import LossFn
 from dpcare.engine.layout import Layout
 
@@ -364,7 +365,16 @@ def clipped_sum_fast(
         losses = check_losses(loss_fn(model, batch), size)
     outputs = [o for rec in records.values() for o in rec.outputs]
     grads_out = torch.autograd.grad(losses.sum(), outputs, allow_unused=True, materialize_grads=True)
-    sq = torch.zeros(layout.size, dtype=losses.dtype, device=losses.device)
+    with full_precision(losses.device):  # under bf16 autocast: the norms, factors and sums in fp32
+        return _clip_and_sum(records, grads_out, layout, losses, clip_norm)
+
+
+def _clip_and_sum(records: dict[str, _Record], grads_out, layout: Layout, losses: Tensor,
+                  clip_norm: float) -> tuple[dict[str, Tensor], Tensor]:
+    grads_out = [to_float32(g) for g in grads_out]  # bf16 output gradients and layer inputs, as fp32
+    for rec in records.values():
+        rec.inputs = [to_float32(a) for a in rec.inputs]
+    sq = torch.zeros(layout.size, dtype=to_float32(losses).dtype, device=losses.device)
     pending: list[tuple[str, Callable[[Tensor], dict[str, Tensor]]]] = []
     pos = 0
     for mname, rec in records.items():

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from dpcare.engine.clip import check_losses, clip_factors
+from dpcare.engine.devices import full_precision, to_float32
 from dpcare.engine.layout import Layout
 
 LossFn = Callable[[Callable[..., Tensor], Mapping[str, Tensor]], Tensor]
@@ -36,6 +37,7 @@ def per_example_gradients(
     frozen = {n: p.detach() for n, p in model.named_parameters() if n not in trainable}
     buffers = dict(model.named_buffers())
     detached = {n: p.detach() for n, p in trainable.items()}
+    device = next(iter(detached.values())).device
 
     def single_loss(params: dict[str, Tensor], example: dict[str, Tensor]) -> Tensor:
         one = {k: v.unsqueeze(0) for k, v in example.items()}
@@ -43,7 +45,10 @@ def per_example_gradients(
         return losses.sum()
 
     per_example = vmap(grad(single_loss), in_dims=(None, 0), randomness="different")
-    return per_example(detached, dict(batch))
+    # fp32 even in a bf16 run: torch 2.13's vmap cannot differentiate LayerNorm under autocast (a dtype error
+    # in its backward), so this backend computes its per-example gradients in full precision
+    with full_precision(device):
+        return per_example(detached, dict(batch))
 
 
 def clipped_sum_functorch(
@@ -56,7 +61,13 @@ def clipped_sum_functorch(
 ) -> tuple[dict[str, Tensor], Tensor]:
     """Sum over the batch of per-unit gradients clipped to ``clip_norm``; also the norms. A unit is a row,
     or with ``groups`` (one label per row) all rows sharing a label, their gradients summed first."""
-    grads = per_example_gradients(model, loss_fn, batch, trainable)
+    grads = {n: to_float32(g) for n, g in per_example_gradients(model, loss_fn, batch, trainable).items()}
+    with full_precision(next(iter(grads.values())).device):  # norms and sums in fp32 under bf16 autocast
+        return _clip_and_sum(grads, batch, groups, clip_norm)
+
+
+def _clip_and_sum(grads: dict[str, Tensor], batch: Mapping[str, Tensor], groups: Tensor | None,
+                  clip_norm: float) -> tuple[dict[str, Tensor], Tensor]:
     if groups is not None:
         layout = Layout(next(iter(batch.values())).shape[0], groups)
         grads = {n: layout.units_of(g) for n, g in grads.items()}

@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from dpcare.engine import checkpoint as ckpt
 from dpcare.engine.adaptive_clip import WARMUP, AdaptiveClip, QuantileEstimator
 from dpcare.engine.clip import check_losses, clip_factors
+from dpcare.engine.devices import autocast, check_precision, resolve_device, to_float32
 from dpcare.engine.fast_clipping import clipped_sum_fast, unsupported_reason
 from dpcare.engine.functorch_backend import clipped_sum_functorch
 from dpcare.engine.objective import Objective
@@ -83,6 +84,8 @@ class TrainConfig:
     progress: bool = True
     ema_decay: float | None = None  # keep an exponential moving average of the weights; fit() ends with it
     adaptive_clip: AdaptiveClip | None = None  # private adaptive clipping; clip_norm is then the initial C
+    device: str = "auto"  # auto (CUDA when present, else CPU), cpu, cuda, cuda:N, mps (dpcare.engine.devices)
+    precision: str = "fp32"  # fp32 | bf16 (autocast; norms, clipping and the noisy sum in fp32)
 
     @classmethod
     def from_dp(cls, dp: DPSettings, private: bool = True, **engine: Any) -> TrainConfig:
@@ -135,8 +138,8 @@ class TrainResult:
     gradient_noise_multiplier: float | None = None  # noise on the gradient sum / C (differs under the "split")
 
 
-def _make_generator(seed: int) -> torch.Generator:
-    g = torch.Generator()
+def _make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
+    g = torch.Generator(device=device)
     g.manual_seed(seed)
     return g
 
@@ -159,16 +162,23 @@ class Trainer:
         config.validate(objective)
         if objective.private:
             _refuse_batch_norm(model)
-        self.model, self.objective, self.config, self.ledger = model, objective, config, ledger
+        self.device = resolve_device(config.device)
+        check_precision(config.precision, self.device)
+        self.model, self.objective, self.config, self.ledger = model.to(self.device), objective, config, ledger
         self.units: UnitIndex | None = None  # set by fit(groups=...): rows grouped into privacy units
         self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
         if not self.trainable:
             raise SettingsError("the model has no trainable parameters (all have requires_grad=False)")
         self.optimizer = (optimizer_factory or self._default_optimizer)(list(self.trainable.values()))
         self.backend = self._choose_backend()
+        if config.precision == "bf16" and self.backend == "functorch":
+            warnings.warn("precision bf16 applies to the fast clipping backend; this model trains with the torch.func "
+                          "backend, whose per-example gradients are computed in fp32 (torch's vmap cannot "
+                          "differentiate LayerNorm under autocast)", stacklevel=2)
         self.noise_multiplier: float | None = config.noise_multiplier
         seed = config.seed if config.seed is not None else secrets.randbits(62)
-        self._gens = {k: _make_generator(seed + i) for i, k in enumerate(("private", "public", "noise"))}
+        self._gens = {k: _make_generator(seed + i) for i, k in enumerate(("private", "public"))}
+        self._gens["noise"] = _make_generator(seed + 2, self.device)  # the noise is drawn where the sum lives
         torch.manual_seed(seed + 3)  # dropout and other model randomness
         self.clip_estimator: QuantileEstimator | None = None  # set by fit() with config.adaptive_clip
         if config.adaptive_clip is not None:  # the count's noise and the count's own samples
@@ -226,7 +236,12 @@ class Trainer:
         """Sum of clipped per-unit gradients of the private loss over ``batch`` (a unit: a row, or the rows
         sharing a label in ``groups``)."""
         fn = clipped_sum_fast if self.backend == "fast" else clipped_sum_functorch
-        return fn(self.model, self.objective.private_loss, batch, self.trainable, self.clip_norm, groups)
+        with autocast(self.device, self.config.precision):
+            return fn(self.model, self.objective.private_loss, batch, self.trainable, self.clip_norm, groups)
+
+    def _take(self, data: Mapping[str, Tensor], idx: Tensor) -> dict[str, Tensor]:
+        """The rows ``idx`` of ``data`` (kept on the CPU), moved to the training device."""
+        return {k: v.to(self.device, non_blocking=True) for k, v in take(data, idx).items()}
 
     def _clipped_total(self, data: Mapping[str, Tensor], idx: Tensor) -> tuple[dict[str, Tensor], Tensor]:
         """Sum of the clipped gradients of the units ``idx`` (micro-batched), and the units' norms."""
@@ -236,12 +251,13 @@ class Trainer:
         if self.units is None:
             parts = [(rows, None) for rows in chunks(idx, c.max_physical_batch)]
         else:
-            parts = [(rows, self.units.labels[rows]) for rows in self.units.chunks(idx, c.max_physical_batch)]
+            parts = [(rows, self.units.labels[rows].to(self.device))
+                     for rows in self.units.chunks(idx, c.max_physical_batch)]
         for rows, labels in parts:
             if len(rows) > c.max_physical_batch:  # one unit with more rows than fit in a pass
                 summed, part_norms = self._large_unit(data, rows)
             else:
-                summed, part_norms = self.clipped_sum(take(data, rows), labels)
+                summed, part_norms = self.clipped_sum(self._take(data, rows), labels)
             norms.append(part_norms.detach().cpu())
             for n, g in summed.items():
                 total[n] += g
@@ -254,10 +270,12 @@ class Trainer:
         params = list(self.trainable.values())
         grads = None
         for part in chunks(rows, self.config.max_physical_batch):
-            loss = check_losses(self.objective.private_loss(self.model, take(data, part)), len(part)).sum()
+            with autocast(self.device, self.config.precision):
+                loss = check_losses(self.objective.private_loss(self.model, self._take(data, part)), len(part))
+            loss = to_float32(loss).sum()
             g = torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)
             grads = list(g) if grads is None else [a.add_(b) for a, b in zip(grads, g)]
-        norm = torch.sqrt(sum(g.pow(2).sum() for g in grads)).reshape(1)
+        norm = torch.sqrt(sum(to_float32(g).pow(2).sum() for g in grads)).reshape(1)
         factor = clip_factors(norm, self.clip_norm)
         return {n: g * factor for n, g in zip(self.trainable, grads)}, norm
 
@@ -270,7 +288,7 @@ class Trainer:
     def _noisy(self, total: dict[str, Tensor], expected_batch: float) -> dict[str, Tensor]:
         std = self.gradient_noise_multiplier * self.clip_norm
         for g in total.values():
-            g += torch.normal(0.0, std, size=g.shape, generator=self._gens["noise"])
+            g += torch.normal(0.0, std, size=g.shape, generator=self._gens["noise"], device=g.device, dtype=g.dtype)
             g /= expected_batch
         return total
 
@@ -281,13 +299,14 @@ class Trainer:
         size = next(iter(batch.values())).shape[0]
         params = list(self.trainable.values())
         if size <= self.config.max_physical_batch or _has_batch_norm(self.model):
-            loss = check_losses(loss_fn(self.model, batch), size).mean()
+            with autocast(self.device, self.config.precision):
+                loss = to_float32(check_losses(loss_fn(self.model, batch), size)).mean()
             grads = torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)
             return dict(zip(self.trainable, grads)), float(loss.detach())
         total, summed = 0.0, None
         for rows in chunks(torch.arange(size), self.config.max_physical_batch):
-            part = take(batch, rows)
-            loss = check_losses(loss_fn(self.model, part), len(rows)).sum()
+            with autocast(self.device, self.config.precision):
+                loss = to_float32(check_losses(loss_fn(self.model, take(batch, rows)), len(rows))).sum()
             grads = torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)
             summed = list(grads) if summed is None else [a.add_(b) for a, b in zip(summed, grads)]
             total += float(loss.detach())
@@ -306,7 +325,7 @@ class Trainer:
     # ---------------------------------------------------------------- steps
     def public_step(self, public_data: Mapping[str, Tensor]) -> float:
         idx = uniform_indices(_rows(public_data), self._public_batch(), self._gens["public"])
-        grad, loss = self.mean_gradient(self.objective.public_loss, take(public_data, idx))
+        grad, loss = self.mean_gradient(self.objective.public_loss, self._take(public_data, idx))
         self._apply(grad)
         return loss
 
@@ -331,7 +350,8 @@ class Trainer:
                 self.ledger.charge_sampled_gaussian(name, q, sigma, 1)
         if self.objective.has_public_branch:
             pub_idx = uniform_indices(_rows(public_data), self._public_batch(), self._gens["public"])
-            g_pub, record["public_loss"] = self.mean_gradient(self.objective.public_loss, take(public_data, pub_idx))
+            g_pub, record["public_loss"] = self.mean_gradient(self.objective.public_loss,
+                                                               self._take(public_data, pub_idx))
             grad = {k: g_pub[k] + self.config.alpha * grad[k] for k in grad}
         elif self.config.alpha != 1.0:
             grad = {k: self.config.alpha * g for k, g in grad.items()}
@@ -354,7 +374,7 @@ class Trainer:
 
     def nonprivate_step(self, data: Mapping[str, Tensor]) -> dict:
         idx = uniform_indices(_rows(data), self.config.batch_size, self._gens["private"])
-        grad, loss = self.mean_gradient(self.objective.private_loss, take(data, idx))
+        grad, loss = self.mean_gradient(self.objective.private_loss, self._take(data, idx))
         self._apply(grad)
         return {"loss": loss}
 
@@ -430,6 +450,8 @@ class Trainer:
                 for name, p in self.trainable.items():
                     p.copy_(self.ema[name])
         self.model.eval()
+        if self.device.type != "cpu":  # the recipes evaluate, save and apply on the CPU
+            self.model.to("cpu")
         return TrainResult(
             steps=total,
             sampling_rate=self.sampling_rate(n),
@@ -471,6 +493,7 @@ class Trainer:
         skip = {"progress", "checkpoint_dir", "checkpoint_every"}
         if self.config.adaptive_clip is None:  # fingerprints of runs from before the setting stay valid
             skip.add("adaptive_clip")
+        skip |= {k for k, default in (("device", "auto"), ("precision", "fp32")) if getattr(self.config, k) == default}
         keep = {k: v for k, v in asdict(self.config).items() if k not in skip}
         return {"config": keep, "objective": self.objective.name, "total_steps": total,
                 "units": self.units.n if self.units is not None else None}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dpcare.exceptions import SettingsError
-from dpcare.settings import DPSettings, Settings, require_unit, setting
+from dpcare.settings import ComputeSettings, DPSettings, Settings, require_unit, setting
 
 #: the five methods (the same names as :class:`dpcare.images.diffusion.DiffusionObjective`)
 METHODS = ("non-private", "public", "dp", "fdp-dpsgd", "fdp-alg1")
@@ -60,6 +60,7 @@ class DiffusionSettings(Settings):
                                           "public images")
     reject_rounds: int = setting(5, kind="integer", low=1, help="rounds of rejection sampling (the last keeps all)")
     dp: DPSettings = field(default_factory=_default_dp)
+    compute: ComputeSettings = field(default_factory=ComputeSettings)  # device, precision, processes
 
     def __post_init__(self) -> None:
         super().__post_init__()

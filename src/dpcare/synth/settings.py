@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpcare.exceptions import SettingsError
-from dpcare.settings import DPSettings, Settings, from_dict, require_unit, setting, to_dict
+from dpcare.settings import ComputeSettings, DPSettings, Settings, from_dict, require_unit, setting, to_dict
 
 MODES = ("dp-2stage-u", "dp-2stage-o", "dp-standard", "non-private")
 ORDERS = ("target-first", "shuffle")
@@ -124,6 +124,7 @@ class SynthSettings(Settings):
     stage1: StageSettings = field(default_factory=StageSettings)
     stage2: Stage2Settings = field(default_factory=Stage2Settings)
     dp: DPSettings = field(default_factory=_default_dp)
+    compute: ComputeSettings = field(default_factory=ComputeSettings)  # device, precision, processes
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -75,7 +75,7 @@ EVALUATION_NOTE = ("The metrics of `dpcare synth evaluate` read the real trainin
 def plan(settings: SynthSettings, rows: int) -> Guarantee | None:
     """What :meth:`Synthesizer.fit` releases on a private table of ``rows`` rows, from the settings and the
     row count alone: a budget checks it before any row is read. Every row trains in stage 2 (no hold-out),
-    so n = ``rows``, the unit a row, delta the given one or 1/n^1.1. None in non-private mode."""
+    so n = ``rows``, the unit a row, delta the given one or min(1e-5, 0.01/n). None in non-private mode."""
     if not settings.private:
         return None
     if rows < 1:
@@ -147,14 +147,14 @@ class Synthesizer:
     def _stage1_config(self, **engine: Any) -> TrainConfig:
         st = self.settings.stage1
         return TrainConfig(epochs=st.epochs, batch_size=st.batch_size, lr=st.lr,
-                           max_physical_batch=st.max_physical_batch, **engine)
+                           max_physical_batch=st.max_physical_batch, **self.settings.compute.engine(), **engine)
 
     def _stage2_config(self, **engine: Any) -> TrainConfig:
         """The engine's config of stage 2: the DP settings (seed + 2, so that stage 1 and 2 draw apart) and
         stage 2's own knobs."""
         s = self.settings
         return TrainConfig.from_dp(s.dp.replace(seed=s.dp.seed + 2), private=s.private, lr=s.stage2.lr,
-                                   max_physical_batch=s.stage2.max_physical_batch, **engine)
+                                   max_physical_batch=s.stage2.max_physical_batch, **s.compute.engine(), **engine)
 
     def fit(self, df: pd.DataFrame, ledger: PrivacyLedger | None = None, checkpoint_dir: str | None = None,
             stage1_cache: str | Path | None = None, estimate: bool = True,

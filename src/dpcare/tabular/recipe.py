@@ -398,7 +398,8 @@ def _public_columns_model(settings: TabularSettings, train: dict[str, torch.Tens
 
     torch.manual_seed(settings.dp.seed + 101)
     model = TabularMLP(**shape)
-    config = TrainConfig.from_dp(settings.dp, private=False, lr=settings.lr, progress=False)
+    config = TrainConfig.from_dp(settings.dp, private=False, lr=settings.lr, progress=False,
+                                 **settings.compute.engine())
     Trainer(model, NonPrivate(), config).fit({"x": train["x_pub"], "y": train["y"]})
     return model
 
@@ -450,7 +451,7 @@ def train_rows(train_df: pd.DataFrame, schema: TableSchema, settings: TabularSet
     config = TrainConfig.from_dp(settings.dp, private=objective.private, lr=settings.lr, alpha=settings.alpha,
                                  public_batch_size=settings.public_batch_size,
                                  public_pretrain_steps=settings.public_pretrain_steps,
-                                 checkpoint_dir=checkpoint_dir, progress=progress)
+                                 checkpoint_dir=checkpoint_dir, progress=progress, **settings.compute.engine())
     result = Trainer(model, objective, config, ledger=ledger).fit(train, public_data(settings.method, train))
     return model, encoder, result, train
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dpcare.settings import DPSettings, Settings, require_unit, setting
+from dpcare.settings import ComputeSettings, DPSettings, Settings, require_unit, setting
 
 #: the methods of :data:`dpcare.tabular.recipe.METHODS`, in its order
 METHOD_NAMES = ("non-private", "dp-sgd", "feature-dp", "label-dp", "naive-fusion", "naive-fusion-pub",
@@ -39,6 +39,7 @@ class TabularSettings(Settings):
     imputer: str = setting("gbm", kind="choice", choices=("gbm", "lm"),
                            help="fusion methods: imputer of the private columns, fitted on --public-data")
     dp: DPSettings = field(default_factory=_default_dp)
+    compute: ComputeSettings = field(default_factory=ComputeSettings)  # device, precision, processes
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -13,7 +13,7 @@ Data flow and what each step may read:
   on the training patients only; DP-SGD refuses fitted statistics (they would be an uncounted release);
 - DP-SGD samples training PATIENTS (Poisson), clips the sum of a patient's window gradients as one, and
   its expected batch is ``dp_sampling_rate`` x the training patients of the split (a public count);
-  delta defaults to 1/P^1.1 over those P training patients;
+  delta defaults to min(1e-5, 0.01/P) over those P training patients (P*delta <= 0.01);
 - defences select epochs on the VALIDATION patients; the attacks use the training windows (members) and
   the TEST patients' windows (non-members), which no selection step has seen;
 - every run is scored against the forecasts that need no private data on the SAME test windows
@@ -258,7 +258,8 @@ def train_baseline(train: WindowSet, settings: ForecastSettings, progress: bool 
     """Non-private training on the training windows (Adam, masked MSE)."""
     model = new_model(settings, train, private=False)
     cfg = TrainConfig(batch_size=settings.baseline_batch_size, epochs=settings.baseline_epochs,
-                      lr=settings.baseline_lr, seed=settings.dp.seed, progress=progress, checkpoint_dir=checkpoint_dir)
+                      lr=settings.baseline_lr, seed=settings.dp.seed, progress=progress, checkpoint_dir=checkpoint_dir,
+                      **settings.compute.engine())
     Trainer(model, ForecastLoss(private=False), cfg).fit(train.tensors())
     return model
 
@@ -278,7 +279,7 @@ def dp_sgd(train: WindowSet, settings: ForecastSettings, standardizer: Standardi
     ledger = PrivacyLedger(units, delta, accountant=settings.dp.accountant, unit=ProtectedUnit.PATIENT)
     dp = settings.dp.replace(batch_size=dp_batch_size(settings, units if patients is None else patients))
     cfg = TrainConfig.from_dp(dp, private=True, lr=settings.dp_lr, progress=progress, checkpoint_dir=checkpoint_dir,
-                              max_physical_batch=256)
+                              max_physical_batch=256, **settings.compute.engine())
     model = new_model(settings, train, private=True)
     result = Trainer(model, ForecastLoss(private=True), cfg, ledger).fit(train.tensors(), groups=train.groups())
     return model, result

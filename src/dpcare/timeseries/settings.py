@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dpcare.exceptions import SettingsError
-from dpcare.settings import DPSettings, Settings, require_unit, setting
+from dpcare.settings import ComputeSettings, DPSettings, Settings, require_unit, setting
 
 DEFENCES = ("zoo", "zoo_pca", "mixup")
 METHODS = ("baseline", "dp-sgd", *DEFENCES)
@@ -61,6 +61,7 @@ class ForecastSettings(Settings):
     stride: int | None = setting(None, kind="integer", low=1, none=True, none_means="the spec's window",
                                  help="steps between the anchors of two windows of a stay")
     dp: DPSettings = field(default_factory=_default_dp)
+    compute: ComputeSettings = field(default_factory=ComputeSettings)  # device, precision, processes
 
     def __post_init__(self) -> None:
         super().__post_init__()

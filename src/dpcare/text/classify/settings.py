@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dpcare.exceptions import SettingsError
-from dpcare.settings import DPSettings, Settings, require_unit, setting
+from dpcare.settings import ComputeSettings, DPSettings, Settings, require_unit, setting
 
 #: non-private references: the view of the training notes each trains on
 NONPRIVATE_VIEWS = {"sgd-org": "x", "sgd-hybrid": "x_hyb", "sgd-pub": "x_pub"}
@@ -66,6 +66,7 @@ class NoteClassifierSettings(Settings):
                                   "as the rules' spans (off: rules only)")
     split_seed: int = setting(0, kind="integer", help="seed of the patient split (train 70 / validation 10 / test 20)")
     dp: DPSettings = field(default_factory=_default_dp)
+    compute: ComputeSettings = field(default_factory=ComputeSettings)  # device, precision, processes
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -263,7 +263,7 @@ def finetune_with(notes: Iterable[Note], settings: FinetuneSettings, checkpoint_
                     batch_size=dp.batch_size, lr=s.lr, clip_norm=dp.clip_norm, seed=dp.seed,
                     checkpoint_dir=checkpoint_dir, progress=progress, window=s.window, stride=s.stride or None,
                     max_physical_batch=max_physical_batch, accountant=dp.accountant,
-                    adaptive_clip=adaptive_clip(s.clip_variant, dp.adaptive_clip))
+                    adaptive_clip=adaptive_clip(s.clip_variant, dp.adaptive_clip), **s.compute.engine())
 
 
 def plan(settings: FinetuneSettings, patients: int) -> Guarantee | None:
@@ -302,12 +302,14 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
              clip_norm: float = 1.0, seed: int = 0, checkpoint_dir: str | None = None, progress: bool = False,
              labels: Sequence[str] = ENTITY_LABELS, window: int | None = 256, stride: int | None = 128,
              lora_rank: int = 8, lora_alpha: float = 16.0, prefix_tokens: int = 10, reduction: str = "mean",
-             max_physical_batch: int = 8, accountant: str = "pld", adaptive_clip: AdaptiveClip | None = None):
+             max_physical_batch: int = 8, accountant: str = "pld", adaptive_clip: AdaptiveClip | None = None,
+             device: str = "auto", precision: str = "fp32"):
     """Fine-tune ``model`` ("smollm2" or a local Hugging Face folder; ``layers``: keep the first k blocks) on
     ``task`` in ``mode``. Returns (model, tokenizer, info); ``info["guarantee"]`` names the PATIENT as the
     protected unit (None in non-private mode, which has no ledger). ``lr=None``: DEFAULT_LR of the mode;
     ``accountant``: "pld" or "rdp" (the ledger's); ``adaptive_clip``: private adaptive clipping of the
-    per-patient norms (``clip_norm`` is then the initial C; private modes only, see docs/adaptive-clipping.md)."""
+    per-patient norms (``clip_norm`` is then the initial C; private modes only, see docs/adaptive-clipping.md);
+    ``device`` / ``precision``: where the engine trains (:mod:`dpcare.engine.devices`)."""
     mode = FinetuneMode.parse(mode)
     check_mode_privacy(mode, epsilon, delta)
     check_adaptive_clip(mode, adaptive_clip)
@@ -324,7 +326,8 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
     objective = TargetLoss(mode.private, positions=not prefix, reduction=reduction)
     config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=DEFAULT_LR[mode.value] if lr is None else lr,
                          clip_norm=clip_norm, seed=seed, checkpoint_dir=checkpoint_dir, progress=progress,
-                         max_physical_batch=max_physical_batch, target_epsilon=epsilon, adaptive_clip=adaptive_clip)
+                         max_physical_batch=max_physical_batch, target_epsilon=epsilon, adaptive_clip=adaptive_clip,
+                         device=device, precision=precision)
     config.validate(objective)
     net = apply_mode(causal, mode, lora_rank, lora_alpha, prefix_tokens)
     if mode.private:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dpcare.exceptions import SettingsError
-from dpcare.settings import DPSettings, Settings, require_unit, setting
+from dpcare.settings import ComputeSettings, DPSettings, Settings, require_unit, setting
 
 TASKS = ("ner", "summarisation")
 MODES = ("dp-lora", "dp-full", "dp-prefix", "non-private")
@@ -39,6 +39,7 @@ class FinetuneSettings(Settings):
     stride: int = setting(128, kind="integer", low=0,
                           help="tokens between window starts (0: no sliding; a longer note is an error)")
     dp: DPSettings = field(default_factory=_default_dp)
+    compute: ComputeSettings = field(default_factory=ComputeSettings)  # device, precision, processes
 
     def __post_init__(self) -> None:
         super().__post_init__()
