@@ -13,17 +13,17 @@ to the shadows' phi when it was in and when it was out:
 The attack knows no model family: it is given ``train_and_score(members, seed)``,
 which trains one model on the population examples ``members`` (indices) and
 returns phi for every example of the population (e.g. with
-:func:`logit_confidence`). Shadows train in parallel processes, so that function
-must pickle (a module-level function or a ``functools.partial`` of one). The
-tabular recipe's version is :func:`dpcare.tabular.audit.tabular_lira`.
+:func:`logit_confidence`). With ``workers`` > 1 the target and shadows train as
+Ray tasks (:mod:`dpcare.parallel`: this machine, or a cluster), so that function
+must pickle (a module-level function or a ``functools.partial`` of one); each
+model's seed is fixed by its position, so the result does not depend on
+``workers``. The tabular recipe's version is :func:`dpcare.tabular.audit.tabular_lira`.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +32,7 @@ import torch
 from dpcare.audit.likelihood_ratio import lira_scores
 from dpcare.audit.metrics import attack_metrics
 from dpcare.exceptions import DataError, SettingsError
+from dpcare.parallel import map_tasks
 
 #: train_and_score(members, seed) -> phi of every population example
 TrainAndScore = Callable[[np.ndarray, int], np.ndarray]
@@ -64,8 +65,7 @@ class LiraResult:
                 "online": self.online, "offline": self.offline}
 
 
-def _train_and_score(task: tuple[TrainAndScore, np.ndarray, int]) -> np.ndarray:
-    train_and_score, members, seed = task
+def _train_and_score(train_and_score: TrainAndScore, members: np.ndarray, seed: int) -> np.ndarray:
     return np.asarray(train_and_score(members, seed), dtype=float)
 
 
@@ -84,11 +84,7 @@ def run_lira(train_and_score: TrainAndScore, n: int, shadows: int = 16, workers:
         masks[i, h] = True
     tasks = [(train_and_score, h, seed + 1 + i) for i, h in enumerate(halves)]
     t0 = time.perf_counter()
-    if workers > 1:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            phis = np.stack(list(pool.map(_train_and_score, tasks)))
-    else:
-        phis = np.stack([_train_and_score(t) for t in tasks])
+    phis = np.stack(map_tasks(_train_and_score, tasks, workers))
     elapsed = time.perf_counter() - t0
     target_phi, target_in = phis[0], masks[0]
     shadow_phi, shadow_in = phis[1:], masks[1:]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from dpcare.cli.common import table_and_spec
+from dpcare.cli.common import RayAddressOption, table_and_spec, use_ray
 from dpcare.cli.options import settings_options
 from dpcare.exceptions import DataError
 from dpcare.settings import DPSettings
@@ -63,7 +63,8 @@ def audit_lira(
     data: Annotated[Path, typer.Argument(help="the population table (CSV/Parquet)")],
     spec: Annotated[Path, typer.Option(help="its privacy spec")],
     shadows: Annotated[int, typer.Option(help="shadow models")] = 16,
-    workers: Annotated[int, typer.Option(help="parallel processes")] = 2,
+    workers: Annotated[int, typer.Option(help="models trained at once, as Ray tasks (1: in this process)")] = 2,
+    ray_address: RayAddressOption = None,
     seed: Annotated[int, typer.Option(help="seed of the halves and the training runs")] = 0,
     out: Annotated[Path, typer.Option(help="run folder to write (run.json, attacks/lira.json)")] = Path("results/lira"),
     force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder")] = False,
@@ -71,6 +72,7 @@ def audit_lira(
 ) -> None:
     """LiRA (online + offline) against a target trained on a random half of DATA, shadows on other halves,
     all with the training recipe given by the options."""
+    use_ray(ray_address, workers)
     from dpcare.audit import attack_payload, attack_row
     from dpcare.runs import Manifest, RunFolder
     from dpcare.tabular.audit import tabular_lira

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from dpcare.cli.common import epsilon_list, table_and_spec
+from dpcare.cli.common import RayAddressOption, epsilon_list, table_and_spec, use_ray
 from dpcare.exceptions import SettingsError
 
 app = typer.Typer(help="Reproduce the papers' comparisons on real data.", no_args_is_help=True)
@@ -28,7 +28,8 @@ def benchmark_fusiondp(
         help="gbm (default), lm (SmolLM2 in context; slow on CPU, see README) or tabpfn (local checkpoints)")] = "gbm",
     tabpfn_classifier: Annotated[Path | None, typer.Option(help="local TabPFN classifier checkpoint")] = None,
     tabpfn_regressor: Annotated[Path | None, typer.Option(help="local TabPFN regressor checkpoint")] = None,
-    workers: Annotated[int, typer.Option(help="parallel training processes")] = 2,
+    workers: Annotated[int, typer.Option(help="runs trained at once, as Ray tasks (1: in this process)")] = 2,
+    ray_address: RayAddressOption = None,
     quick: Annotated[bool, typer.Option(help="smoke-size run (2 epsilons, 1 seed, 1 grid point, 2 epochs)")] = False,
     charge_tuning: Annotated[bool, typer.Option(
         help="tune privately on every seed and count it in epsilon (default: the paper's uncounted tuning)")] = False,
@@ -37,6 +38,7 @@ def benchmark_fusiondp(
                      ] = False,
 ) -> None:
     """FusionDP vs Feature-DP vs DP-SGD vs the hybrid baselines over epsilons (Zeng et al., Figure 2)."""
+    use_ray(ray_address, workers)
     from dpcare.data import load_dataset
     from dpcare.studies.fusiondp import FusionBenchmark, run_benchmark
 
@@ -74,7 +76,8 @@ def benchmark_fusiondp_text(
     epochs: Annotated[int, typer.Option(help="epochs per run (the best on validation is kept)")] = 6,
     lm: Annotated[str, typer.Option(help="imputation LM: smollm2 or a local causal-LM folder")] = "smollm2",
     loss: Annotated[str, typer.Option(help="per-note BCE over the codes: sum or mean")] = "sum",
-    workers: Annotated[int, typer.Option(help="parallel training processes")] = 2,
+    workers: Annotated[int, typer.Option(help="runs trained at once, as Ray tasks (1: in this process)")] = 2,
+    ray_address: RayAddressOption = None,
     quick: Annotated[bool, typer.Option(help="smoke-size run (150 notes, 20 codes, 2 epochs, 1 seed, epsilon 5)")] = False,
     out: Annotated[Path, typer.Option(help="run folder of the study (an interrupted study resumes when the same "
                                            "command is rerun)")] = Path("results/fusiondp-text"),
@@ -83,6 +86,7 @@ def benchmark_fusiondp_text(
 ) -> None:
     """The nine FusionDP methods on clinical notes: ICD coding with CAML under feature-level DP of
     the sensitive spans (Zeng et al., Section 5.3, Table 1), each run a `dpcare text classify` fit."""
+    use_ray(ray_address, workers)
     from dpcare.studies.fusiondp_text import TextFusionBenchmark, run_fusiondp_text
 
     bench = TextFusionBenchmark.quick() if quick else TextFusionBenchmark(
@@ -123,7 +127,8 @@ def benchmark_clinical_nlp(
                                                      "80th-percentile warm-up)")] = True,
     eval_notes: Annotated[int, typer.Option(help="held-out notes decoded for NER F1 and ROUGE-L")] = 6,
     seeds: Annotated[int, typer.Option(help="training seeds")] = 1,
-    workers: Annotated[int, typer.Option(help="parallel training processes")] = 2,
+    workers: Annotated[int, typer.Option(help="runs trained at once, as Ray tasks (1: in this process)")] = 2,
+    ray_address: RayAddressOption = None,
     physical_batch: Annotated[int, typer.Option(help="rows per forward/backward pass: memory only (DP-Full on all "
                                                      "30 blocks peaks near 7 GB at 2)")] = 2,
     quick: Annotated[bool, typer.Option(help="smoke-size run (12 notes, 1 block, 1 epoch, epsilon 3, 4 canaries; "
@@ -139,6 +144,7 @@ def benchmark_clinical_nlp(
     """Fine-tuning a causal LM on clinical notes: NER F1 and ROUGE-L of non-private, DP-Full, DP-LoRA and
     DP-Prefix at epsilon 3, and membership-inference AUC at epsilon 1, 3, 8 (Lopez and Hill,
     Tables 1 and 2)."""
+    use_ray(ray_address, workers)
     from dpcare.studies.clinical_nlp import ClinicalNLPBenchmark, run_clinical_nlp
 
     split = lambda text: tuple(x.strip() for x in text.split(",") if x.strip())
@@ -204,7 +210,8 @@ def benchmark_tsf(
                        ] = "baseline,dp-sgd,zoo,zoo_pca,mixup",
     epsilons: Annotated[str, typer.Option(help="comma-separated patient-level epsilons of DP-SGD")] = "1,3,8",
     shadows: Annotated[int, typer.Option(help="LiRA shadow models per data set (0: LOSS attack only)")] = 8,
-    workers: Annotated[int, typer.Option(help="parallel processes for shadow models")] = 2,
+    workers: Annotated[int, typer.Option(help="shadow models trained at once, as Ray tasks (1: in this process)")] = 2,
+    ray_address: RayAddressOption = None,
     epochs: Annotated[float | None, typer.Option(help="baseline training epochs")] = None,
     dp_epochs: Annotated[float | None, typer.Option(help="DP-SGD epochs over the training patients")] = None,
     aug_epochs: Annotated[int | None, typer.Option(help="augmentation retraining epochs (at most)")] = None,
@@ -219,6 +226,7 @@ def benchmark_tsf(
     """Baseline vs DP-SGD (per patient) vs ZOO, ZOO-PCA, MixUp under LOSS and LiRA attacks
     ("Embedding-Space Data Augmentation to Prevent Membership Inference Attacks in Clinical Time Series
     Forecasting", ML4H 2025, Table 1, with real accounting)."""
+    use_ray(ray_address, workers)
     from dpcare.studies.tsf import TsfBenchmark, run_tsf_benchmark
     from dpcare.timeseries import user_dataset
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import click
 import typer
@@ -53,3 +54,19 @@ def epsilon_list(text: str, flag: str = "--epsilons") -> tuple[float, ...]:
     if not values:
         raise SettingsError(f"{flag} must name at least one number, got {flag} = {text!r}")
     return values
+
+
+#: where the parallel work of a command runs (dpcare.parallel); the RAY_ADDRESS environment variable is read too
+RayAddressOption = Annotated[str | None, typer.Option(
+    "--ray-address", help="Ray cluster for the parallel work, e.g. ray://head:10001 (default: the RAY_ADDRESS "
+                          "environment variable, else a local Ray instance of --workers CPUs); needs --workers > 1")]
+
+
+def use_ray(address: str | None, workers: int) -> None:
+    """Send the command's parallel tasks to the Ray cluster at ``address`` (None: RAY_ADDRESS or this machine)."""
+    if address and workers <= 1:
+        raise SettingsError(f"--ray-address runs tasks on a cluster only with --workers > 1 (the tasks in flight), "
+                            f"got --workers = {workers}")
+    from dpcare.parallel import configure
+
+    configure(address)

@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from dpcare.cli.budget import BudgetOption
+from dpcare.cli.common import RayAddressOption, use_ray
 from dpcare.cli.options import settings_options
 from dpcare.exceptions import MissingFileError, SettingsError
 from dpcare.text.classify.settings import NoteClassifierSettings
@@ -191,7 +192,9 @@ def classify(
     out: Annotated[Path, typer.Option(help="run folder to write (model.pt, vocabulary.json, split.json, run.json); "
                                            "rerun the same command to resume an interrupted run")],
     format: FormatOption = "jsonl",
-    workers: Annotated[int, typer.Option(help="imputation processes (speed only)")] = 1,
+    workers: Annotated[int, typer.Option(help="imputation shards run at once as Ray tasks (speed only; "
+                                              "1: in this process)")] = 1,
+    ray_address: RayAddressOption = None,
     force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder whole when the run "
                                                          "finishes (default: refuse it)")] = False,
     budget: BudgetOption = None,
@@ -210,6 +213,7 @@ def classify(
                             f"them (an icd_codes list per note), got --format {format}")
     if workers < 1:
         raise SettingsError(f"--workers must be >= 1, got --workers = {workers}")
+    use_ray(ray_address, workers)
     if settings.impute and settings.lm != "smollm2" and not (Path(settings.lm) / "config.json").is_file():
         raise MissingFileError(f"unknown model path {settings.lm!r}: not a local Hugging Face causal-LM folder "
                                "(use --lm smollm2, or --no-impute)")

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ from dpcare.io import new_figure, save_figure
 from dpcare.methods import DPSGD, NonPrivate
 from dpcare.methods.fusion import HYBRID_METHODS
 from dpcare.models import TabularMLP
+from dpcare.parallel import map_tasks
 from dpcare.privacy import PrivacyLedger, ProtectedUnit, calibrate_noise_multiplier, gaussian_event
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder
@@ -162,14 +161,6 @@ def train_one(method: str, epsilon: float | None, params: dict[str, float], seed
     return {"method": method, "target_epsilon": epsilon, "epsilon": eps, "seed": seed, **params, **scores}
 
 
-def _run(args):
-    return train_one(*args)
-
-
-def _pool(workers: int):
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-
-
 def run_benchmark(df: pd.DataFrame, schema: TableSchema, bench: FusionBenchmark, out_dir: str | os.PathLike,
                   progress: bool = True, force: bool = False) -> pd.DataFrame:
     """Tune on seed 0, run the chosen settings on every seed, write tables, the plot and run.json.
@@ -287,19 +278,11 @@ def _is_best(row, best) -> bool:
 
 
 def _map(tasks, workers: int, progress: bool, desc: str) -> list[dict[str, Any]]:
+    """:func:`train_one` of every task, in task order (Ray tasks with ``workers`` > 1, see dpcare.parallel)."""
     if not tasks:
         return []
     bar = tqdm(total=len(tasks), desc=desc, disable=not progress)
-    results = []
-    if workers <= 1:
-        for t in tasks:
-            results.append(_run(t))
-            bar.update()
-    else:
-        with _pool(workers) as pool:
-            for r in pool.map(_run, tasks):
-                results.append(r)
-                bar.update()
+    results = map_tasks(train_one, tasks, workers, on_result=lambda i, r: bar.update())
     bar.close()
     return results
 

@@ -1,20 +1,17 @@
-"""Resumable benchmark grids: a JSON-lines journal of finished runs and a pool that journals each run as
-soon as it finishes (used by the text benchmarks)."""
+"""Resumable benchmark grids: a JSON-lines journal of finished runs, and the runs yielded as each finishes
+(on Ray with ``workers`` > 1, :mod:`dpcare.parallel`) so that the journal records it at once (used by the
+text benchmarks)."""
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import sys
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from dpcare.exceptions import SpecError
+from dpcare.parallel import run_tasks
 
 
 def read_journal(path: Path) -> list[dict[str, Any]]:
@@ -50,24 +47,8 @@ def append_run(fh, row: dict[str, Any]) -> None:
 
 
 def parallel_results(fn: Callable[..., dict], tasks: Iterable[tuple], workers: int) -> Iterator[dict]:
-    """``fn(*task)`` for every task, in ``workers`` spawned single-threaded processes (in this process when
-    ``workers`` <= 1), yielded as they finish; every finished run is yielded before a failure is raised, and
-    each failure is named on stderr as it happens (the other runs go on)."""
-    tasks = list(tasks)
-    if workers <= 1 or len(tasks) <= 1:
-        for task in tasks:
-            yield fn(*task)
-        return
-    failed = None
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=torch.set_num_threads, initargs=(1,)) as pool:
-        futures = {pool.submit(fn, *task): task for task in tasks}
-        for f in as_completed(futures):
-            if f.exception() is None:
-                yield f.result()
-                continue
-            named = ", ".join(str(x) for x in futures[f] if isinstance(x, (str, int, float, type(None))))
-            print(f"run ({named}) failed: {f.exception()!r}; the others go on", file=sys.stderr, flush=True)
-            failed = failed or f.exception()
-    if failed is not None:
-        raise failed
+    """``fn(*task)`` for every task, as Ray tasks on ``workers`` CPUs with one torch thread each (in this
+    process when ``workers`` <= 1), yielded as they finish; every finished run is yielded before a failure is
+    raised, and each failure is named on stderr as it happens (the other runs go on)."""
+    for _, row in run_tasks(fn, tasks, workers):
+        yield row

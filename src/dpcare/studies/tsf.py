@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ import torch
 from dpcare.audit import attack_payload, clustered_auc_interval, plot_roc
 from dpcare.exceptions import PrivacyParameterError, SettingsError, UnknownNameError
 from dpcare.io import torch_save, write_json
+from dpcare.parallel import map_tasks
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder
 from dpcare.settings import DPSettings
@@ -243,15 +242,12 @@ def _shadows(data: TsfData, labels: list[str], bench: TsfBenchmark, folder: Path
         paths.append(path)
     if tasks:
         bar = tqdm(total=len(tasks), desc=f"{data.name} shadows", disable=not progress)
-        if bench.workers > 1:
-            with ProcessPoolExecutor(bench.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                for task, path, losses in zip(tasks, paths, pool.map(run_shadow, tasks)):
-                    write_json(path, {"members": task.members, "losses": losses})
-                    bar.update(1)
-        else:
-            for task, path in zip(tasks, paths):
-                write_json(path, {"members": task.members, "losses": run_shadow(task)})
-                bar.update(1)
+
+        def record(i: int, losses: dict) -> None:  # each shadow's file as soon as it finishes: a rerun skips it
+            write_json(paths[i], {"members": tasks[i].members, "losses": losses})
+            bar.update(1)
+
+        map_tasks(run_shadow, [(t,) for t in tasks], bench.workers, on_result=record)
         bar.close()
     cached = [_read(folder / f"shadow_{k}.json") for k in range(bench.shadows)]
     shadow_in = np.stack([np.isin(pop.patient, c["members"]) for c in cached])

@@ -150,21 +150,21 @@ def _impute_shard(imputer: Any, masked: list[MaskedNote], journal: Path | None) 
 
 
 def impute_notes(imputer: Any, masked: list[MaskedNote], out: Path | None, workers: int = 1) -> tuple[list, dict]:
-    """Every note's imputed values, in ``workers`` processes over contiguous shards (each with its
-    own resumable journal ``out/imputation.<k>.jsonl``; ``out`` None: no journal); merged statistics."""
+    """Every note's imputed values, in ``workers`` Ray tasks (:mod:`dpcare.parallel`) over contiguous shards
+    (each with its own resumable journal ``out/imputation.<k>.jsonl``; ``out`` None: no journal); merged
+    statistics."""
     journal = (lambda name: out / name) if out is not None else (lambda name: None)
     if workers <= 1 or len(masked) < 2 * workers:
         return _impute_shard(imputer, masked, journal("imputation.jsonl"))
-    import multiprocessing
     from collections import Counter
-    from concurrent.futures import ProcessPoolExecutor
+
+    from dpcare.parallel import map_tasks
 
     bounds = [round(k * len(masked) / workers) for k in range(workers + 1)]
     shards = [masked[a:b] for a, b in itertools.pairwise(bounds)]
     start = time.perf_counter()
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        parts = list(pool.map(_impute_shard, [imputer] * workers, shards,
-                              [journal(f"imputation.{k}.jsonl") for k in range(workers)]))
+    parts = map_tasks(_impute_shard, [(imputer, shard, journal(f"imputation.{k}.jsonl"))
+                                      for k, shard in enumerate(shards)], workers)
     values = [v for part, _ in parts for v in part]
     stats: dict[str, Any] = {}
     for _, st in parts:

@@ -1,0 +1,161 @@
+"""Embarrassingly parallel experiment work (LiRA shadows, the studies' cells, LM imputation shards) on Ray.
+
+:func:`run_tasks` calls ``fn(*task)`` for every task: in this process, one after the other, when ``workers``
+<= 1 (Ray is not imported), else as Ray tasks, at most ``workers`` at a time, each on one CPU with one torch
+thread. Where Ray runs:
+
+* on this machine by default: a private local Ray instance with ``workers`` CPUs, started on first use (about
+  10 s) and kept for the rest of the process; nothing to set up;
+* on a cluster when an address is given, by :func:`configure` (the command line's ``--ray-address``) or by
+  the ``RAY_ADDRESS`` environment variable (``ray://head:10001`` or ``head:6379``). dpcare and its
+  dependencies must be installed on every node; ``workers`` then caps the tasks in flight.
+
+Results are yielded as each task finishes (so a journal can record each finished cell and a rerun resumes)
+or, by :func:`map_tasks`, gathered in task order. A task's result is its function's return value whichever
+way it ran: the same seeds give the same results serially and on Ray. When a task fails, it is named on
+stderr, the others go on, and the first failure is raised once they have finished; the serial path raises at
+once (as a plain loop would).
+
+``fn`` and the tasks must pickle (module-level functions, ``functools.partial`` of them). An argument shared
+by several tasks (the same object: a data set, a model) is shipped to the object store once, not per task.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from dpcare.exceptions import MissingDependencyError, SettingsError
+from dpcare.runtime import FAST_ALLOCATOR, THREADS
+
+RAY_VERSION = "2.60.0"  # the version pyproject.toml pins
+_address: str | None = None  # set by configure(); None: RAY_ADDRESS, else a local instance
+_remote = None  # the Ray remote function, made once per process
+
+
+def configure(address: str | None = None) -> None:
+    """Run later Ray tasks on the cluster at ``address`` (None: ``RAY_ADDRESS``, else this machine).
+
+    Takes effect when Ray is started, i.e. before the first parallel call of the process."""
+    global _address
+    _address = address or None
+
+
+def ray_address() -> str | None:
+    """The cluster Ray tasks go to: :func:`configure`'s address, else ``RAY_ADDRESS``; None: this machine."""
+    return _address or os.environ.get("RAY_ADDRESS") or None
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    import torch
+
+    torch.set_num_threads(1)
+    return fn(*args)
+
+
+def _ray(workers: int):
+    """The ray module, started (locally with ``workers`` CPUs, or connected to the configured cluster)."""
+    global _remote
+    try:
+        import ray
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"workers > 1 runs tasks on Ray, which is not installed: pip install ray=={RAY_VERSION} "
+            "(or reinstall dpcare), or run with --workers 1") from e
+    if not ray.is_initialized():
+        address = ray_address()
+        # one thread per task, and the allocator setting of dpcare.runtime, in workers started anywhere
+        runtime_env = {"env_vars": {**FAST_ALLOCATOR, **THREADS}}
+        common = {"include_dashboard": False, "log_to_driver": False, "ignore_reinit_error": True,
+                  "logging_level": logging.WARNING, "runtime_env": runtime_env}
+        try:
+            if address:
+                ray.init(address=address, **common)
+            else:  # "local": a new instance of our own, never a cluster that happens to run on this machine
+                # the workers import what this process can (its sys.path), as spawned processes would
+                path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+                runtime_env["env_vars"]["PYTHONPATH"] = path
+                ray.init(address="local", num_cpus=workers, **common)
+        except ConnectionError as e:
+            raise SettingsError(f"cannot reach the Ray cluster at {address!r} (--ray-address / RAY_ADDRESS): {e}"
+                                ) from e
+    if _remote is None:
+        _remote = ray.remote(num_cpus=1, max_retries=0)(_call)
+    return ray
+
+
+def _shared_refs(ray, tasks: Sequence[tuple]) -> dict[int, Any]:
+    """Object-store references of the arguments that several tasks share (by identity)."""
+    seen: dict[int, int] = {}
+    keep: dict[int, Any] = {}
+    for task in tasks:
+        for arg in task:
+            if not isinstance(arg, (str, bytes, int, float, bool, type(None))):
+                seen[id(arg)] = seen.get(id(arg), 0) + 1
+                keep[id(arg)] = arg
+    return {i: ray.put(keep[i]) for i, k in seen.items() if k > 1}
+
+
+def _describe(task: tuple) -> str:
+    return ", ".join(str(x) for x in task if isinstance(x, (str, int, float, type(None))))
+
+
+def run_tasks(fn: Callable[..., Any], tasks: Iterable[tuple], workers: int = 1) -> Iterator[tuple[int, Any]]:
+    """``(index, fn(*task))`` for every task, as each finishes (in task order when serial); see the module."""
+    tasks = [tuple(t) for t in tasks]
+    if workers <= 1 or len(tasks) <= 1 and not ray_address():
+        for i, task in enumerate(tasks):
+            yield i, fn(*task)
+        return
+    ray = _ray(workers)
+    from ray.exceptions import RayTaskError
+
+    fn_ref = ray.put(fn)
+    shared = _shared_refs(ray, [(fn, *t) for t in tasks])
+    args = [[shared.get(id(a), a) for a in t] for t in tasks]
+    pending: dict[Any, int] = {}
+    nxt, failed = 0, None
+    try:
+        while nxt < len(tasks) or pending:
+            while nxt < len(tasks) and len(pending) < workers:
+                pending[_remote.remote(fn_ref, *args[nxt])] = nxt
+                nxt += 1
+            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            i = pending.pop(ref)
+            try:
+                result = ray.get(ref)
+            except RayTaskError as e:
+                cause = e.cause if isinstance(getattr(e, "cause", None), BaseException) else e
+                print(f"run ({_describe(tasks[i])}) failed: {cause!r}; the others go on", file=sys.stderr,
+                      flush=True)
+                if failed is None:
+                    failed = (cause, e)
+                continue
+            yield i, result
+    finally:  # the caller stopped early (or failed): nothing keeps running for it
+        for ref in pending:
+            ray.cancel(ref, force=True)
+    if failed is not None:
+        cause, error = failed
+        if cause is error:
+            raise error
+        raise cause from error  # the task's own error (a DPCareError stays one); the remote traceback chained
+
+
+def map_tasks(fn: Callable[..., Any], tasks: Iterable[tuple], workers: int = 1,
+              on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
+    """``[fn(*task) for task in tasks]`` in task order, run as :func:`run_tasks` does; ``on_result(index,
+    result)`` is called as each task finishes (a journal records it there)."""
+    tasks = list(tasks)
+    results: list[Any] = [None] * len(tasks)
+    for i, result in run_tasks(fn, tasks, workers):
+        results[i] = result
+        if on_result is not None:
+            on_result(i, result)
+    return results
+
+
+__all__ = ["configure", "map_tasks", "ray_address", "run_tasks"]
