@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from dpcare.engine import checkpoint as ckpt
 from dpcare.engine.adaptive_clip import WARMUP, AdaptiveClip, QuantileEstimator
 from dpcare.engine.clip import check_losses, clip_factors
+from dpcare.engine import distributed
 from dpcare.engine.devices import autocast, check_precision, resolve_device, to_float32
 from dpcare.engine.fast_clipping import clipped_sum_fast, unsupported_reason
 from dpcare.engine.functorch_backend import clipped_sum_functorch
@@ -176,7 +177,9 @@ class Trainer:
                           "backend, whose per-example gradients are computed in fp32 (torch's vmap cannot "
                           "differentiate LayerNorm under autocast)", stacklevel=2)
         self.noise_multiplier: float | None = config.noise_multiplier
-        seed = config.seed if config.seed is not None else secrets.randbits(62)
+        self.rank, self.world_size = distributed.world()
+        # one seed for every rank (rank 0's): the same Poisson draw, the same noise vector (engine/distributed.py)
+        seed = distributed.from_main(config.seed if config.seed is not None else secrets.randbits(62))
         self._gens = {k: _make_generator(seed + i) for i, k in enumerate(("private", "public"))}
         self._gens["noise"] = _make_generator(seed + 2, self.device)  # the noise is drawn where the sum lives
         torch.manual_seed(seed + 3)  # dropout and other model randomness
@@ -244,8 +247,10 @@ class Trainer:
         return {k: v.to(self.device, non_blocking=True) for k, v in take(data, idx).items()}
 
     def _clipped_total(self, data: Mapping[str, Tensor], idx: Tensor) -> tuple[dict[str, Tensor], Tensor]:
-        """Sum of the clipped gradients of the units ``idx`` (micro-batched), and the units' norms."""
+        """Sum of the clipped gradients of the units ``idx`` (micro-batched), and the units' norms. With several
+        processes each rank clips its shard of ``idx`` and the sums are all-reduced (the norms stay local)."""
         c = self.config
+        idx = distributed.shard(idx, self.rank, self.world_size)
         total = {n: torch.zeros_like(p) for n, p in self.trainable.items()}
         norms = []
         if self.units is None:
@@ -261,6 +266,7 @@ class Trainer:
             norms.append(part_norms.detach().cpu())
             for n, g in summed.items():
                 total[n] += g
+        distributed.all_reduce_sum(total)
         return total, torch.cat(norms) if norms else torch.zeros(0)
 
     def _large_unit(self, data: Mapping[str, Tensor], rows: Tensor) -> tuple[dict[str, Tensor], Tensor]:
@@ -370,7 +376,9 @@ class Trainer:
     def _release_count(self, norms: Tensor) -> None:
         """Adaptive clipping's noisy count of the units unclipped at the current C; C then moves. The
         estimator is handed the count alone, never the norms."""
-        self.clip_estimator.observe(int((norms <= self.clip_norm).sum()), len(norms))
+        counts = torch.tensor([float((norms <= self.clip_norm).sum()), float(len(norms))])
+        distributed.all_reduce_sum({"counts": counts})  # every rank's shard of the sample
+        self.clip_estimator.observe(int(counts[0]), int(counts[1]))
 
     def nonprivate_step(self, data: Mapping[str, Tensor]) -> dict:
         idx = uniform_indices(_rows(data), self.config.batch_size, self._gens["private"])
@@ -417,7 +425,8 @@ class Trainer:
         self._maybe_resume(total)
         self.model.train()
         pre = c.public_pretrain_steps
-        bar = tqdm(total=pre + total, initial=self.step_count, disable=not c.progress, desc=obj.name, leave=False)
+        bar = tqdm(total=pre + total, initial=self.step_count, disable=not c.progress or self.rank != 0, desc=obj.name,
+                   leave=False)
         every = max(1, (pre + total) // 50)
         eps_every = max(10, (pre + total) // 10)  # the exact accountant: ~10 times a run, at most every 10 steps
         shown: dict[str, float] = {}
@@ -499,6 +508,8 @@ class Trainer:
                 "units": self.units.n if self.units is not None else None}
 
     def save_checkpoint(self, total: int) -> None:
+        if self.rank != 0:  # one writer; the other ranks resume from rank 0's file (broadcast)
+            return
         state = {
             "fingerprint": self._fingerprint(total),
             "step": self.step_count,
@@ -515,12 +526,11 @@ class Trainer:
         ckpt.atomic_save(state, Path(self.config.checkpoint_dir) / CHECKPOINT_NAME)
 
     def _maybe_resume(self, total: int) -> None:
-        if not self.config.checkpoint_dir:
+        path = Path(self.config.checkpoint_dir) / CHECKPOINT_NAME if self.config.checkpoint_dir else None
+        # every rank takes rank 0's state (every rank calls this, with or without a checkpoint folder)
+        state = distributed.from_main(ckpt.load(path) if self.rank == 0 and path and path.exists() else None)
+        if state is None:
             return
-        path = Path(self.config.checkpoint_dir) / CHECKPOINT_NAME
-        if not path.exists():
-            return
-        state = ckpt.load(path)
         if state["fingerprint"] != self._fingerprint(total):
             raise DataError(
                 f"checkpoint {path} belongs to a different run (config, objective or data size differ); "
