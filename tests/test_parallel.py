@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpcare import parallel
-from dpcare.exceptions import MissingDependencyError
+from dpcare.exceptions import MissingDependencyError, SettingsError
 
 
 def _square(x: int) -> int:
@@ -122,3 +122,18 @@ def test_forecasting_shadows_resume_from_their_files_and_match_the_serial_run(lo
     assert {k: (folder / f"shadow_{k}.json").stat().st_mtime_ns for k in (0, 2, 3)} == kept
     assert json.loads((folder / "shadow_1.json").read_text())["losses"]["baseline"] == serial["baseline"][1].tolist()
     np.testing.assert_array_equal(again["baseline"], serial["baseline"])
+
+
+def test_an_address_nothing_answers_at_is_refused_quickly(monkeypatch):
+    import socket
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(parallel, "_address", None)
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    monkeypatch.setattr(parallel, "_remote", None)
+    ray = pytest.importorskip("ray")
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh process
+    with pytest.raises(SettingsError, match="no Ray cluster answers"):
+        parallel.map_tasks(_square, [(1,), (2,)], workers=2)

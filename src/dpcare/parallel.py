@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -56,6 +57,18 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Refuse a cluster address nothing answers at (Ray itself would retry for minutes)."""
+    rest = address.split("://", 1)[-1]
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit():  # "auto" and other forms: left to Ray
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise SettingsError(f"no Ray cluster answers at {address!r} (--ray-address / RAY_ADDRESS): {e}") from e
+
+
 def _ray(workers: int):
     """The ray module, started (locally with ``workers`` CPUs, or connected to the configured cluster)."""
     global _remote
@@ -73,6 +86,7 @@ def _ray(workers: int):
                   "logging_level": logging.WARNING, "runtime_env": runtime_env}
         try:
             if address:
+                _check_reachable(address)
                 ray.init(address=address, **common)
             else:  # "local": a new instance of our own, never a cluster that happens to run on this machine
                 # the workers import what this process can (its sys.path), as spawned processes would
