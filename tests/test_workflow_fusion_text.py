@@ -149,9 +149,11 @@ def test_the_study_runs_each_cell_as_the_recipe_would(views_path):
 
     bench = tiny()
     row = ftb.train_text_one("fusiondp", 5.0, 1, str(views_path), bench)
-    s = bench.settings_for("fusiondp", 5.0, 1)
+    views = TextViews.load(views_path)
+    s = bench.settings_for("fusiondp", 5.0, 1, patients=int(views.tensors["train"]["patient"].max()) + 1)
+    assert s.dp.delta == row["delta"]  # the study's pinned 1/n^1.1 (tests/test_study_delta_pins.py)
     assert (s.method, s.dp.clip_norm, s.alpha, s.beta, s.dp.seed, s.dp.epsilon) == ("fusiondp", 1.0, 0.5, 0.5, 1, 5.0)
-    trained = train_views(TextViews.load(views_path), s)
+    trained = train_views(views, s)
     assert (row["best_epoch"], row["threshold"], row["epsilon"]) == (trained.best["epoch"], trained.best["threshold"],
                                                                       trained.ledger.epsilon())
 

@@ -45,6 +45,7 @@ from dpcare.images.recipe import (
 )
 from dpcare.images.settings import DiffusionSettings
 from dpcare.io import new_figure, save_figure
+from dpcare.privacy import legacy_delta
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder, is_run_folder
 from dpcare.settings import DPSettings
@@ -80,8 +81,12 @@ class DiffusionStudy:
             out += [(f"{k} eps={e:g}", k, e) for k in ("dp", "fdp-dpsgd", "fdp-alg1")]
         return out
 
-    def method_settings(self, method: str, epsilon: float | None) -> DiffusionSettings:
-        dp = self.settings.dp.replace(seed=self.seed, **({"epsilon": epsilon} if epsilon is not None else {}))
+    def method_settings(self, method: str, epsilon: float | None, images: int | None = None) -> DiffusionSettings:
+        """The recipe's settings of one method; ``images``: the private training images, which pin delta
+        (unless the study's settings give one) to 1/n^1.1, the default the README's table was measured with
+        (now min(1e-5, 0.01/n)), so that the published numbers stay reproducible."""
+        pin = {"delta": legacy_delta(images)} if images is not None and self.settings.dp.delta is None else {}
+        dp = self.settings.dp.replace(seed=self.seed, **({"epsilon": epsilon} if epsilon is not None else {}), **pin)
         return replace(self.settings, method=method, dp=dp)
 
 
@@ -174,7 +179,7 @@ def _train_and_score(study: DiffusionStudy, label: str, kind: str, eps: float | 
                      labels: torch.Tensor, progress: bool) -> tuple[DiffusionModel, dict]:
     """One method as a recipe run folder at ``path``: train, sample, score; result.json and the grids beside the
     model."""
-    settings = study.method_settings(kind, eps)
+    settings = study.method_settings(kind, eps, images=len(views["y"]))  # the ledger's n (train_unet's)
     mrun = RunFolder(path, KIND, settings.to_dict(), command="dpcare benchmark diffusion")
     classes, shape = data.train.classes, data.train.image_shape
     t1 = time.perf_counter()
