@@ -29,8 +29,8 @@ import torch
 from dpcare.audit import attack_payload, clustered_auc_interval, plot_roc
 from dpcare.exceptions import PrivacyParameterError, SettingsError, UnknownNameError
 from dpcare.io import torch_save, write_json
-from dpcare.privacy import legacy_delta
 from dpcare.parallel import map_tasks
+from dpcare.privacy import legacy_delta
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder
 from dpcare.settings import DPSettings
