@@ -322,10 +322,15 @@ def embedding_tensors(model: Forecaster, ws: WindowSet) -> dict[str, torch.Tenso
     return {"x": ws.x, "y": model.target(ws.x, ws.y), "mask": ws.mask}
 
 
-def window_losses(model: Forecaster, ws: WindowSet, batch: int = 512) -> np.ndarray:
-    """Masked MSE of every window (eval mode, no gradients)."""
-    e = embed_windows(model, ws.x, batch)
-    return embedding_losses(model, e, model.target(ws.x, ws.y), ws.mask, batch).numpy().astype(float)
+def window_losses(model: Forecaster, ws: WindowSet, batch: int = 512, chunk: int = 64) -> np.ndarray:
+    """Masked MSE of every window (eval mode, no gradients), ``chunk`` batches at a time: the embeddings
+    [N, T_in, d_model] of all windows are never held at once (a MEDS folder of 100,000 patients)."""
+    step = batch * chunk  # a multiple of the batch: the same batches, hence the same numbers, as in one go
+    out = []
+    for i in range(0, len(ws), step):
+        x, y, mask = ws.x[i:i + step], ws.y[i:i + step], ws.mask[i:i + step]
+        out.append(embedding_losses(model, embed_windows(model, x, batch), model.target(x, y), mask, batch).numpy())
+    return np.concatenate(out).astype(float) if out else np.zeros(0)
 
 
 # --------------------------------------------------------------------------- the fitted model
