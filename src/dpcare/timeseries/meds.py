@@ -293,7 +293,9 @@ class _Store:
                 self.spill()  # what is still in memory goes after the rows already written
                 file = self.spill_dir / f"{self.name}_{key}.f32"
                 return np.memmap(file, dtype=np.float32, mode="c", shape=(self.rows, *self.shapes[key]))
-            return np.concatenate(self.arrays[key])
+            whole = np.concatenate(self.arrays[key])
+            self.arrays[key].clear()  # the chunks go as their copy comes: at most one array held twice
+            return whole
 
         x, y, mask = (torch.from_numpy(array(k)) for k in ("x", "y", "mask"))
         patient = np.concatenate(self.patient)

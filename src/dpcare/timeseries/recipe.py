@@ -173,11 +173,13 @@ def prepare_tsf(dataset: str | TimeSeriesDataset = "mimic_demo", events: pd.Data
 
 def prepare_lazy(dataset: TimeSeriesDataset, input_len: int | None = None, output_len: int | None = None,
                  stride: int | None = None, seed: int = 0, population: Iterable[str] | None = None,
-                 clip_z: float = CLIP_Z, spill_dir: str | os.PathLike | None = None) -> TsfData:
+                 clip_z: float = CLIP_Z, spill_dir: str | os.PathLike | None = None,
+                 memory_bound: int | None = None) -> TsfData:
     """:func:`prepare_tsf` for a data set whose reader builds the windows itself, split by split, without the
     event table in memory (``dataset.windows``: MEDS folders). The split: the one the data comes with
     (``dataset.splits()``: MEDS subject_splits), else :func:`split_patients` of ``population`` and ``seed``.
-    Declared statistics of every variable standardise; else they are fitted on the training patients."""
+    Declared statistics of every variable standardise; else they are fitted on the training patients. Windows past
+    ``memory_bound`` bytes (default: the reader's, 1 GiB) go to memory-mapped files in ``spill_dir``."""
     if dataset.windows is None:
         raise SettingsError(f"data set {dataset.name!r} has no lazy reader: use prepare_tsf")
     given = dataset.splits()
@@ -195,7 +197,8 @@ def prepare_lazy(dataset: TimeSeriesDataset, input_len: int | None = None, outpu
         {v: dataset.declared[v] for v in variables})
     fitted: list[Standardizer] = []
     read = dataset.windows(variables=variables, splits=splits, step=dataset.step, standardizer=declared,
-                           clip_z=clip_z, spill_dir=spill_dir, standardizer_out=fitted, **window)
+                           clip_z=clip_z, spill_dir=spill_dir, standardizer_out=fitted, **window,
+                           **({} if memory_bound is None else {"memory_bound": memory_bound}))
     return TsfData(dataset.name, None, splits, fitted[0], dataset.step, window, parts=read.parts,
                    splits_file=dataset.splits_file if given is not None else None)
 
