@@ -77,3 +77,27 @@ def test_delta_at_or_above_one_over_n_stays_an_error():
         with pytest.raises(PrivacyParameterError, match=r"must be < 1/n = 0.001 for n = 1000 .*"
                                                         r"the default is min\(1e-5, 0.01/n\) = 1e-05"):
             PrivacyLedger(1000, delta=delta)
+
+
+def test_a_recipe_run_with_a_weak_given_delta_warns_and_says_so_in_its_guarantee():
+    from helpers import SPEC, toy_table
+
+    from dpcare.data import TableSchema
+    from dpcare.settings import DPSettings
+    from dpcare.tabular import TabularSettings, fit
+
+    schema = TableSchema.from_dict(SPEC)
+    fast = {"epochs": 1, "batch_size": 32, "accountant": "rdp"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WeakDeltaWarning)
+        model = fit(toy_table(200), schema, TabularSettings(method="dp-sgd", hidden=8, dp=DPSettings(**fast)),
+                    holdout=False, progress=False)  # no hold-out: no public baseline's bootstrap, a fast test
+    n = model.guarantee.n
+    assert n == 200
+    assert model.guarantee.delta == default_delta(n) and f"n = {n}, n*delta = {n * 1e-5:.2g})" in \
+        model.guarantee.describe()
+    with pytest.warns(WeakDeltaWarning, match=rf"n = {n} units gives n\*delta = {n * 1e-3:.3g} > 0.01"):
+        weak = fit(toy_table(200), schema, TabularSettings(method="dp-sgd", hidden=8,
+                                                           dp=DPSettings(delta=1e-3, **fast)),
+                   holdout=False, progress=False)
+    assert "WEAK delta" in weak.guarantee.describe()

@@ -24,7 +24,8 @@ BudgetOption = Annotated[Path | None, typer.Option(
 def budget_init(
     file: Annotated[Path, typer.Argument(help="budget file to create (JSON)")],
     epsilon: Annotated[float, typer.Option(help="total epsilon of every run on this data set")],
-    delta: Annotated[float, typer.Option(help="total delta (in (0, 1); below 1/n of the data set)")],
+    delta: Annotated[float, typer.Option(help="total delta (in (0, 1); below 1/n of the data set, "
+                                                 "best <= 0.01/n: each run's default is min(1e-5, 0.01/n))")],
     dataset: Annotated[str, typer.Option(help="name of the data set")],
     unit: Annotated[str, typer.Option(help="what it protects: example, patient, features or label")] = "example",
     protected: Annotated[str | None, typer.Option(

@@ -85,7 +85,7 @@ def make_private(model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], 
     with DP-SGD.
 
     Give exactly one of ``epsilon`` (the noise multiplier is calibrated so the whole run stays
-    within it) and ``noise_multiplier``. ``delta`` defaults to 1/n^1.1 and must be < 1/n.
+    within it) and ``noise_multiplier``. ``delta`` defaults to min(1e-5, 0.01/n) and must be < 1/n.
     ``loss_fn(outputs, targets)`` must return one loss per example. ``groups`` (one integer per
     row) makes each patient, not each row, the privacy unit (n counts patients). Other keyword
     arguments are :class:`~dpcare.engine.TrainConfig` fields (optimizer, seed, steps, ...).
