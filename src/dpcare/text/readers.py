@@ -289,6 +289,47 @@ def write_i2b2_2014_xml(notes: Iterable[Note], folder: str | os.PathLike) -> lis
     return written
 
 
+# --- inline PHI markup (hand-written test notes) ---------------------------------------------------
+
+_INLINE = re.compile(r"\[\[([A-Z-]+)\|([^\]|]+)\]\]")
+
+
+def read_inline_phi(path: str | os.PathLike) -> list[Note]:
+    """Notes written with inline PHI markup: a line ``=== note-id`` opens a note, ``[[TYPE|text]]``
+    marks a PHI span of an i2b2 2014 type (the markers are removed; offsets refer to the plain
+    text); ``#`` lines before the first note are comments. Each note is its own patient."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(f"no such file: {path}")
+    blocks: list[tuple[str, list[str], int]] = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("=== "):
+            blocks.append((line[4:].strip(), [], lineno))
+        elif blocks:
+            blocks[-1][1].append(line)
+        elif line.strip() and not line.startswith("#"):
+            raise DataError(f"{path}:{lineno}: text before the first '=== note-id' line")
+    notes = []
+    for note_id, lines, lineno in blocks:
+        marked, text, phi, pos = "\n".join(lines).strip("\n"), [], [], 0
+        for m in _INLINE.finditer(marked):
+            if m.group(1) not in PHI_TYPES:
+                raise DataError(f"{path}: note {note_id!r} (line {lineno}): unknown PHI type "
+                                 f"{m.group(1)!r}; choose from {sorted(PHI_TYPES)}")
+            text.append(marked[pos:m.start()])
+            start = sum(map(len, text))
+            text.append(m.group(2))
+            phi.append(Span(start, start + len(m.group(2)), m.group(1), m.group(2)))
+            pos = m.end()
+        text.append(marked[pos:])
+        plain = "".join(text)
+        if "[[" in plain or "]]" in plain:
+            raise DataError(f"{path}: note {note_id!r} (line {lineno}): malformed [[TYPE|text]] marker")
+        notes.append(check_spans(Note(note_id, note_id, plain, phi=tuple(phi),
+                                      meta={"source": "inline"}), str(path)))
+    return _nonempty(notes, path)
+
+
 # --- BRAT standoff -------------------------------------------------------------------------------
 
 _BRAT_RANGE = re.compile(r"^(\d+) (\d+)$")

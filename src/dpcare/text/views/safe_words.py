@@ -5,7 +5,8 @@ below (section headers, clinical words, letter-digit codes, units), every word o
 ``dpcare.text.corpus.phrases`` (lab, vital, drug and problem names), the one-word names of the drug
 dictionary (drug-named-entity-recognition) and the ICD-10-CM description words; common first and
 last names and month and weekday names are taken out again (curated words and stop-words stay).
-``CLINICAL_ACRONYMS`` are matched in upper case only. A safe word only vetoes a weak cue (an entity
+``CLINICAL_ACRONYMS`` are matched in upper case only; ``CLINICAL_TERMS`` (Foley, Echo, NICU...)
+in any case, and never count as names. A safe word only vetoes a weak cue (an entity
 the model proposed, an unknown acronym or code); context rules (a title, a name field, an
 identifier) mask whatever they find.
 """
@@ -44,6 +45,9 @@ serial trended serum arterial venous ionized total alkaline count ratio catheter
 ventilation intubation anticoagulation comorbid comorbidities catheter normal saline diet non
 gastro neuro cardio pulm renal
 regular activity ambulate ambulating tolerated tolerating afebrile hemodynamically old yo
+alert oriented awake soft nontender nondistended normocephalic atraumatic nl wnl cont extr ext
+extremities diff consultation consultations dept maleate succinate tartrate besylate mesylate
+hydrochloride hcl sulfate citrate acetylsalicylic tablet tablets capsule capsules ok bedside
 """)
 # acronyms that carry clinical meaning, not identity (compared in upper case)
 CLINICAL_ACRONYMS = _set("""
@@ -56,12 +60,20 @@ MRSA NAD NG NGT NIV NKA NKDA NPO NS NSAID NSTEMI OR OSA OT PA PCA PCP PE PEA PEE
 PICC
 PMH PNA PO PPI PR PRBC PRN PT PTT PVD QD QHS QID RA RBC RLE RLQ RN RR RRR RUE RUQ RV SBP SICU SNF
 SOB STAT STEMI TB TEE TIA TID TPN TSH TTE UA UGIB URI US UTI VAP VBG VS VTE WBC DO NP RT SLP
+NICU PICU CVICU LAD LCX RCA PDA OM SVG LIMA MCA ACA NIHSS RVR CIWA COWS NSR SVT VT VF PVC PAC
+RBBB LBBB IVCD LVH RVH AVF AVL QRS QTC LV LA AS AR MR TR PR RDW MCH MCHC ESR METS MIBI PERRL ROM
+II III IV TICI UVC UAC SI HI LR NT ND NABS CTAB EOMI IDDM NIDDM FLP LBP DJD OA CHB AAA AMS BRBPR CVVH CRRT ECMO IABP LVAD TAVR PCI
+""")
+# clinical words and device or test names matched in any case; several are also surnames (Foley)
+CLINICAL_TERMS = _set("""
+foley echo echocardiogram holter doppler swan ganz pleurx picc port-a-cath mediport bipap cpap
+nicu picu micu sicu ccu cvicu lad lcx rca mca nihss rvr ciwa cows telemetry tele keppra lasix
 """)
 # letter-digit tokens with clinical meaning (lower case)
 CLINICAL_CODES = _set("""
 o2 co2 h2o pco2 po2 paco2 pao2 fio2 spo2 sao2 svo2 etco2 hco3 hba1c a1c b12 b6 b1 d5w d5ns d10 d50
 t3 t4 ft4 dm1 dm2 t1dm t2dm covid-19 sars-cov-2 h1n1 cd4 cd8 il-6 vit-d 25-oh s1 s2 s3 s4 c1 c2 c3
-c4 c5 c6 c7 t1 t2 t5 t6 t7 t8 t9 t10 t11 t12 l1 l2 l3 l4 l5 s1 v1 v2 v3 v4 v5 v6 nph u100 k+ na+
+c4 c5 c6 c7 m1 m2 m3 a1 a2 p1 p2 t1 t2 t5 t6 t7 t8 t9 t10 t11 t12 l1 l2 l3 l4 l5 s1 v1 v2 v3 v4 v5 v6 nph u100 k+ na+
 ca2+ mg2+ 2/2 1/2 1/3 2/3 3/4 5/5 4/5 3/5 24h 48h 72h
 """)
 UNITS = _set("""
@@ -148,9 +160,9 @@ def stop_words() -> frozenset[str]:
 def safe_vocabulary() -> frozenset[str]:
     """All lower-cased safe words (see the module docstring); built once per process."""
     found = phrase_words() | drug_words() | icd_words()
-    curated = SECTION_WORDS | CLINICAL_WORDS | CLINICAL_CODES | UNITS
+    curated = SECTION_WORDS | CLINICAL_WORDS | CLINICAL_CODES | UNITS | CLINICAL_TERMS
     return frozenset((found - name_words()) | curated | stop_words()) - NEVER_SAFE
 
 
-__all__ = ["CLINICAL_ACRONYMS", "CLINICAL_CODES", "CLINICAL_WORDS", "NEVER_SAFE", "SECTION_WORDS",
+__all__ = ["CLINICAL_ACRONYMS", "CLINICAL_CODES", "CLINICAL_TERMS", "CLINICAL_WORDS", "NEVER_SAFE", "SECTION_WORDS",
            "safe_vocabulary", "stop_words", "words"]
