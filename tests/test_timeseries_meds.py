@@ -209,3 +209,16 @@ def test_cli_fit_trains_patient_level_dp_sgd_on_a_meds_folder(folder, tmp_path):
     assert len(split["train"]) == 96 and m.models[0]["guarantee"]["n"] == 96  # every train subject has a window
     assert m.models[0]["guarantee"]["unit"] == "patient"
     assert not (run / "checkpoints").exists()
+
+
+def test_dp_sgd_trains_on_windows_spilled_to_memory_mapped_files(folder, tmp_path):
+    from dpcare.timeseries.recipe import ForecastSettings, dp_sgd
+
+    data = prepare_lazy(user_dataset(folder, "meds", SPEC), spill_dir=tmp_path / "windows", memory_bound=0)
+    train = data.part("train")
+    assert (tmp_path / "windows" / "train_x.f32").stat().st_size == train.x.numel() * 4  # the windows are on disk
+    settings = ForecastSettings()
+    settings = replace(settings, dp=settings.dp.replace(epochs=1.0))
+    model, result = dp_sgd(train, settings, data.standardizer, len(data.splits["train"]), progress=False)
+    assert result.steps == 4 and result.guarantee.n == 96 and result.guarantee.unit == "patient"
+    assert all(torch.isfinite(p).all() for p in model.parameters())
