@@ -26,3 +26,9 @@ def ensure_fast_process() -> None:
         return
     env = {**os.environ, **wanted, "DPCARE_NO_REEXEC": "1"}
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+
+
+def process_rank() -> int:
+    """This process's rank in a torch.distributed run started by ``torchrun`` (its RANK variable); 0 otherwise.
+    Rank 0 alone writes run folders, reserves budget and prints (dpcare.engine.distributed)."""
+    return int(os.environ.get("RANK", "0"))

@@ -11,15 +11,19 @@ the option's flag, what it accepts and what was given::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
+import io
+import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
 import typer
 
-from dpcare.settings import Rule, rules
+from dpcare.settings import ComputeSettings, Rule, rules
 
 _TYPES = {"number": float, "integer": int, "choice": str, "text": str, "flag": bool}
 
@@ -96,8 +100,20 @@ def settings_options(param: str, default: Any, skip: Iterable[str] = ()) -> Call
                 o.rule.check(o.flag, value)
                 values[o.path] = value
             kwargs[param] = _build(default, values)
-            _check_compute(kwargs[param])
-            return command(**kwargs)
+            compute = _compute(kwargs[param])
+            if compute is None:
+                return command(**kwargs)
+            from dpcare.engine import distributed
+            from dpcare.engine.devices import check_precision, resolve_device
+
+            # a device or precision this machine lacks is refused before the command reads anything
+            check_precision(compute.precision, resolve_device(compute.device))
+            if compute.nproc > 1 and not distributed.launched_by_torchrun():
+                raise typer.Exit(launch_processes(compute.nproc))
+            if not distributed.init_from_environment(compute.device) or distributed.is_main():
+                return command(**kwargs)
+            with contextlib.redirect_stdout(io.StringIO()):  # a worker rank: rank 0 prints and writes
+                return command(**kwargs)
 
         wrapper.__signature__ = signature.replace(parameters=[*kept, *(o.parameter() for o in options)])
         return wrapper
@@ -105,16 +121,25 @@ def settings_options(param: str, default: Any, skip: Iterable[str] = ()) -> Call
     return decorate
 
 
-def _check_compute(settings: Any) -> None:
-    """A device or precision this machine lacks is refused before the command reads anything."""
-    from dpcare.settings import ComputeSettings
+def _compute(settings: Any) -> ComputeSettings | None:
+    """The command's compute settings (device, precision, processes), if it trains."""
+    return next((v for f in dataclasses.fields(settings) if isinstance(v := getattr(settings, f.name), ComputeSettings)),
+                None)
 
-    for f in dataclasses.fields(settings):
-        value = getattr(settings, f.name)
-        if isinstance(value, ComputeSettings):
-            from dpcare.engine.devices import check_precision, resolve_device
 
-            check_precision(value.precision, resolve_device(value.device))
+def launch_processes(nproc: int) -> int:
+    """Run this very command again under torchrun with ``nproc`` processes on this machine (``--nproc``
+    removed); returns torchrun's exit status. Rank 0 writes the run folder and prints."""
+    args, skip = [], False
+    for arg in sys.orig_argv[1:]:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            args.append(arg)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
+    return subprocess.run(command, check=False).returncode
 
 
 __all__ = ["settings_options"]

@@ -60,6 +60,7 @@ from dpcare.privacy.accountants import ACCOUNTANTS, compute_epsilon, make_accoun
 from dpcare.privacy.guarantee import Guarantee, ProtectedUnit
 from dpcare.privacy.ledger import PrivacyLedger
 from dpcare.privacy.validation import check_delta, check_epsilon
+from dpcare.runtime import process_rank
 
 FORMAT = 1
 COUNTED = ("reserved", "done")  # "cancelled" releases are kept for the record but not composed
@@ -427,7 +428,7 @@ def guard_run(budget_path: str | os.PathLike | None, planned: Planned, run_id: s
     private row is read), commit it (with ``reservation.actual`` if set) when the body succeeds, and leave
     the reservation counting when it fails (cancelled only if the body set ``reservation.refused``). ``budget_path`` None: no budget, yields None. ``data``: check
     the budget's fingerprint first."""
-    if budget_path is None:
+    if budget_path is None or process_rank() != 0:  # in a distributed run rank 0 alone reserves and commits
         yield None
         return
     budget = Budget.load(budget_path)

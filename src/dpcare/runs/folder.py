@@ -15,10 +15,12 @@ settings are refused unless ``force`` starts over.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
 import shutil
+import tempfile
 import uuid
 import weakref
 from datetime import UTC, datetime
@@ -28,6 +30,7 @@ from typing import Any
 from dpcare.exceptions import SettingsError
 from dpcare.io import torch_save, write_json, write_text
 from dpcare.runs.manifest import MANIFEST, Manifest
+from dpcare.runtime import process_rank
 
 PARTIAL = "partial.json"  # in the staging folder: run id, kind and settings fingerprint of the unfinished run
 CHECKPOINTS = "checkpoints"  # resumable training state, deleted when the run finishes
@@ -61,11 +64,20 @@ def check_output(out: str | os.PathLike, force: bool = False, flag: str = "--out
     return out
 
 
+
+def _throwaway_folder() -> Path:
+    """A run folder for a worker rank of a distributed run, removed when the process exits."""
+    root = Path(tempfile.mkdtemp(prefix="dpcare-rank"))
+    atexit.register(shutil.rmtree, root, True)
+    return root / "run"
+
 class RunFolder:
     """The one run an output folder will hold. Files go to :attr:`staging` until :meth:`finish`."""
 
     def __init__(self, out: str | os.PathLike, kind: str, settings: Any = None, force: bool = False,
                  command: str = "", flag: str = "--out"):
+        if process_rank() != 0:  # a torch.distributed worker: rank 0 writes the run; this rank's copy is thrown away
+            out = _throwaway_folder()
         self.out = check_output(out, force, flag)
         self._made = [p for p in self.out.parents if not p.exists()]  # folders this run would create, deepest first
         self.kind, self.command, self.force = kind, command, force
