@@ -251,3 +251,14 @@ def test_cli_names_bad_options(files, tmp_path):
     assert r.exit_code == 2 and "--spec" in r.output
     r = cli("forecast", "fit", "--dataset", "nope", "--out", tmp_path / "o")
     assert r.exit_code == 2 and "mimic_demo" in r.output
+
+
+def test_a_partly_declared_standardisation_is_refused_and_the_default_stride_follows_the_step():
+    partial = {**SPEC, "variables": {k: v for k, v in SPEC["variables"].items() if k != "temp"}}
+    with pytest.raises(SpecError, match=r"default_variables \['temp'\] have no declared center and scale"):
+        events_dataset(events(), partial)  # not: every variable silently standardised with fitted statistics
+    no_stride = {"input_len": 4, "output_len": 2}
+    assert events_dataset(events(), {**SPEC, "window": no_stride}).stride == 4
+    assert events_dataset(events(), {**SPEC, "step": "visit", "window": no_stride}).stride == 1
+    with pytest.raises(SpecError, match="stride may be left out"):
+        events_dataset(events(), {**SPEC, "window": {"input_len": 4}})

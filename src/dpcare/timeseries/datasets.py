@@ -249,6 +249,8 @@ def _from_spec(file: str, loader: Callable[..., pd.DataFrame],
 
 
 WINDOW_KEYS = ("input_len", "output_len", "stride")
+#: a spec's window without a stride: every 4th hour, every visit (a visit is already a coarse step)
+DEFAULT_STRIDE = {"hour": 4, "visit": 1}
 
 
 def _parse_spec(spec: dict, loader: Callable[..., pd.DataFrame], where: str,
@@ -263,8 +265,11 @@ def _parse_spec(spec: dict, loader: Callable[..., pd.DataFrame], where: str,
     if bad:
         raise SpecError(f"time-series spec {where}: variables {bad} need a declared center and scale")
     window = spec["window"]
+    if isinstance(window, dict) and "stride" not in window and spec["step"] in DEFAULT_STRIDE:
+        window = {**window, "stride": DEFAULT_STRIDE[spec["step"]]}  # the default stride follows the step
     if not isinstance(window, dict) or sorted(window) != sorted(WINDOW_KEYS):
-        raise SpecError(f"time-series spec {where}: 'window' must give exactly {list(WINDOW_KEYS)}, got {window!r}")
+        raise SpecError(f"time-series spec {where}: 'window' must give {list(WINDOW_KEYS)} (stride may be left out: "
+                        f"{DEFAULT_STRIDE}), got {window!r}")
     try:
         declared = {str(k): (float(v["center"]), float(v["scale"])) for k, v in spec["variables"].items()}
         window = {k: int(v) for k, v in window.items()}
@@ -273,6 +278,10 @@ def _parse_spec(spec: dict, loader: Callable[..., pd.DataFrame], where: str,
     defaults = spec["default_variables"]
     if not isinstance(defaults, list) or not defaults:
         raise SpecError(f"time-series spec {where}: 'default_variables' must be a non-empty list")
+    undeclared = [str(v) for v in defaults if str(v) not in declared]
+    if undeclared:  # never silently standardise every variable with fitted statistics because one lacks them
+        raise SpecError(f"time-series spec {where}: default_variables {undeclared} have no declared center and scale "
+                        f"under 'variables' (declared: {sorted(declared)}); declare them, or leave them out")
     return TimeSeriesDataset(
         name=str(spec["name"]), loader=loader, variables=tuple(str(v) for v in defaults),
         step=spec["step"], declared=declared, source=" ".join(str(spec.get("source", "")).split()),
