@@ -1,7 +1,7 @@
 """LiRA with 16 shadow models (plus the target) of the tabular MLP, serial vs Ray tasks: wall time and ratio.
 
     python benchmarks/bench_ray_lira.py [--rows 1000] [--shadows 16] [--workers 2] [--method dp-sgd]
-                                        [--ray-address ray://head:10001]
+                                        [--ray-address HEAD_IP:6379]
 
 The serial run trains the 17 models one after the other in this process (workers 1); the Ray run trains them
 as Ray tasks on ``--workers`` CPUs (a local Ray instance, or the cluster of ``--ray-address`` / RAY_ADDRESS).

@@ -41,11 +41,11 @@ def test_serial_path_needs_no_ray_and_parallel_says_how_to_get_it(monkeypatch):
 
 
 def test_the_address_comes_from_the_option_then_the_environment(monkeypatch):
-    monkeypatch.setenv("RAY_ADDRESS", "ray://env-head:10001")
+    monkeypatch.setenv("RAY_ADDRESS", "env-head:6379")
     monkeypatch.setattr(parallel, "_address", None)
-    assert parallel.ray_address() == "ray://env-head:10001"
-    parallel.configure("ray://flag-head:10001")
-    assert parallel.ray_address() == "ray://flag-head:10001"
+    assert parallel.ray_address() == "env-head:6379"
+    parallel.configure("flag-head:6379")
+    assert parallel.ray_address() == "flag-head:6379"
     parallel.configure(None)
     monkeypatch.delenv("RAY_ADDRESS")
     assert parallel.ray_address() is None
@@ -55,7 +55,7 @@ def test_ray_address_without_workers_is_refused():
     from dpcare.cli import app
 
     r = CliRunner().invoke(app, ["audit", "lira", "x.csv", "--spec", "x.yaml", "--workers", "1",
-                                 "--ray-address", "ray://head:10001"])
+                                 "--ray-address", "head:6379"])
     assert r.exit_code == 2 and "--ray-address" in r.output and "--workers" in r.output
 
 

@@ -7,8 +7,8 @@ thread. Where Ray runs:
 * on this machine by default: a private local Ray instance with ``workers`` CPUs, started on first use (about
   10 s) and kept for the rest of the process; nothing to set up;
 * on a cluster when an address is given, by :func:`configure` (the command line's ``--ray-address``) or by
-  the ``RAY_ADDRESS`` environment variable (``ray://head:10001`` or ``head:6379``). dpcare and its
-  dependencies must be installed on every node; ``workers`` then caps the tasks in flight.
+  the ``RAY_ADDRESS`` environment variable (the head's ``host:6379``, as ``ray start`` prints it). dpcare
+  and its dependencies must be installed on every node; ``workers`` then caps the tasks in flight.
 
 Results are yielded as each task finishes (so a journal can record each finished cell and a rerun resumes)
 or, by :func:`map_tasks`, gathered in task order. A task's result is its function's return value whichever
@@ -94,8 +94,10 @@ def _ray(workers: int):
                 runtime_env["env_vars"]["PYTHONPATH"] = path
                 ray.init(address="local", num_cpus=workers, **common)
         except ConnectionError as e:
-            raise SettingsError(f"cannot reach the Ray cluster at {address!r} (--ray-address / RAY_ADDRESS): {e}"
-                                ) from e
+            hint = ("" if os.environ.get("RAY_AUTH_MODE") else "; a cluster started by `ray start` checks a token: "
+                    "set RAY_AUTH_MODE=token, with the head's ~/.ray/auth_token here (or RAY_AUTH_TOKEN)")
+            raise SettingsError(f"cannot connect to the Ray cluster at {address!r} (--ray-address / RAY_ADDRESS): "
+                                f"{e}{hint}") from e
     if _remote is None:
         _remote = ray.remote(num_cpus=1, max_retries=0)(_call)
     return ray

@@ -58,7 +58,7 @@ def epsilon_list(text: str, flag: str = "--epsilons") -> tuple[float, ...]:
 
 #: where the parallel work of a command runs (dpcare.parallel); the RAY_ADDRESS environment variable is read too
 RayAddressOption = Annotated[str | None, typer.Option(
-    "--ray-address", help="Ray cluster for the parallel work, e.g. ray://head:10001 (default: the RAY_ADDRESS "
+    "--ray-address", help="Ray cluster for the parallel work, e.g. HEAD_IP:6379 (default: the RAY_ADDRESS "
                           "environment variable, else a local Ray instance of --workers CPUs); needs --workers > 1")]
 
 
