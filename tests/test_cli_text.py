@@ -167,3 +167,23 @@ def test_missing_or_malformed_notes_are_named(tmp_path):
     assert r.exit_code == 2 and "bad.jsonl:2" in r.output
     r = runner.invoke(app, ["text", "ner", str(tmp_path), str(bad), "--out", str(tmp_path / "p.jsonl")])
     assert r.exit_code == 2 and "not a fine-tuned model folder" in r.output
+
+
+def test_the_text_commands_read_a_folder_of_txt_notes_and_a_json_array(tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.txt").write_text("Mr. John Smith was seen on 3/14/2019 for chest pain.")
+    (folder / "b.txt").write_text("Patient Mary Jones, MRN 123-45-678, discharged home.")
+    out = tmp_path / "masked.jsonl"
+    r = runner.invoke(app, ["text", "mask", str(folder), "--format", "txt", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    views = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(v["note_id"] for v in views) == ["a", "b"] and "Smith" not in out.read_text()
+    array = tmp_path / "notes.json"
+    array.write_text(json.dumps({"note_id": "a", "patient_id": "p", "text": "x"}))
+    r = runner.invoke(app, ["text", "mask", str(array), "--format", "json", "--out", str(tmp_path / "m.jsonl")])
+    assert r.exit_code == 2 and "one JSON array of note objects" in r.output, r.output
+    r = runner.invoke(app, ["text", "mask", str(array), "--out", str(tmp_path / "m.jsonl")])  # jsonl by default
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["text", "mask", str(folder), "--out", str(tmp_path / "m2.jsonl")])
+    assert r.exit_code == 2 and "--format jsonl" in r.output, r.output

@@ -328,3 +328,44 @@ def test_check_spans_names_note_and_span():
         check_spans(note)
     with pytest.raises(ValueError, match="empty patient id"):
         check_spans(Note("n9", "", "abc"))
+
+
+# --- formats by name, and the patient count each gives before any text is read ----------------------------
+
+def test_every_note_format_is_read_and_counted(corpus, tmp_path):
+    from dataclasses import replace
+
+    from dpcare.text.readers import count_patients, note_to_dict, read_notes
+
+    notes = corpus[:6]
+    array = tmp_path / "notes.json"
+    array.write_text(json.dumps([note_to_dict(n) for n in notes]))
+    assert [n.note_id for n in read_notes(array, "json")] == [n.note_id for n in notes]
+    assert count_patients(array, "json") == len({n.patient_id for n in notes})
+    txt = tmp_path / "txt"
+    txt.mkdir()
+    for n in notes:
+        (txt / f"{n.note_id}.txt").write_text(n.text)
+    read = read_notes(txt, "txt")
+    assert sorted(n.text for n in read) == sorted(n.text for n in notes)
+    assert count_patients(txt, "txt") == len(read)  # each plain note its own patient
+    xml = tmp_path / "xml"
+    write_i2b2_2014_xml([replace(n, note_id=f"{i // 2 + 100}-0{i % 2 + 1}") for i, n in enumerate(notes)], xml)
+    assert count_patients(xml, "i2b2-2014") == len({n.patient_id for n in read_notes(xml, "i2b2-2014")}) == 3
+    rows = pd.DataFrame({"ROW_ID": [1, 2, 3], "SUBJECT_ID": [10, 10, 11], "ISERROR": ["", "", "1"],
+                         "TEXT": ["a", "b", "c"]})
+    rows.to_csv(tmp_path / "NOTEEVENTS.csv", index=False)
+    assert count_patients(tmp_path / "NOTEEVENTS.csv", "noteevents") == 1  # subject 11's only row is an error
+
+
+def test_a_json_file_that_is_not_an_array_is_named(tmp_path):
+    from dpcare.exceptions import DataError
+    from dpcare.text.readers import read_notes
+
+    path = tmp_path / "notes.json"
+    path.write_text('{"note_id": "a"}')
+    with pytest.raises(DataError, match="one JSON array of note objects, got a dict"):
+        read_notes(path, "json")
+    path.write_text("[1, 2")
+    with pytest.raises(DataError, match="not valid JSON"):
+        read_notes(path, "json")

@@ -1,10 +1,10 @@
 """``dpcare text generate | mask | finetune | ner | summarise | classify | codes``: clinical notes, outside the
 benchmarks.
 
-Notes are JSONL (``dpcare.text.read_jsonl``: note_id, patient_id, text, optional phi / entities spans,
-icd_codes, summary_source / summary_target); ``codes`` also reads the other formats of
-``dpcare.text.readers.read_notes`` (``--format``). The privacy unit of fine-tuning and classification is the
-patient.
+Notes are JSONL by default (``dpcare.text.read_jsonl``: note_id, patient_id, text, optional phi / entities
+spans, icd_codes, summary_source / summary_target); every command that reads notes takes ``--format`` for
+the other formats of ``dpcare.text.readers.read_notes`` (a JSON array, a folder of .txt notes, BRAT,
+MIMIC NOTEEVENTS, i2b2 2010 and 2014). The privacy unit of fine-tuning and classification is the patient.
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ from dpcare.text.lm.settings import FinetuneSettings
 app = typer.Typer(help="Clinical notes: generate, mask, fine-tune a language model or train an ICD coder privately, "
                        "apply them.", no_args_is_help=True)
 
-NotesArg = Annotated[Path, typer.Argument(help="notes as JSONL (note_id, patient_id, text, ...)")]
+NotesArg = Annotated[Path, typer.Argument(help="notes: a JSONL file (note_id, patient_id, text, ...) or another "
+                                               "--format")]
+FormatOption = Annotated[str, typer.Option("--format", help="how NOTES are stored: jsonl (default), json (one array "
+                                                            "of note objects), txt (a folder of .txt notes), brat, "
+                                                            "noteevents, i2b2-2010 or i2b2-2014")]
 ModelArg = Annotated[Path, typer.Argument(help="a folder written by `dpcare text finetune --out`")]
 ForceOption = Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder whole when the run "
                                                            "finishes (default: refuse it)")]
@@ -51,14 +55,15 @@ def mask(
     notes: NotesArg,
     out: Annotated[Path, typer.Option(help="JSONL of the public views: note_id, patient_id, masked text, slots")],
     placeholder: Annotated[str, typer.Option(help="text of a masked span; {label} is its type")] = "[{label}]",
+    format: FormatOption = "jsonl",
 ) -> None:
     """Mask the sensitive spans of each note (spaCy NER + rules, docs/text-masking.md). The output holds the
     public view only; a span the masker misses stays in it (check the recall on annotated notes)."""
     from dpcare.io import write_json_lines
-    from dpcare.text import read_jsonl
+    from dpcare.text.readers import read_notes
     from dpcare.text.views.masking import SpanMasker
 
-    corpus = read_jsonl(notes)
+    corpus = read_notes(notes, format)
     masked = SpanMasker(placeholder=placeholder).mask_many(corpus)
     write_json_lines(out, (m.public_dict() for m in masked))
     typer.echo(f"{sum(len(m.slots) for m in masked)} spans masked in {len(masked)} notes; public views in {out}")
@@ -71,6 +76,7 @@ def finetune(
     out: Annotated[Path, typer.Option(help="run folder: weights.safetensors, finetune.json, guarantee.json, run.json; "
                                            "rerun the same command to resume an interrupted run")],
     physical_batch: Annotated[int, typer.Option(help="rows per forward/backward pass (memory only)")] = 8,
+    format: FormatOption = "jsonl",
     force: ForceOption = False,
     budget: BudgetOption = None,
     settings: FinetuneSettings = None,
@@ -79,20 +85,19 @@ def finetune(
     patient clipped together); save the trained weights as a run folder and print the guarantee."""
     from dpcare.privacy import PrivacyLedger, guard_run
     from dpcare.runs import RunFolder
-    from dpcare.text import read_jsonl
     from dpcare.text.lm.finetune import finetune_with, plan
     from dpcare.text.lm.saved import WEIGHTS, finetune_manifest, save_finetuned
-    from dpcare.text.readers import count_patients
+    from dpcare.text.readers import count_patients, read_notes
 
     if settings.model != "smollm2" and not Path(settings.model).is_dir():
         raise MissingFileError(f"unknown model path {settings.model!r}: not a folder (use 'smollm2' or a local "
                                "Hugging Face causal-LM folder)")
-    patients = count_patients(notes)  # the n that every ledger states; no note text is read before the budget
+    patients = count_patients(notes, format)  # the n that every ledger states; no note text is read before the budget
     planned = plan(settings, patients)
     recorded = settings.to_dict()
     run = RunFolder(out, "text-finetune", recorded, force=force, command="dpcare text finetune")
     with guard_run(budget, planned, run_id=run.run_id, command="text finetune", data=notes) as held:
-        net, _, info = finetune_with(read_jsonl(notes), settings, checkpoint_dir=run.checkpoint_dir, progress=True,
+        net, _, info = finetune_with(read_notes(notes, format), settings, checkpoint_dir=run.checkpoint_dir, progress=True,
                                      max_physical_batch=physical_batch)
         if held is not None:
             held.actual = PrivacyLedger.from_state_dict(info["ledger"])
@@ -112,21 +117,23 @@ def ner(
     out: Annotated[Path, typer.Option(help="JSONL: the notes with the predicted entities")],
     max_tokens: Annotated[int, typer.Option(help="most tokens of one window's entity list")] = 512,
     batch_size: Annotated[int, typer.Option(help="windows decoded together (speed only)")] = 8,
+    format: FormatOption = "jsonl",
 ) -> None:
     """Extract problem / treatment / test spans with a fine-tuned NER model (constrained decoding: every
     entity is a span of the note); scores exact-match span F1 when the notes carry gold entities."""
     from dataclasses import replace
 
-    from dpcare.text import read_jsonl, write_jsonl
+    from dpcare.text import write_jsonl
     from dpcare.text.evaluation import span_scores
     from dpcare.text.lm.generative_ner import extract_entities_many
     from dpcare.text.lm.saved import load_finetuned
+    from dpcare.text.readers import read_notes
 
     net, tokenizer, meta = load_finetuned(model_dir)
     r = meta["recipe"]
     if r["task"] != "ner":
         raise SettingsError(f"{model_dir} was fine-tuned for {r['task']!r}, not ner")
-    corpus = read_jsonl(notes)
+    corpus = read_notes(notes, format)
     labels = tuple(r["labels"])
     predicted = extract_entities_many(net, tokenizer, [n.text for n in corpus], labels, r["window"], r["stride"],
                                       max_tokens, batch_size, progress=True)
@@ -146,21 +153,22 @@ def summarise(
     keep_identifiers: Annotated[bool, typer.Option(
         "--keep-identifiers", help="write the summaries as generated (default: names, dates, numbers and places "
                                    "the masker finds are replaced by [**TYPE**])")] = False,
+    format: FormatOption = "jsonl",
 ) -> None:
     """Summarise each note's hospital course (summary_source, or the whole text when it has none) with a
     fine-tuned summarisation model; scores ROUGE-L when the notes carry reference summaries. The model copies
     identifiers from the notes into its summaries: they are masked unless --keep-identifiers."""
     from dpcare.io import write_json_lines
     from dpcare.progress import progress
-    from dpcare.text import read_jsonl
     from dpcare.text.evaluation import rouge_l
     from dpcare.text.lm.saved import load_finetuned
     from dpcare.text.lm.summaries import write_summary
+    from dpcare.text.readers import read_notes
 
     net, tokenizer, meta = load_finetuned(model_dir)
     if meta["recipe"]["task"] != "summarisation":
         raise SettingsError(f"{model_dir} was fine-tuned for {meta['recipe']['task']!r}, not summarisation")
-    corpus = read_jsonl(notes)
+    corpus = read_notes(notes, format)
     written = [write_summary(net, tokenizer, n.summary_source or n.text, max_tokens)
                for n in progress(corpus, desc="summaries")]
     scored = [(n.summary_target, s) for n, s in zip(corpus, written) if n.summary_target.strip()]
@@ -179,10 +187,6 @@ def summarise(
                    "docs/text-masking.md)")
     write_json_lines(out, ({"note_id": n.note_id, "summary": s} for n, s in zip(corpus, written)))
     typer.echo(f"{len(written)} summaries written to {out}")
-
-
-FormatOption = Annotated[str, typer.Option("--format", help="how NOTES are stored: jsonl (default), noteevents, "
-                                                            "i2b2-2010, i2b2-2014 or brat (a folder of .txt notes)")]
 
 
 @app.command("classify")
@@ -208,16 +212,16 @@ def classify(
     from dpcare.text.classify.recipe import KIND, fit, plan
     from dpcare.text.readers import count_patients, read_notes
 
-    if format != "jsonl":
-        raise SettingsError(f"text classify needs every note's ICD codes (the labels): only --format jsonl carries "
-                            f"them (an icd_codes list per note), got --format {format}")
+    if format not in ("jsonl", "json"):
+        raise SettingsError(f"text classify needs every note's ICD codes (the labels): only --format jsonl or json "
+                            f"carries them (an icd_codes list per note), got --format {format}")
     if workers < 1:
         raise SettingsError(f"--workers must be >= 1, got --workers = {workers}")
     use_ray(ray_address, workers)
     if settings.impute and settings.lm != "smollm2" and not (Path(settings.lm) / "config.json").is_file():
         raise MissingFileError(f"unknown model path {settings.lm!r}: not a local Hugging Face causal-LM folder "
                                "(use --lm smollm2, or --no-impute)")
-    patients = count_patients(notes)  # the public count the guarantee's n follows from; no note text is read
+    patients = count_patients(notes, format)  # the public count the guarantee's n follows from; no text is read
     planned = plan(settings, patients)
     run = RunFolder(out, KIND, settings.to_dict(), force=force, command="dpcare text classify")
     with guard_run(budget, planned, run_id=run.run_id, command="text classify", data=notes) as held:

@@ -450,6 +450,19 @@ def read_jsonl(path: str | os.PathLike) -> list[Note]:
     return _nonempty(notes, path)
 
 
+def read_json_array(path: str | os.PathLike) -> list[Note]:
+    """A JSON file holding one array of note objects (the fields of :func:`read_jsonl`)."""
+    path = Path(path)
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: not valid JSON ({e.msg}, line {e.lineno}); --format json reads one array of note "
+                        "objects (--format jsonl: one object per line)") from None
+    if not isinstance(records, list):
+        raise DataError(f"{path}: --format json reads one JSON array of note objects, got a {type(records).__name__}")
+    return _nonempty([note_from_dict(obj, f"{path}[{i}]") for i, obj in enumerate(records)], path)
+
+
 def write_jsonl(notes: Iterable[Note], path: str | os.PathLike) -> Path:
     from dpcare.io import write_json_lines
 
@@ -467,6 +480,9 @@ NOTE_FORMATS: dict[str, tuple[str, str, Callable[[Path], list[Note]]]] = {
                   lambda p: read_i2b2_2010(p)),
     "i2b2-2014": ("an i2b2 2014 de-identification .xml file or a folder of them", "either",
                   lambda p: read_i2b2_2014_xml(p)),
+    "json": ("a JSON file holding one array of note objects (the jsonl fields)", "file", lambda p: read_json_array(p)),
+    "txt": ("a folder of plain .txt notes, each note its own patient (BRAT .ann files beside them are read too)",
+            "folder", lambda p: read_brat(p)),
     "brat": ("a folder of .txt notes (with BRAT .ann annotations, optional); each note its own patient", "folder",
              lambda p: read_brat(p)),
 }
@@ -488,9 +504,13 @@ def read_notes(path: str | os.PathLike, format: str = "jsonl") -> list[Note]:
     return reader(path)
 
 
-def count_patients(path: str | os.PathLike) -> int:
-    """Distinct patient ids of a JSONL notes file (only that field is kept; the notes are checked when read)."""
+def count_patients(path: str | os.PathLike, format: str = "jsonl") -> int:
+    """Distinct patient ids of the notes at ``path`` in ``format``, from the ids alone where the format allows:
+    the JSONL lines' patient_id, NOTEEVENTS' SUBJECT_ID column, the file names of a folder format (a note per
+    .txt, an i2b2 2014 record per patient-record stem). The notes are checked when they are read."""
     path = Path(path)
+    if format != "jsonl":
+        return _count_patients_of(path, format)
     if not path.is_file():
         raise MissingFileError(f"no such file: {path}")
     ids = set()
@@ -505,3 +525,40 @@ def count_patients(path: str | os.PathLike) -> int:
     if not ids:
         raise DataError(f"{path}: no notes")
     return len(ids)
+
+
+def _count_patients_of(path: Path, format: str) -> int:
+    if format not in NOTE_FORMATS:
+        raise UnknownNameError(f"unknown notes format {format!r}; choose one of {list(NOTE_FORMATS)}")
+    what, kind, _ = NOTE_FORMATS[format]
+    if not path.exists():
+        raise MissingFileError(f"no such file or folder: {path} (--format {format} reads {what})")
+    if format in ("txt", "brat", "i2b2-2010") and path.is_dir():
+        ids = {p.stem for p in path.glob("*.txt")}
+    elif format == "i2b2-2014" and path.is_dir():
+        ids = {_patient_2014(p.stem) for p in path.glob("*.xml")}
+    elif format == "noteevents" and path.is_file():
+        ids = _noteevents_subjects(path)
+    else:  # one file holding everything (a JSON array, one i2b2 2014 file): read it
+        ids = {n.patient_id for n in read_notes(path, format)}
+    if not ids:
+        raise DataError(f"{path}: no notes (--format {format} reads {what})")
+    return len(ids)
+
+
+def _noteevents_subjects(path: Path) -> set[str]:
+    """SUBJECT_ID of the rows :func:`read_noteevents` keeps (ISERROR rows dropped), read from those two columns."""
+    import pandas as pd
+
+    try:
+        header = {c.upper(): c for c in pd.read_csv(path, nrows=0).columns}
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
+        raise DataError(f"{path}: not a readable NOTEEVENTS csv ({e})") from None
+    if "SUBJECT_ID" not in header:
+        raise DataError(f"{path}: missing column(s) ['SUBJECT_ID']; MIMIC-III NOTEEVENTS has ROW_ID, SUBJECT_ID, "
+                        "HADM_ID, CATEGORY, TEXT")
+    wanted = [header[c] for c in ("SUBJECT_ID", "ISERROR") if c in header]
+    rows = pd.read_csv(path, usecols=wanted, dtype=str, keep_default_na=False)
+    if "ISERROR" in header:
+        rows = rows[~rows[header["ISERROR"]].str.strip().isin(["1", "1.0"])]
+    return {s.strip() for s in rows[header["SUBJECT_ID"]] if s.strip()}
