@@ -137,3 +137,33 @@ def test_an_address_nothing_answers_at_is_refused_quickly(monkeypatch):
     monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh process
     with pytest.raises(SettingsError, match="no Ray cluster answers"):
         parallel.map_tasks(_square, [(1,), (2,)], workers=2)
+
+
+class _ShoutingImputer:
+    """An imputer's interface without a language model: each masked note's value is the note in capitals,
+    journalled line by line in its checkpoint file."""
+
+    def __init__(self):
+        self.notes = 0
+
+    def impute(self, masked, checkpoint=None):
+        values = [[m.upper()] for m in masked]
+        if checkpoint is not None:
+            checkpoint.write_text("".join(json.dumps(v) + "\n" for v in values))
+        self.notes += len(masked)
+        return values
+
+    def stats(self):
+        return {"notes": self.notes, "seconds_per_note": 0.0}
+
+
+def test_imputation_shards_on_ray_keep_the_notes_order(local_ray, tmp_path):
+    from dpcare.text.classify.data import impute_notes
+
+    notes = [f"note {i}" for i in range(7)]
+    serial, serial_stats = impute_notes(_ShoutingImputer(), notes, tmp_path, workers=1)
+    values, stats = impute_notes(_ShoutingImputer(), notes, tmp_path, workers=2)
+    assert values == serial == [[n.upper()] for n in notes]
+    assert stats["notes"] == serial_stats["notes"] == 7 and stats["workers"] == 2
+    shards = [json.loads(line) for k in (0, 1) for line in (tmp_path / f"imputation.{k}.jsonl").read_text().splitlines()]
+    assert shards == serial  # each shard journalled its own contiguous part
