@@ -30,6 +30,10 @@ def train(
     imputer_file: Annotated[Path | None, typer.Option(help="fusion methods: a fitted imputer (joblib) instead")
                             ] = None,
     audit: Annotated[bool, typer.Option(help="run the LOSS membership attack: training vs held-out test rows")] = False,
+    tune: Annotated[list[str] | None, typer.Option(
+        help="tune privately: NAME=V1,V2,... (lr, alpha, beta, clip, hidden, pad; repeat for a grid); every "
+             "candidate and the choice among them are inside --epsilon (docs/tabular.md)")] = None,
+    selection_share: Annotated[float, typer.Option(help="with --tune: the share of epsilon spent on choosing")] = 0.1,
     force: ForceOption = False,
     budget: BudgetOption = None,
     settings: TabularSettings = None,
@@ -43,13 +47,19 @@ def train(
     from dpcare.exceptions import DataError, DPCareError
     from dpcare.io import strict_json
     from dpcare.tabular.recipe import check_imputer_inputs, read_and_split
+    from dpcare.tabular.tuning import candidates, parse_grid, plan_tuning
+    from dpcare.tabular.tuning import tune as tune_privately
 
     schema = load_spec(spec)
     check_imputer_inputs(settings, public_data, imputer_file)
     rows = count_rows(data)
     if rows == 0:
         raise DataError(f"data file {data} has no rows")
-    planned = plan(schema, settings, rows)  # checks the method's needs before any row is read
+    grid = parse_grid(tune) if tune else None
+    if grid:  # every candidate and the choice, planned before any row is read
+        planned = plan_tuning(schema, settings, rows, len(candidates(grid)), selection_share)[0].guarantee()
+    else:
+        planned = plan(schema, settings, rows)  # checks the method's needs before any row is read
     run = RunFolder(out, "tabular", settings.to_dict(), force=force, command="dpcare train")
     with guard_run(budget, planned, run_id=run.run_id, command="train", data=data) as held:
         try:
@@ -58,8 +68,12 @@ def train(
             if held is not None:
                 held.refused = True
             raise
-        model = fit(frame, schema, settings, public_data=public_data, imputer=imputer_file,
-                    checkpoint_dir=run.checkpoint_dir)
+        if grid:
+            model = tune_privately(frame, schema, settings, grid, selection_share, public_data=public_data,
+                                   imputer=imputer_file)
+        else:
+            model = fit(frame, schema, settings, public_data=public_data, imputer=imputer_file,
+                        checkpoint_dir=run.checkpoint_dir)
         if held is not None:
             held.actual = model.ledger
     attacks = []
@@ -71,6 +85,10 @@ def train(
            "epsilon": model.guarantee.epsilon if model.guarantee else math.inf,
            "delta": model.guarantee.delta if model.guarantee else 0.0}
     typer.echo(json.dumps(strict_json(row), indent=2))  # a non-private run's epsilon prints as null
+    if grid:
+        t = model.info["tuning"]
+        typer.echo(f"chosen privately among {t['candidates']} candidates: {t['chosen']} (noisy validation counts "
+                   f"{t['noisy_validation_counts']}; the choice and every candidate are inside epsilon)")
     if model.guarantee:
         typer.echo(model.guarantee.describe())
     if model.baseline is not None:

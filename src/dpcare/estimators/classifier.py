@@ -3,12 +3,20 @@
 ``DPClassifier(method="feature-dp", epsilon=1.0).fit(df, schema)`` trains the MLP with the chosen
 method; ``predict_proba(df)`` / ``predict(df)`` need the feature columns only (never the target);
 ``save(folder)`` writes the run folder ``dpcare train`` writes, and ``DPClassifier.load`` reads either.
+
+Tuning is a release. Scores of a private model on private rows (``score``, as GridSearchCV and cross_val_score
+call it) are statistics of those rows; a model whose settings were picked by them carries a guarantee that
+does not count the picking. The estimator keeps a fingerprint of every private row it scored in this process:
+a later ``fit`` on any of those rows says so in its guarantee (a release outside epsilon) and warns.
+``DPClassifier(tune={"alpha": [1, 5], "lr": [1e-3, 1e-2]})`` is the counted alternative
+(:func:`dpcare.tabular.tuning.tune`): every candidate and the choice are inside epsilon.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import fields
+import warnings
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -18,16 +26,30 @@ from sklearn.metrics import accuracy_score
 
 from dpcare.data import TableSchema, load_spec, read_table
 from dpcare.data.tables import category_text
-from dpcare.exceptions import DataError, NotFittedError, SpecError
-from dpcare.settings import DPSettings
+from dpcare.exceptions import DataError, NotFittedError, SettingsError, SpecError
+from dpcare.settings import ComputeSettings, DPSettings
 from dpcare.tabular.recipe import TabularModel, TabularSettings, fit
 
 Table = pd.DataFrame | str | os.PathLike
 _DP = DPSettings()
 _REC = TabularSettings()
 #: the recipe's own settings (the rest of the parameters are DPSettings')
-_RECIPE_FIELDS = tuple(f.name for f in fields(TabularSettings) if f.name != "dp")
+_RECIPE_FIELDS = tuple(f.name for f in fields(TabularSettings) if f.name not in ("dp", "compute"))
 _DP_FIELDS = tuple(f.name for f in fields(DPSettings) if f.name != "unit")
+#: fingerprints of the private rows a private model was scored on in this process (see the module docstring)
+_SCORED_ROWS: set[int] = set()
+SELECTION_NOTE = ("hyperparameter selection: {rows} of the training rows were scored (score(), as GridSearchCV and "
+                  "cross_val_score call it) by an earlier private model in this process; if these settings were "
+                  "chosen by those scores, that choice is a release outside epsilon (DPClassifier(tune=...) counts it)")
+
+
+class SelectionWarning(UserWarning):
+    """A private model trained on rows that earlier private models were scored on: a search on private data."""
+
+
+def _row_fingerprints(frame: pd.DataFrame) -> np.ndarray:
+    """One 64-bit hash per row over its values, in a column order that does not depend on the caller's."""
+    return pd.util.hash_pandas_object(frame[sorted(frame.columns)], index=False).to_numpy()
 
 
 class DPClassifier(ClassifierMixin, BaseEstimator):
@@ -40,7 +62,9 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
     epochs, steps, seed), with the same names and defaults, plus ``holdout``: True trains as ``dpcare train``
     does, on a random 80% of the rows, and keeps validation / test AUPRC and AUROC of the rest in
     ``result_.metrics``; False trains on every row (no metrics). ``checkpoint_dir`` and ``progress`` do not
-    change the result.
+    change the result; ``device`` and ``precision`` say where it trains (:class:`~dpcare.settings.ComputeSettings`).
+    ``tune``: a grid ({"alpha": [1, 5], ...}) tuned privately, every candidate and the choice inside epsilon
+    (``selection_share`` of it on the choice; :func:`dpcare.tabular.tuning.tune`).
 
     Fitted attributes: ``model_`` (the torch MLP), ``encoder_`` (the fitted TableEncoder), ``classes_`` (the
     target's categories as text), ``guarantee_`` (the run's :class:`~dpcare.privacy.Guarantee`; None when
@@ -52,7 +76,8 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                  alpha=_REC.alpha, beta=_REC.beta, lr=_REC.lr, hidden=_REC.hidden, pad=_REC.pad,
                  public_batch_size=_REC.public_batch_size, public_pretrain_steps=_REC.public_pretrain_steps,
                  stats_epsilon=_REC.stats_epsilon, imputer=_REC.imputer, accountant=_DP.accountant, steps=_DP.steps,
-                 seed=_DP.seed, checkpoint_dir=None, progress=True, holdout=True):
+                 seed=_DP.seed, checkpoint_dir=None, progress=True, holdout=True, tune=None, selection_share=0.1,
+                 device="auto", precision="fp32"):
         params = dict(locals())  # scikit-learn: store every parameter unchanged
         del params["self"]
         vars(self).update(params)
@@ -67,7 +92,8 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         """The recipe settings these parameters describe (validated: a bad value names the parameter)."""
         p = self.get_params()
         dp = DPSettings(**{k: p[k] for k in _DP_FIELDS})
-        return TabularSettings(**{k: p[k] for k in _RECIPE_FIELDS}, dp=dp)
+        return TabularSettings(**{k: p[k] for k in _RECIPE_FIELDS}, dp=dp,
+                               compute=ComputeSettings(device=p["device"], precision=p["precision"]))
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X: Table, y=None, schema: TableSchema | str | os.PathLike | None = None, public_data: Table | None = None,
@@ -86,9 +112,17 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         frame = read_table(X)
         if y is not None:
             frame = _with_target(frame, y, spec)
-        fitted = fit(frame, spec, self.settings(), holdout=bool(self.holdout), public_data=public_data,
-                     imputer=imputer, checkpoint_dir=self.checkpoint_dir, progress=self.progress)
-        return self._set_fitted(fitted)
+        if self.tune:
+            if not self.holdout:
+                raise SettingsError("tune= picks among candidates on the validation rows: it needs holdout=True")
+            from dpcare.tabular.tuning import tune
+
+            fitted = tune(frame, spec, self.settings(), self.tune, self.selection_share, progress=self.progress,
+                          public_data=public_data, imputer=imputer)
+        else:
+            fitted = fit(frame, spec, self.settings(), holdout=bool(self.holdout), public_data=public_data,
+                         imputer=imputer, checkpoint_dir=self.checkpoint_dir, progress=self.progress)
+        return self._set_fitted(_note_selection(fitted, frame))
 
     def _set_fitted(self, fitted: TabularModel) -> DPClassifier:
         schema = fitted.schema
@@ -116,6 +150,9 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         truth = frame[target] if y is None else pd.Series(np.asarray(y))
         if len(truth) != len(frame):
             raise DataError(f"y has {len(truth)} labels for {len(frame)} rows")
+        if self.guarantee_ is not None:  # a statistic of these (private) rows: remembered, see the module docstring
+            labelled = frame if y is None else _with_target(frame, y, self.encoder_.schema)
+            _SCORED_ROWS.update(_row_fingerprints(labelled).tolist())
         return float(accuracy_score(truth.map(category_text), self.predict(frame), sample_weight=sample_weight))
 
     # ------------------------------------------------------------------ persistence
@@ -128,9 +165,23 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         """A fitted classifier from ``save`` or a ``dpcare train`` run folder."""
         fitted = TabularModel.load(folder)
         s = fitted.settings
-        params = {**{k: getattr(s, k) for k in _RECIPE_FIELDS}, **{k: getattr(s.dp, k) for k in _DP_FIELDS}}
+        params = {**{k: getattr(s, k) for k in _RECIPE_FIELDS}, **{k: getattr(s.dp, k) for k in _DP_FIELDS},
+                  "device": s.compute.device, "precision": s.compute.precision}
         names = cls._get_param_names()
         return cls(schema=fitted.schema, **{k: v for k, v in params.items() if k in names})._set_fitted(fitted)
+
+
+def _note_selection(fitted: TabularModel, frame: pd.DataFrame) -> TabularModel:
+    """``fitted`` with its guarantee naming a search on private scores, if any of ``frame``'s rows were scored."""
+    if fitted.ledger is None or not _SCORED_ROWS:
+        return fitted
+    seen = int(np.isin(_row_fingerprints(frame), np.fromiter(_SCORED_ROWS, dtype=np.uint64)).sum())
+    if not seen:
+        return fitted
+    note = SELECTION_NOTE.format(rows=seen)
+    warnings.warn(note, SelectionWarning, stacklevel=3)
+    fitted.ledger.note_uncounted(note)
+    return replace(fitted, guarantee=fitted.ledger.guarantee())
 
 
 def _spec(schema) -> TableSchema:
