@@ -104,3 +104,17 @@ def test_recall_and_precision_on_real_i2b2_notes(masker):
     # the 5 i2b2 2014 notes philter-lite ships (surrogate PHI), read through the installed package
     recall, precision = scores(masker, masking.philter_example_notes())
     assert recall >= 0.97 and precision >= 0.6, (recall, precision)
+
+
+def test_the_text_recipe_report_states_the_measured_recall_and_the_unprotected_misses(masker):
+    from dpcare.settings import DPSettings
+    from dpcare.text.classify.recipe import NoteClassifier
+    from dpcare.text.classify.settings import NoteClassifierSettings
+
+    said = masker.coverage()
+    assert "recall 1.000 on 5 real i2b2 2014 notes" in said and "NOT protected" in said
+    assert "not measured" in SpanMasker(nlp=masker.nlp, ner=False, philter=False).coverage()
+    settings = NoteClassifierSettings(method="fusiondp", dp=DPSettings(epsilon=5.0, unit="patient"))
+    report = NoteClassifier(settings, None, None, (), 0.5, None, None, {}, {},
+                            {"masker_coverage": said}).manifest().not_protected
+    assert any("masker missed" in line and said in line for line in report), report

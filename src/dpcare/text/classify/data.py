@@ -214,6 +214,8 @@ def prepare_text_views(notes: Sequence[Note], out_dir: str | os.PathLike | None,
     views = build_views(parts, masked, hybrid, labels, max_tokens, emb_dim)
     views.info["imputation"] = stats
     views.info["settings"] = settings
+    if hasattr(masker, "coverage"):  # the masker's measured recall; its misses are not protected
+        views.info["masker_coverage"] = masker.coverage()
     if any(n.phi for n in parts["test"]):  # gold PHI (generated notes): how much the masker finds
         from dpcare.text.views.masking import evaluate_masker
 

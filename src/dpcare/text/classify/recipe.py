@@ -64,6 +64,7 @@ SELECTION = ("the best epoch and the decision threshold, chosen by micro-F1 on t
 MISSED = "the note text outside those spans, including any sensitive span the masker missed"
 LABEL_SET = "the label set (the K most frequent ICD codes of the training notes)"
 SPANS = "the sensitive spans the masker found, in all of a patient's notes"
+COVERAGE_UNKNOWN = "The masker's recall on annotated notes is in docs/text-masking.md."
 
 
 def mean_bce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -273,7 +274,8 @@ class NoteClassifier:
         m.settings["info"] = self.info
         if method != "dp-sgd" and method != "sgd-org":
             m.not_protected.append("Sensitive spans the masker missed are part of the public view (the masked and "
-                                   "hybrid notes): no guarantee covers them.")
+                                   "hybrid notes): no guarantee covers them. "
+                                   + self.info.get("masker_coverage", COVERAGE_UNKNOWN))
         if method in (*HYBRID_VIEW, "sgd-hybrid") and self.settings.impute:
             m.not_protected.append(f"The imputation language model ({self.settings.lm}) is public: its pre-training "
                                    "data are outside every guarantee; it reads only the masked notes.")
@@ -348,7 +350,7 @@ def fit(notes: Sequence[Note], settings: NoteClassifierSettings | None = None, *
             "hybrid_view": ("the masked note filled by " + settings.lm) if settings.impute else "the masked note",
             **{k: v[k] for k in ("notes", "patients", "vocab_size", "vector_source", "vector_coverage",
                                  "codes_without_training_note", "train_notes_without_top_code", "imputation",
-                                 "masker") if k in v}}
+                                 "masker", "masker_coverage") if k in v}}
     g = trained.ledger.guarantee() if trained.ledger is not None else None
     return NoteClassifier(settings, trained.model, vocab, tuple(views.codes), float(trained.best["threshold"]), g,
                           trained.ledger, metrics, split, info)
