@@ -62,7 +62,8 @@ def fitted(notes):
     real = Trainer.fit
 
     def spy(self, data, public=None, groups=None, **kw):
-        sampled.append(len(torch.unique(groups)))
+        if groups is not None:  # the private model (the public baseline trains without privacy, on notes)
+            sampled.append(len(torch.unique(groups)))
         return real(self, data, public, groups=groups, **kw)
 
     with pytest.MonkeyPatch.context() as mp:
@@ -240,7 +241,7 @@ def test_selection_reads_only_the_validation_notes_and_the_test_notes_are_read_o
     real_train = recipe.train_views
 
     def keep_views(views, settings, progress=False):
-        captured["views"] = views
+        captured.setdefault("views", views)  # the first call trains the private model
         return real_train(views, settings, progress)
 
     with pytest.MonkeyPatch.context() as mp:
@@ -248,6 +249,9 @@ def test_selection_reads_only_the_validation_notes_and_the_test_notes_are_read_o
         mp.setattr(recipe, "train_views", keep_views)
         fit(notes, tiny(epochs=2), progress=False)
     val, test = captured["views"].tensors["val"]["x"], captured["views"].tensors["test"]["x"]
-    during, after = seen[:-1], seen[-1]
+    private = [ids for ids in seen if any(ids is t["x"] for t in captured["views"].tensors.values())]
+    during, after = private[:-1], private[-1]
     assert len(during) == 2 and all(ids is val for ids in during)  # one validation pass per epoch
-    assert after is test
+    assert after is test and seen.index(after) == 2  # read once, after training
+    # then the public baseline (dpcare.text.classify.baseline): it reads the masked views only
+    assert all(any(ids is t["x_pub"] for t in captured["views"].tensors.values()) for ids in seen[3:])

@@ -235,6 +235,8 @@ def classify(
                            "codes": len(model.codes)}, indent=2))
     typer.echo(model.guarantee.describe() if model.guarantee else "NO differential privacy guarantee "
                f"({settings.method} is a non-private reference).")
+    if model.baseline is not None:
+        typer.echo(f"{settings.method} {model.baseline['comparisons'][0]['verdict']}")
     typer.echo(f"written to {out}/")
 
 

@@ -14,7 +14,10 @@ the guarantee's n is the number of training patients, a function of the number o
 :func:`plan` states it from that public count before any note is read. Notes are split by patient (train 70 /
 validation 10 / test 20). After every epoch the model is scored on the validation notes and the epoch and
 decision threshold with the best micro-F1 are kept: that choice reads the validation notes without noise and
-every guarantee lists it as NOT counted in epsilon. Test metrics are computed once, by the chosen model.
+every guarantee lists it as NOT counted in epsilon. Test metrics are computed once, by the chosen model, and
+compared on the same test notes with the public baseline (:mod:`dpcare.text.classify.baseline`: CAML without
+privacy on the masked notes for the feature-level methods, every code of the label set for DP-SGD), a paired
+bootstrap over test patients giving the verdict (run.json ``baselines``, the console, ``dpcare report``).
 
 Applied to NEW notes, the model reads the note text (``x``) only: no masking, no imputation, no codes.
 """
@@ -235,6 +238,7 @@ class NoteClassifier:
     metrics: dict[str, float] = field(default_factory=dict)
     split: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    baseline: dict[str, Any] | None = None  # the public baseline on the same test notes, and the verdict
 
     def token_ids(self, notes: Sequence[Note | str]) -> torch.Tensor:
         """Token ids of the notes' TEXT (all a prediction reads: no masking, imputation or codes)."""
@@ -271,6 +275,11 @@ class NoteClassifier:
                     self.ledger.state_dict() if self.ledger is not None else None,
                     note="" if self.guarantee else "NO differential privacy guarantee (a non-private reference).")
         m.metrics = [{"model": method, **self.metrics}]
+        if self.baseline is not None:
+            b = self.baseline
+            m.baselines = [b]
+            m.metrics.append({"model": f"public baseline: {b['name']}", **b["metrics"]})
+            m.notes.append(f"{method}: {b['comparisons'][0]['verdict']}")
         m.settings["info"] = self.info
         if method != "dp-sgd" and method != "sgd-org":
             m.not_protected.append("Sensitive spans the masker missed are part of the public view (the masked and "
@@ -312,7 +321,8 @@ class NoteClassifier:
         metrics = {k: v for k, v in manifest.metrics[0].items() if k != "model"}
         return cls(NoteClassifierSettings.from_dict(settings), model, vocab, tuple(saved["codes"]),
                    float(saved["threshold"]), Guarantee.from_dict(entry["guarantee"]) if entry["guarantee"] else None,
-                   PrivacyLedger.from_state_dict(entry["ledger"]) if entry["ledger"] else None, metrics, split, info)
+                   PrivacyLedger.from_state_dict(entry["ledger"]) if entry["ledger"] else None, metrics, split, info,
+                   manifest.baselines[0] if manifest.baselines else None)
 
 
 def caml_config(model: CAML) -> dict[str, Any]:
@@ -339,8 +349,13 @@ def fit(notes: Sequence[Note], settings: NoteClassifierSettings | None = None, *
                            f"has {len(vocab)}")
     trained = train_views(views, settings, progress=progress)
     test = views.tensors["test"]
-    scores = multilabel_metrics(predict_scores(trained.model, test["x"]), test["y"], trained.best["threshold"])
+    test_scores = predict_scores(trained.model, test["x"])  # the test notes, read once by the chosen model
+    scores = multilabel_metrics(test_scores, test["y"], trained.best["threshold"])
     metrics = {"validation f1_micro": trained.best["f1_micro"], **{f"test {k}": scores[k] for k in METRICS}}
+    # the best coder that needs no private data, on the same test notes (dpcare.text.classify.baseline)
+    from dpcare.text.classify.baseline import public_baseline
+
+    baseline = public_baseline(views, settings, test_scores, float(trained.best["threshold"]))
     parts = split_positions([n.patient_id for n in notes], settings.split_seed)
     split = {"notes": len(notes), "seed": settings.split_seed, **parts}
     result, v = trained.result, views.info
@@ -353,7 +368,7 @@ def fit(notes: Sequence[Note], settings: NoteClassifierSettings | None = None, *
                                  "masker", "masker_coverage") if k in v}}
     g = trained.ledger.guarantee() if trained.ledger is not None else None
     return NoteClassifier(settings, trained.model, vocab, tuple(views.codes), float(trained.best["threshold"]), g,
-                          trained.ledger, metrics, split, info)
+                          trained.ledger, metrics, split, info, baseline)
 
 
 __all__ = ["KIND", "LABEL_SET", "LOSSES", "METRICS", "MISSED", "SELECTION", "SPLITS", "EpochSelection",
