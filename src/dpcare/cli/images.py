@@ -41,6 +41,12 @@ def images_fit(
         help="a folder of PUBLIC images (not in FOLDER) whose blurred versions set the rejection threshold "
              "(default: the blurred view of FOLDER, public under Feature-DP; a dp model needs this for --rejection)")
     ] = None,
+    test_images: Annotated[Path | None, typer.Option(
+        help="a folder of held-out images (not in FOLDER, same classes): a private model is scored on them (test "
+             "FID) against its public baseline, with a paired bootstrap interval and a verdict")] = None,
+    baseline: Annotated[bool, typer.Option(
+        help="with --test-images: train/score the public baseline (the same U-Net without privacy on the public "
+             "view only); --no-baseline skips it for speed")] = True,
     force: ForceOption = False,
     budget: BudgetOption = None,
     settings: DiffusionSettings = None,
@@ -59,15 +65,21 @@ def images_fit(
     run = RunFolder(out, KIND, settings.to_dict(), force=force, command="dpcare images fit")
     with guard_run(budget, planned, run_id=run.run_id, command="images fit", data=folder) as held:
         model = fit(folder, settings, init=start, labels=labels, classes=names, public_images=public_images,
-                    checkpoint_dir=run.checkpoint_dir)
+                    checkpoint_dir=run.checkpoint_dir, test_images=test_images, baseline=baseline)
         if held is not None:
             held.actual = model.ledger
     data = {"folder": str(folder), "images": n, "classes": list(model.classes),
             **({"labels": str(labels)} if labels else {}), **({"public_images": str(public_images)}
-                                                               if public_images else {})}
+                                                               if public_images else {}),
+            **({"test_images": str(test_images)} if test_images else {})}
     model.write(run, data=data)
     typer.echo(f"{settings.method}: {n} images, {len(model.classes)} classes, {model.info['steps']} steps")
     typer.echo(model.guarantee.describe() if model.guarantee else model.manifest().models[0]["note"])
+    if model.baseline is not None:
+        typer.echo(f"{settings.method} {model.baseline['comparisons'][0]['verdict']}")
+    elif settings.private:
+        why = "--no-baseline" if test_images and not baseline else "no --test-images"
+        typer.echo(f"not compared with the public baseline ({why}): no verdict on whether it is worth releasing")
     typer.echo(f"written to {out}/ (sample with: dpcare images sample {out} --n 100 --out grid.png)")
 
 

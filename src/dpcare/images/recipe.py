@@ -24,7 +24,11 @@ declares public (the non-private and public methods have no guarantee to keep); 
 public images has no threshold (its blurred training images are private under DP).
 
 The privacy unit is one image (with its label): the guarantee's n is the number of images in the folder,
-all of which train (a diffusion model has no held-out metric here).
+all of which train. Held-out ``test_images`` (another folder) score a private model: its test FID against its
+public baseline's (:func:`public_baseline`: for Feature-DP the same U-Net trained without privacy on the blurred
+view only, i.e. the public model the run starts from; for dp the same U-Net trained without privacy on the public
+images, or untrained without them) on the same test images, with a paired bootstrap interval and a verdict
+(:func:`compare_with_baseline`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -44,11 +49,13 @@ from dpcare.exceptions import DataError, SettingsError, UnknownNameError
 from dpcare.images.blur import GaussianBlur
 from dpcare.images.data import ImageSet, load_image_folder
 from dpcare.images.diffusion import DiffusionObjective, NoiseSchedule, sample
+from dpcare.images.fid import compute_features, fid, train_feature_net
 from dpcare.images.grid import save_grid
 from dpcare.images.settings import DiffusionSettings
 from dpcare.images.unet import UNet
 from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, default_delta
 from dpcare.runs import Manifest, RunFolder, read_run_of_kind
+from dpcare.verdict import Comparison, compare
 
 KIND = "images"
 MODEL_FILE = "model.pt"
@@ -194,6 +201,8 @@ class DiffusionModel:
     threshold: float | None = None
     info: dict[str, Any] = field(default_factory=dict)
     run_id: str = ""  # of the run folder it was loaded from
+    metrics: dict[str, float] = field(default_factory=dict)  # on the test images (fit with test_images)
+    baseline: dict[str, Any] | None = None  # the public baseline on the same test images, and the verdict
 
     def label_indices(self, n: int | None = None, labels: Any = None) -> Tensor:
         """Class indices to sample: ``labels`` (class names or indices), or ``n`` cycling through the classes."""
@@ -255,6 +264,7 @@ class DiffusionModel:
 
     def manifest(self, data: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None) -> Manifest:
         method = self.settings.method
+        metrics = {**self.metrics, **(metrics or {})}
         m = Manifest(settings=self.settings.to_dict(), data=data or {}, files={"model": MODEL_FILE})
         m.settings["info"] = self.info
         m.add_model(method, self.guarantee.to_dict() if self.guarantee else None,
@@ -263,8 +273,16 @@ class DiffusionModel:
         if metrics:
             m.metrics = [{"model": method, **metrics}]
             m.headline = [k for k in metrics if "FID" in k][:1]
+        if self.baseline is not None:
+            b = self.baseline
+            m.baselines = [b]
+            m.metrics.append({"model": f"public baseline: {b['name']}", **b["metrics"]})
         m.not_protected = self.not_protected()
-        m.notes = [(f"Classes: {', '.join(self.classes)}; images {self.image_shape[1]}x{self.image_shape[2]}, "
+        if self.baseline is not None and "feature_net" in self.baseline:
+            m.not_protected.append(f"The test images (scored, and {self.baseline['feature_net']}) are outside the "
+                                   "guarantee: their FIDs are released in this file.")
+        m.notes = [*([f"{method}: {self.baseline['comparisons'][0]['verdict']}. {self.baseline['interval']}"]
+                     if self.baseline is not None else []), (f"Classes: {', '.join(self.classes)}; images {self.image_shape[1]}x{self.image_shape[2]}, "
                     f"{self.image_shape[0]} channel(s). Sample with `dpcare images sample FOLDER --n 100 --out "
                     "grid.png`.")]
         return m
@@ -295,9 +313,11 @@ class DiffusionModel:
         unet.eval()
         entry = manifest.models[0]
         g, ledger = entry.get("guarantee"), entry.get("ledger")
+        metrics = {k: v for k, v in manifest.metrics[0].items() if k != "model"} if manifest.metrics else {}
         return cls(DiffusionSettings.from_dict(settings), unet, tuple(saved["classes"]), tuple(saved["image_shape"]),
                    Guarantee.from_dict(g) if g else None, PrivacyLedger.from_state_dict(ledger) if ledger else None,
-                   saved["threshold"], info, manifest.run_id)
+                   saved["threshold"], info, manifest.run_id, metrics,
+                   manifest.baselines[0] if manifest.baselines else None)
 
 
 # --------------------------------------------------------------------------- fitting
@@ -351,11 +371,17 @@ def threshold_source(settings: DiffusionSettings, views: dict[str, Tensor],
 def fit(images: ImageSet | str | os.PathLike, settings: DiffusionSettings | None = None, *,
         init: DiffusionModel | str | os.PathLike | None = None, labels: str | os.PathLike | None = None,
         classes: Any = None, public_images: ImageSet | str | os.PathLike | None = None,
-        checkpoint_dir: str | None = None, progress: bool = True, max_physical_batch: int = 128) -> DiffusionModel:
+        checkpoint_dir: str | None = None, progress: bool = True, max_physical_batch: int = 128,
+        test_images: ImageSet | str | os.PathLike | None = None, baseline: bool = True,
+        resamples: int = 1000) -> DiffusionModel:
     """Train ``settings.method`` on every image of ``images`` (a folder: class sub-folders, or flat with a
     ``labels`` CSV; or an :class:`ImageSet`). FDP methods start from ``init`` (a public model's run folder)
     or from a public model trained first on the blurred images. ``public_images`` (optional) set the
-    rejection threshold. ``checkpoint_dir``: resumable training state (sub-folders per model)."""
+    rejection threshold. ``checkpoint_dir``: resumable training state (sub-folders per model).
+
+    ``test_images`` (held-out images, not in ``images``, with the same classes): a private model is scored
+    on them (test FID) against its public baseline (:func:`public_baseline`) with a paired bootstrap
+    interval and a verdict (``model.baseline``); ``baseline=False`` skips that (speed)."""
     settings = settings or DiffusionSettings()
     start = load_init(settings, init)  # before any image is read
     data = read_images(images, settings, labels, classes)
@@ -363,6 +389,12 @@ def fit(images: ImageSet | str | os.PathLike, settings: DiffusionSettings | None
     if public is not None and public.image_shape != data.image_shape:
         raise DataError(f"the public images are {public.image_shape} (C, H, W), the training images "
                         f"{data.image_shape}: read them at the same size and colour")
+    test = None
+    if test_images is not None:  # a folder is read with the training images' classes (an unknown one is named)
+        test = read_images(test_images, settings, classes=None if isinstance(test_images, ImageSet) else
+                           list(data.classes))
+    if test is not None:
+        check_test_images(test, data)
     views = image_views(data, blur_of(settings))
     info: dict[str, Any] = {"images": len(data)}
     shape, k = data.image_shape, len(data.classes)
@@ -386,9 +418,93 @@ def fit(images: ImageSet | str | os.PathLike, settings: DiffusionSettings | None
     blurred, source = threshold_source(settings, views, public)
     info["threshold_from"] = source
     threshold = rejection_threshold(blurred, settings) if blurred is not None else None
-    return DiffusionModel(settings, unet, data.classes, shape, result.guarantee, result.ledger, threshold, info)
+    metrics, compared = {}, None
+    if test is not None and baseline and settings.private:
+        base_unet, name = public_baseline(settings, views, public, shape, k, unet_init, sub("baseline"), progress,
+                                          max_physical_batch)
+        metrics, compared = compare_with_baseline(unet, base_unet, name, settings, test, public, resamples)
+    return DiffusionModel(settings, unet, data.classes, shape, result.guarantee, result.ledger, threshold, info,
+                          metrics=metrics, baseline=compared)
 
 
-__all__ = ["KIND", "MODEL_FILE", "DiffusionModel", "DiffusionSettings", "balanced_labels", "blur_of", "fit",
-           "generate", "generate_with_rejection", "image_views", "ledger_terms", "load_init", "new_unet", "plan",
-           "public_views", "read_images", "rejection_threshold", "threshold_source", "train_unet"]
+# --------------------------------------------------------------------------- the public baseline
+#: the metric a private model is compared with its baseline on
+TEST_METRIC = "test FID"
+INTERVAL = ("The interval is a paired bootstrap over the test images: each resample draws test-image indices with "
+            "replacement and takes, at those indices, the test images, the DP model's samples and the baseline's "
+            "samples (one sample per test image, of its class, the same sampling noise for both models), then "
+            "recomputes both FIDs; the 2.5% and 97.5% percentiles of the difference. It covers which test images "
+            "and which samples were drawn, not the randomness of training (one trained model each).")
+
+
+def check_test_images(test: ImageSet, data: ImageSet) -> None:
+    """Held-out test images: the training images' shape, at least 2 images (a FID needs a covariance)."""
+    if test.image_shape != data.image_shape:
+        raise DataError(f"the test images are {test.image_shape} (C, H, W), the training images {data.image_shape}: "
+                        "read them at the same size and colour")
+    if tuple(test.classes) != tuple(data.classes):
+        raise DataError(f"the test images have classes {list(test.classes)}, the training images {list(data.classes)}")
+    if len(test) < 2:
+        raise DataError(f"{len(test)} test image(s): a FID needs at least 2 (give a folder of held-out images)")
+
+
+def public_baseline(settings: DiffusionSettings, views: dict[str, Tensor], public: ImageSet | None,
+                    image_shape: tuple[int, int, int], classes: int, public_unet: UNet | None,
+                    checkpoint_dir: str | None = None, progress: bool = False,
+                    max_physical_batch: int = 128) -> tuple[UNet, str]:
+    """The best model this recipe makes without private data, and its name. It never reads a sharp training
+    image:
+
+    - Feature-DP (fdp-dpsgd, fdp-alg1): the blurred view and the labels are public, so the baseline is the
+      same U-Net trained without privacy on the blurred view only: the public model the FDP run started from
+      (``public_unet``: trained in the run, or the ``--init`` run; ``views`` is not read).
+    - dp (the whole image and its label private, so their blurred view is too): the same U-Net trained without
+      privacy on the public images (``public``, sharp: they are public) when given; else the U-Net at its
+      initialisation (no data at all: its samples are structured noise)."""
+    if settings.feature_dp:
+        if public_unet is None:
+            raise SettingsError(f"{settings.method}: the public baseline is the public model it starts from")
+        return public_unet, "the same U-Net trained without privacy on the blurred view only (the run's public model)"
+    if public is not None:
+        if public.image_shape != image_shape or len(public.classes) != classes:
+            raise DataError(f"the public images ({public.image_shape}, {len(public.classes)} classes) must match the "
+                            f"training images ({image_shape}, {classes} classes) to train the public baseline")
+        unet, _ = train_unet(image_views(public, blur_of(settings)), replace(settings, method="non-private"),
+                             image_shape, classes, None, checkpoint_dir, progress, max_physical_batch)
+        return unet, f"the same U-Net trained without privacy on the {len(public)} public images only"
+    return (new_unet(settings, image_shape, classes, settings.dp.seed),
+            "the same U-Net untrained (no public images: a model that reads no data)")
+
+
+def score_against_baseline(test_features: np.ndarray, model_features: np.ndarray, baseline_features: np.ndarray,
+                           name: str, resamples: int = 1000, seed: int = 0) -> Comparison:
+    """Test FID of the model's samples against the baseline's, on the same test images: one sample per test
+    image in each (row i of each array belongs to test image i); a paired bootstrap over the test images
+    (:data:`INTERVAL`). Positive difference: the model's FID is lower (better)."""
+    return compare(TEST_METRIC, lambda test, gen: fid(gen, test), test_features, model_features, baseline_features,
+                   name, higher_is_better=False, resamples=resamples, seed=seed)
+
+
+def compare_with_baseline(unet: UNet, baseline_unet: UNet, name: str, settings: DiffusionSettings, test: ImageSet,
+                          public: ImageSet | None = None, resamples: int = 1000,
+                          feature_epochs: int = 20) -> tuple[dict[str, float], dict[str, Any]]:
+    """The model's test FID and its public baseline's (the verdict): both sample one image per test image, of its
+    class, with the same noise; FID on the features of a small classifier trained on the public images when
+    given, else on the test images (never on a training image; NOT Inception-FID)."""
+    seed = settings.dp.seed
+    source, what = (public, f"the {len(public)} public images") if public is not None else (test, "the test images")
+    net = train_feature_net(source, epochs=feature_epochs, seed=seed)
+    shape = test.image_shape
+    feats = [compute_features(net, test.images)]
+    for u in (unet, baseline_unet):
+        feats.append(compute_features(net, generate(u, settings, test.labels, shape, seed)))
+    c = score_against_baseline(*feats, name, resamples, seed)
+    return ({TEST_METRIC: c.model},
+            {"name": name, "metrics": {TEST_METRIC: c.baseline}, "comparisons": [c.to_dict()], "interval": INTERVAL,
+             "test_images": len(test), "feature_net": f"the FID features come from a classifier trained on {what}"})
+
+
+__all__ = ["KIND", "MODEL_FILE", "TEST_METRIC", "DiffusionModel", "DiffusionSettings", "balanced_labels", "blur_of",
+           "check_test_images", "compare_with_baseline", "fit", "generate", "generate_with_rejection", "image_views",
+           "ledger_terms", "load_init", "new_unet", "plan", "public_baseline", "public_views", "read_images", "rejection_threshold",
+           "score_against_baseline", "threshold_source", "train_unet"]
