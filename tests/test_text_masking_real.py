@@ -118,3 +118,18 @@ def test_the_text_recipe_report_states_the_measured_recall_and_the_unprotected_m
     report = NoteClassifier(settings, None, None, (), 0.5, None, None, {}, {},
                             {"masker_coverage": said}).manifest().not_protected
     assert any("masker missed" in line and said in line for line in report), report
+
+
+def test_the_mask_command_states_the_measured_recall(tmp_path):
+    from typer.testing import CliRunner
+
+    from dpcare.cli import app
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.txt").write_text("Daughter marisol at bedside; Foley out. Prior MI 3/80.")
+    r = CliRunner().invoke(app, ["text", "mask", str(folder), "--format", "txt", "--out", str(tmp_path / "m.jsonl")])
+    assert r.exit_code == 0, r.output
+    assert "measured span recall" in r.output and "NOT protected" in r.output
+    public = (tmp_path / "m.jsonl").read_text()
+    assert "marisol" not in public and "3/80" not in public and "Foley" in public

@@ -57,16 +57,19 @@ def mask(
     placeholder: Annotated[str, typer.Option(help="text of a masked span; {label} is its type")] = "[{label}]",
     format: FormatOption = "jsonl",
 ) -> None:
-    """Mask the sensitive spans of each note (spaCy NER + rules, docs/text-masking.md). The output holds the
-    public view only; a span the masker misses stays in it (check the recall on annotated notes)."""
+    """Mask the sensitive spans of each note (spaCy NER + rules + philter-lite's de-identification filters,
+    docs/text-masking.md). The output holds the public view only; a span the masker misses stays in it (check
+    the recall on annotated notes)."""
     from dpcare.io import write_json_lines
     from dpcare.text.readers import read_notes
     from dpcare.text.views.masking import SpanMasker
 
     corpus = read_notes(notes, format)
-    masked = SpanMasker(placeholder=placeholder).mask_many(corpus)
+    masker = SpanMasker(placeholder=placeholder)
+    masked = masker.mask_many(corpus)
     write_json_lines(out, (m.public_dict() for m in masked))
     typer.echo(f"{sum(len(m.slots) for m in masked)} spans masked in {len(masked)} notes; public views in {out}")
+    typer.echo(masker.coverage())
 
 
 @app.command("finetune")

