@@ -151,7 +151,7 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         if len(truth) != len(frame):
             raise DataError(f"y has {len(truth)} labels for {len(frame)} rows")
         if self.guarantee_ is not None:  # a statistic of these (private) rows: remembered, see the module docstring
-            labelled = frame if y is None else _with_target(frame, y, self.encoder_.schema)
+            labelled = frame if y is None or target in frame.columns else _with_target(frame, y, self.encoder_.schema)
             _SCORED_ROWS.update(_row_fingerprints(labelled).tolist())
         return float(accuracy_score(truth.map(category_text), self.predict(frame), sample_weight=sample_weight))
 
