@@ -33,6 +33,9 @@ FormatOption = Annotated[str, typer.Option("--format", help="how NOTES are store
 ModelArg = Annotated[Path, typer.Argument(help="a folder written by `dpcare text finetune --out`")]
 ForceOption = Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder whole when the run "
                                                            "finishes (default: refuse it)")]
+BaselineOption = Annotated[bool, typer.Option(help="with gold annotations, also run the base model without "
+                                                   "fine-tuning on the same notes (a public baseline; doubles the "
+                                                   "decoding time)")]
 
 
 @app.command("generate")
@@ -120,10 +123,12 @@ def ner(
     out: Annotated[Path, typer.Option(help="JSONL: the notes with the predicted entities")],
     max_tokens: Annotated[int, typer.Option(help="most tokens of one window's entity list")] = 512,
     batch_size: Annotated[int, typer.Option(help="windows decoded together (speed only)")] = 8,
+    baseline: BaselineOption = True,
     format: FormatOption = "jsonl",
 ) -> None:
     """Extract problem / treatment / test spans with a fine-tuned NER model (constrained decoding: every
-    entity is a span of the note); scores exact-match span F1 when the notes carry gold entities."""
+    entity is a span of the note); scores exact-match span F1 when the notes carry gold entities, beside the
+    public baseline (the base model without fine-tuning, same decoding) with a paired interval and a verdict."""
     from dataclasses import replace
 
     from dpcare.text import write_jsonl
@@ -144,6 +149,17 @@ def ner(
     gold = [[s for s in (*n.entities, *n.phi) if s.label in labels] for n in corpus]
     if any(gold):
         typer.echo(span_scores(gold, predicted).round(3).to_string())
+        if baseline:  # the public baseline: the pre-trained model, never fine-tuned, decoded the same way
+            from dpcare.lm import load_causal_lm
+            from dpcare.text.baselines import BASE_MODEL, compare_on_notes, span_counts
+
+            base, base_tokenizer = load_causal_lm(r["model"], r["layers"])
+            base_predicted = extract_entities_many(base.eval(), base_tokenizer, [n.text for n in corpus], labels,
+                                                   r["window"], r["stride"], max_tokens, batch_size, progress=True)
+            result = compare_on_notes("ner F1", span_counts(gold, predicted),
+                                      {BASE_MODEL: span_counts(gold, base_predicted)},
+                                      [n.patient_id for n in corpus])
+            typer.echo(f"{r['mode']} {result['verdict']}")
     typer.echo(f"{sum(map(len, predicted))} entities in {len(corpus)} notes written to {out}")
 
 
@@ -156,11 +172,14 @@ def summarise(
     keep_identifiers: Annotated[bool, typer.Option(
         "--keep-identifiers", help="write the summaries as generated (default: names, dates, numbers and places "
                                    "the masker finds are replaced by [**TYPE**])")] = False,
+    baseline: BaselineOption = True,
     format: FormatOption = "jsonl",
 ) -> None:
     """Summarise each note's hospital course (summary_source, or the whole text when it has none) with a
-    fine-tuned summarisation model; scores ROUGE-L when the notes carry reference summaries. The model copies
-    identifiers from the notes into its summaries: they are masked unless --keep-identifiers."""
+    fine-tuned summarisation model; scores ROUGE-L when the notes carry reference summaries, beside the public
+    baselines (LEAD-3, the first 3 sentences of the source, and the base model without fine-tuning) with paired
+    intervals and a verdict. The model copies identifiers from the notes into its summaries: they are masked
+    unless --keep-identifiers."""
     from dpcare.io import write_json_lines
     from dpcare.progress import progress
     from dpcare.text.evaluation import rouge_l
@@ -178,6 +197,8 @@ def summarise(
     if scored:  # the summaries as generated, against the references
         scores = rouge_l(*map(list, zip(*scored)))
         typer.echo(f"ROUGE-L F1 {scores['fmeasure']:.3f} over {len(scored)} notes with a reference summary")
+        _summary_verdict(meta["recipe"], [n for n in corpus if n.summary_target.strip()],
+                         [s for n, s in zip(corpus, written) if n.summary_target.strip()], max_tokens, baseline)
     if keep_identifiers:
         typer.echo("warning: the summaries are written as generated: they may copy names, dates, record numbers "
                    "and phone numbers from the notes", err=True)
@@ -190,6 +211,36 @@ def summarise(
                    "docs/text-masking.md)")
     write_json_lines(out, ({"note_id": n.note_id, "summary": s} for n, s in zip(corpus, written)))
     typer.echo(f"{len(written)} summaries written to {out}")
+
+
+def _summary_verdict(recipe: dict, notes: list, written: list[str], max_tokens: int, base_model: bool) -> None:
+    """Print the summaries' ROUGE-L against LEAD-3 (and the base model without fine-tuning) on the same notes,
+    paired intervals resampling patients, and the verdict."""
+    from dpcare.progress import progress
+    from dpcare.text.baselines import (
+        BASE_MODEL,
+        compare_on_notes,
+        lead,
+        lead_name,
+        rouge_l_per_note,
+    )
+
+    references = [n.summary_target for n in notes]
+    sources = [n.summary_source or n.text for n in notes]
+    baselines = {lead_name(): rouge_l_per_note(references, [lead(s) for s in sources])}
+    if base_model:
+        from dpcare.lm import load_causal_lm
+        from dpcare.text.lm.summaries import write_summary
+
+        base, tokenizer = load_causal_lm(recipe["model"], recipe["layers"])
+        baselines[BASE_MODEL] = rouge_l_per_note(references, [
+            write_summary(base, tokenizer, s, max_tokens) for s in progress(sources, desc="base-model summaries")])
+    result = compare_on_notes("ROUGE-L F1", rouge_l_per_note(references, written), baselines,
+                              [n.patient_id for n in notes])
+    for c in result["comparisons"]:
+        typer.echo(f"  vs {c['baseline_name']}: ROUGE-L F1 {c['baseline']:.3f}, improvement {c['difference']:+.3f} "
+                   f"[{c['low']:+.3f}, {c['high']:+.3f}]")
+    typer.echo(f"{recipe['mode']} {result['verdict']}")
 
 
 @app.command("classify")

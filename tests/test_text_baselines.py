@@ -1,0 +1,100 @@
+"""Public baselines of the fine-tuned note models (dpcare.text.baselines) and their verdicts in `dpcare text ner`
+and `dpcare text summarise`: LEAD-k, per-note metrics that agree with the corpus metrics, the comparison
+resampling patients, and the verdict flipping when the fine-tuned model is replaced by the baseline itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from dpcare.cli import app
+from dpcare.exceptions import DataError
+from dpcare.text import generate_corpus, read_jsonl, write_jsonl
+from dpcare.text.baselines import (
+    BASE_MODEL,
+    compare_on_notes,
+    lead,
+    lead_name,
+    micro_f1,
+    rouge_l_per_note,
+    span_counts,
+)
+from dpcare.text.evaluation import MICRO, rouge_l, span_scores
+from dpcare.text.spans import ENTITY_LABELS, Span
+
+runner = CliRunner()
+
+
+def test_lead_takes_the_first_sentences():
+    text = "Admitted with chest pain. Troponin negative!  Discharged home?\nFollow up in clinic. Extra."
+    assert lead(text, 2) == "Admitted with chest pain. Troponin negative!"
+    assert lead(text) == "Admitted with chest pain. Troponin negative! Discharged home?"
+    assert lead("one line\nsecond line", 1) == "one line"
+    with pytest.raises(DataError, match="k >= 1"):
+        lead(text, 0)
+
+
+def test_per_note_metrics_agree_with_the_corpus_metrics():
+    notes = generate_corpus(12, seed=3)
+    gold = [[s for s in n.entities if s.label in ENTITY_LABELS] for n in notes]
+    predicted = [g[::2] + [Span(0, 3, "test", n.text[:3])] for g, n in zip(gold, notes)]
+    counts = span_counts(gold, predicted)
+    assert micro_f1(None, counts) == pytest.approx(span_scores(gold, predicted).loc[MICRO, "f1"])
+    refs, preds = [n.summary_target for n in notes], [lead(n.summary_source) for n in notes]
+    assert rouge_l_per_note(refs, preds).mean() == pytest.approx(rouge_l(refs, preds)["fmeasure"])
+
+
+def test_the_verdict_flips_when_the_model_is_the_baseline_itself():
+    rng = np.random.default_rng(0)
+    patients = [f"p{i // 2}" for i in range(40)]  # two notes per patient
+    base = rng.uniform(0.1, 0.4, 40)
+    same = compare_on_notes("ROUGE-L F1", base.copy(), {BASE_MODEL: base}, patients)
+    c = same["comparisons"][0]
+    assert c["difference"] == 0 and not same["beats"] and same["verdict"].startswith("no better")
+    assert c["units"] == same["patients"] == 20  # resampled by patient
+    better = compare_on_notes("ROUGE-L F1", base + 0.2, {BASE_MODEL: base}, patients)
+    assert better["beats"] and better["verdict"].startswith("beats the public baseline")
+    # against every baseline: one it does not beat decides
+    both = compare_on_notes("ROUGE-L F1", base + 0.2, {BASE_MODEL: base, lead_name(): base + 0.2}, patients)
+    assert not both["beats"] and lead_name() in both["verdict"]
+    # NER: per-note counts [tp, predicted, gold]
+    gold = rng.integers(1, 5, 40)
+    perfect = np.stack([gold, gold, gold], 1).astype(float)
+    none = np.stack([0 * gold, 0 * gold, gold], 1).astype(float)
+    assert compare_on_notes("ner F1", perfect, {BASE_MODEL: none}, patients)["beats"]
+    assert not compare_on_notes("ner F1", none, {BASE_MODEL: none}, patients)["beats"]
+
+
+@pytest.fixture(scope="module")
+def notes_file(tmp_path_factory):
+    return write_jsonl(generate_corpus(6, seed=2), tmp_path_factory.mktemp("notes") / "notes.jsonl")
+
+
+@pytest.mark.parametrize("task", ["ner", "summarisation"])
+def test_the_commands_report_no_better_when_the_model_is_the_base_model(task, gpt2_folder, notes_file, tmp_path,
+                                                                        monkeypatch):
+    """The 'fine-tuned' folder loads as the untouched base model: the base-model comparison is exactly 0 and
+    the verdict says do not release; the baselines are scored on the notes given only."""
+    from dpcare.lm import load_causal_lm
+    from dpcare.text.lm import saved
+
+    recipe = {"task": task, "mode": "dp-lora", "model": gpt2_folder, "layers": None, "labels": list(ENTITY_LABELS),
+              "window": 64, "stride": 64}
+    monkeypatch.setattr(saved, "load_finetuned", lambda folder: (*load_causal_lm(gpt2_folder), {"recipe": recipe}))
+    if task == "ner":
+        args = ["text", "ner", str(tmp_path), str(notes_file), "--max-tokens", "8"]
+    else:
+        args = ["text", "summarise", str(tmp_path), str(notes_file), "--max-tokens", "6", "--keep-identifiers"]
+    r = runner.invoke(app, [*args, "--out", str(tmp_path / "o.jsonl")])
+    assert r.exit_code == 0, r.output
+    assert "dp-lora no better than the public baseline: do not release" in r.output
+    patients = len({n.patient_id for n in read_jsonl(notes_file)})  # the notes given, resampled by patient
+    if task == "ner":
+        assert f"for {BASE_MODEL}: improvement +0, 95% interval [+0, +0] over {patients} test units" in r.output
+    else:  # one line per baseline; the verdict is the binding one's
+        line = next(x for x in r.output.splitlines() if x.startswith(f"  vs {BASE_MODEL}"))
+        assert line.endswith("improvement +0.000 [+0.000, +0.000]")
+        assert f"  vs {lead_name()}: ROUGE-L F1" in r.output and f"over {patients} test units" in r.output
+    r = runner.invoke(app, [*args, "--no-baseline", "--out", str(tmp_path / "p.jsonl")])
+    assert r.exit_code == 0 and BASE_MODEL not in r.output
