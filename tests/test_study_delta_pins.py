@@ -17,7 +17,7 @@ def old_default(n: int) -> float:
 
 
 def test_the_demo_pins_the_readme_delta(monkeypatch, tmp_path):
-    import dpcare.studies.demo as demo
+    from dpcare.studies import demo
 
     seen = []
 
@@ -91,7 +91,7 @@ def test_dp2stage_pins_its_lm_runs_and_baselines():
 
 
 def test_tsf_pins_delta_to_each_training_set(monkeypatch):
-    import dpcare.studies.tsf as tsf
+    from dpcare.studies import tsf
 
     seen = []
 
