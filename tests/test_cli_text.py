@@ -112,7 +112,8 @@ def test_commands_end_to_end(gpt2_folder, tmp_path):
 def test_finetune_with_a_budget_is_refused_before_any_note_is_read(gpt2_folder, notes_file, tmp_path, monkeypatch):
     budget = tmp_path / "budget.json"
     patients = len({n.patient_id for n in read_jsonl(notes_file)})
-    r = runner.invoke(app, ["budget", "init", str(budget), "--epsilon", "4", "--delta", str(0.9 / patients),
+    # a second run of epsilon 3 (at the default delta, min(1e-5, 0.01/n)) cannot fit in epsilon 3.5 at delta 1e-4
+    r = runner.invoke(app, ["budget", "init", str(budget), "--epsilon", "3.5", "--delta", str(min(1e-4, 0.9 / patients)),
                             "--dataset", "notes", "--unit", "patient", "--data", str(notes_file)])
     assert r.exit_code == 0, r.output
     args = ["text", "finetune", str(notes_file), "--mode", "dp-lora", "--epsilon", "3", "--model", gpt2_folder,
@@ -125,7 +126,7 @@ def test_finetune_with_a_budget_is_refused_before_any_note_is_read(gpt2_folder, 
     def no_reading(*a, **k):
         raise AssertionError("the notes were read before the budget check")
 
-    monkeypatch.setattr("dpcare.text.read_jsonl", no_reading)
+    monkeypatch.setattr("dpcare.text.readers.read_jsonl", no_reading)  # what read_notes calls for --format jsonl
     refused = runner.invoke(app, [*args, "--out", str(tmp_path / "b")])
     assert refused.exit_code == 2 and "budget" in refused.output.lower()
     assert not (tmp_path / "b").exists()

@@ -184,7 +184,7 @@ def test_a_budget_refuses_the_run_before_any_note_is_read(notes_file, tmp_path, 
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--format", "brat"], "only --format jsonl carries"),
+    (["--format", "brat"], "only --format jsonl or json carries"),
     (["--method", "dp-magic"], "--method must be one of"),
     (["--epsilon", "0"], "--epsilon must be"),
     (["--lm", "/no/such/lm"], "unknown model path"),
