@@ -5,6 +5,7 @@ on small data with a tiny GPT-2 (never SmolLM2): fit -> a run folder -> sample i
 import json
 import subprocess
 import sys
+from html import escape
 
 import pandas as pd
 import pytest
@@ -37,7 +38,7 @@ def files(tmp_path_factory):
 
 def fit_args(d, out, *extra):
     return ["synth", "fit", str(d / "train.csv"), "--spec", str(d / "spec.yaml"), "--out", str(out), "--model",
-            str(d / "gpt2"), "--stage1-epochs", "1", "--epochs", "1", *extra]
+            str(d / "gpt2"), "--stage1-epochs", "1", "--epochs", "1", "--compare-rows", "80", *extra]
 
 
 def test_fit_sample_in_a_fresh_process_evaluate_and_report(files, tmp_path):
@@ -50,10 +51,19 @@ def test_fit_sample_in_a_fresh_process_evaluate_and_report(files, tmp_path):
     m = read_manifest(out)
     g, ledger = m.models[0]["guarantee"], m.models[0]["ledger"]
     assert m.kind == "synth" and m.command == "dpcare synth fit" and m.models[0]["name"] == "dp-2stage-u"
-    assert g["epsilon"] <= 3.0 + 1e-6 and g["n"] == 200 and g["unit"] == "example" and ledger["n"] == 200
+    # 10% of the rows (20) are held out as the real test rows of the public-baseline comparison: 180 train
+    assert g["epsilon"] <= 3.0 + 1e-6 and g["n"] == 180 and g["unit"] == "example" and ledger["n"] == 180
     assert m.settings["decimals"] == 1 and m.settings["dp"]["epsilon"] == 3.0 and m.settings["lm"]["layers"] == 1
     assert any("Stage 1 reads only public data" in line for line in m.not_protected)
-    assert m.data["rows"] == 200 and m.metrics == []
+    assert m.data["rows"] == 200 and m.data["training rows"] == 180 and m.data["test rows"] == 20
+    assert len(set(m.data["held-out rows"])) == 20 and max(m.data["held-out rows"]) < 200
+    (b,) = m.baselines
+    assert b["test_rows"] == 20 and b["rows"] == b["synthetic_rows"] == 80 and b["name"].startswith("independent")
+    verdicts = ("beats the public baseline", "no better than the public baseline: do not release", "undefined: ")
+    assert b["verdict"] in r.output and b["verdict"].startswith(verdicts)
+    assert [row["model"] for row in m.metrics] == ["dp-2stage-u", f"public baseline: {b['name']}"]
+    assert m.metrics[1]["AUC XGB"] == b["metrics"]["AUC XGB"] and any(b["verdict"] in n for n in m.notes)
+    assert any("public-baseline comparison" in line for line in m.not_protected)
 
     # sample in a fresh process: the folder alone is the model
     fake = tmp_path / "fake.csv"
@@ -73,15 +83,15 @@ def test_fit_sample_in_a_fresh_process_evaluate_and_report(files, tmp_path):
     report = json.loads((tmp_path / "fake.report.json").read_text())
     assert report["perplexity"]["value"] > 1
     m = read_manifest(out)
-    rows = {row["model"]: row for row in m.metrics}
-    assert set(rows) == {"dp-2stage-u", "real training table (reference)"}
+    rows = {row["model"]: row for row in m.metrics if row["synthetic table"] == "fake.csv"}
+    assert set(rows) == {"dp-2stage-u", "real training table (reference)"} and len(m.metrics) == 4
     assert rows["dp-2stage-u"]["HIST20"] == report["hist"]["bins_20"] and rows["dp-2stage-u"]["synthetic table"] == (
         "fake.csv") and rows["dp-2stage-u"]["source"] == "sampled from this run"
-    assert m.headline == ["F1 XGB", "HIST20", "Pair", "CorAcc"]
+    assert m.headline == ["F1 XGB", "HIST20", "Pair", "CorAcc", "AUC XGB"] and len(m.baselines) == 1
     assert any("read the real training and test tables" in line for line in m.not_protected)
     assert any(t.get("synthetic table") == "fake.csv" for t in m.timing)
     attach_evaluation(out, "fake.csv", report, sampling)  # evaluated again: its rows are replaced, not appended
-    assert len(read_manifest(out).metrics) == 2 and len(read_manifest(out).timing) == len(m.timing)
+    assert len(read_manifest(out).metrics) == 4 and len(read_manifest(out).timing) == len(m.timing)
 
     # the report reads the run folder through run.json
     rep = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "r.html")])
@@ -89,12 +99,33 @@ def test_fit_sample_in_a_fresh_process_evaluate_and_report(files, tmp_path):
     html = (tmp_path / "r.html").read_text()
     assert f"{g['epsilon']:.4g}" in html and "private training steps" in html and "HIST20" in html
     assert "Stage 1 reads only public data" in html and m.run_id in html
+    assert escape(b["verdict"]) in html and "public baseline: independent sampling" in html
+
+
+def test_the_comparison_on_a_given_test_table_or_none(files, tmp_path):
+    d = files
+    out = tmp_path / "given"
+    r = runner.invoke(app, fit_args(d, out, "--mode", "non-private", "--test", str(d / "test.csv")))
+    assert r.exit_code == 0, r.output
+    m = read_manifest(out)
+    assert m.data["training rows"] == 200 and m.data["test rows"] == 100 and m.baselines[0]["test_rows"] == 100
+    assert m.baselines[0]["verdict"] in r.output
+    out = tmp_path / "none"
+    r = runner.invoke(app, fit_args(d, out, "--mode", "non-private", "--holdout", "0"))
+    assert r.exit_code == 0 and "no public-baseline comparison" in r.output, r.output
+    assert read_manifest(out).baselines == [] and read_manifest(out).metrics == []
+    r = runner.invoke(app, fit_args(d, tmp_path / "bad", "--holdout", "1.5"))
+    assert r.exit_code == 2 and "held-out fraction must be in [0, 1)" in r.stderr
+    one = tmp_path / "one-class.csv"
+    toy_table(50).assign(death=1).to_csv(one, index=False)
+    r = runner.invoke(app, fit_args(d, tmp_path / "one", "--test", str(one)))
+    assert r.exit_code == 2 and "single class of 'death'" in r.stderr and not (tmp_path / "one").exists()
 
 
 def test_a_table_sampled_from_another_run_is_not_attached(files, tmp_path):
     d = files
     out = tmp_path / "fitted"
-    assert runner.invoke(app, fit_args(d, out, "--mode", "non-private")).exit_code == 0
+    assert runner.invoke(app, fit_args(d, out, "--mode", "non-private", "--holdout", "0")).exit_code == 0
     assert read_manifest(out).models[0]["guarantee"] is None
     fake = tmp_path / "fake.csv"
     toy_table(40, seed=4).to_csv(fake, index=False)

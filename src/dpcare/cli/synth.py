@@ -72,37 +72,78 @@ def fit(
     public: Annotated[str | None, typer.Option(help="dp-2stage-o: bundled public table (adult, support2, rhc)")] = None,
     public_data: Annotated[Path | None, typer.Option(help="dp-2stage-o: your public table instead")] = None,
     public_spec: Annotated[Path | None, typer.Option(help="spec of --public-data")] = None,
+    test: Annotated[Path | None, typer.Option(help="held-out real table (rows NOT in DATA, same spec): the public-"
+                                                   "baseline comparison is scored on it; default: --holdout of DATA")
+                    ] = None,
+    holdout: Annotated[float, typer.Option(help="without --test, this fraction of DATA (drawn with --seed) is held "
+                                                "out as real test rows and does not train; 0: no comparison")
+                       ] = 0.1,
+    compare_rows: Annotated[int, typer.Option(min=1, help="synthetic rows (and declared-support rows) sampled for "
+                                                          "the public-baseline comparison")] = 500,
     force: ForceOption = False,
     budget: BudgetOption = None,
     settings: SynthSettings = None,
 ) -> None:
-    """Fit a synthesizer; prints the estimated time first, then the privacy guarantee."""
+    """Fit a synthesizer; prints the estimated time first, then the privacy guarantee and the verdict against
+    the public baseline (independent sampling from the spec's declared support) on real held-out rows."""
     from dpcare.data import count_rows, load_spec, load_table
     from dpcare.privacy import guard_run
     from dpcare.runs import RunFolder
-    from dpcare.synth.synthesizer import Synthesizer, plan, stage1_source
+    from dpcare.synth.support_baseline import describe
+    from dpcare.synth.synthesizer import (
+        Synthesizer,
+        check_test_rows,
+        holdout_split,
+        plan,
+        stage1_source,
+    )
 
     settings = scaled_settings(settings, scale, {"lm.layers": layers, "stage1.epochs": stage1_epochs,
                                                  "dp.epochs": epochs})
     schema = load_spec(spec)
     public_table, public_schema = _public(public, public_data, public_spec)
     synth = Synthesizer(schema, settings, public_table=public_table, public_schema=public_schema)
+    if test is not None:
+        if not test.is_file():
+            raise MissingFileError(f"--test file not found: {test}")
+        holdout = 0.0  # the test rows come from --test: every row of DATA trains
     rows = count_rows(data)  # public: every ledger states n
-    planned = plan(settings, rows)
+    train_idx, test_idx = holdout_split(rows, holdout, settings.dp.seed)  # from the row count and seed alone
+    planned = plan(settings, len(train_idx))
     stage1 = {"public": public, "public_data": str(public_data) if public_data else None}
     run = RunFolder(out, "synth", {**settings.to_dict(), "stage1_table": stage1}, force=force,
                     command="dpcare synth fit")
     with guard_run(budget, planned, run_id=run.run_id, command="synth fit", data=data) as held:
-        synth.fit(load_table(data, schema), checkpoint_dir=run.checkpoint_dir,
+        table = load_table(data, schema)
+        if test is not None:
+            real_test = load_table(test, schema)
+            check_test_rows(real_test, schema, f"--test {test}")
+        elif len(test_idx):
+            real_test = table.iloc[test_idx].reset_index(drop=True)
+            check_test_rows(real_test, schema, f"the held-out {holdout:g} of DATA ({len(test_idx)} rows, seed "
+                                               f"{settings.dp.seed})")
+        else:
+            real_test = None
+        synth.fit(table.iloc[train_idx].reset_index(drop=True), checkpoint_dir=run.checkpoint_dir,
                   report=lambda message: typer.echo(message, err=True))
         if held is not None:
             held.actual = synth.ledger
+    if real_test is not None:
+        synth.compare_to_public(real_test, rows=compare_rows)
     source = stage1_source(settings, public_schema)
-    synth.write(run, data={"path": str(data), "rows": rows, **({"stage 1": source} if source else {})})
+    split = ({"test": str(test), "test rows": len(real_test)} if test is not None else
+             {"held out": holdout, "test rows": len(test_idx), "held-out rows": test_idx.tolist()})
+    synth.write(run, data={"path": str(data), "rows": rows, "training rows": len(train_idx), **split,
+                           **({"stage 1": source} if source else {})})
     if synth.guarantee is not None:
         typer.echo(synth.guarantee.describe())
     else:
         typer.echo("non-private fit: NO privacy guarantee")
+    if synth.baseline is not None:
+        typer.echo(describe(synth.baseline))
+    else:
+        typer.echo("no public-baseline comparison (--holdout 0 and no --test): nothing says this table beats "
+                   "sampling from the declared support")
     typer.echo(f"written to {out}/ (run.json, synthesizer.json, weights.pt)")
 
 

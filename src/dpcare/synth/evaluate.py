@@ -99,6 +99,28 @@ def ml_efficacy(train: pd.DataFrame, test: pd.DataFrame, schema: TableSchema, se
     return {"positive_class": positive, **scores, "mean": mean}
 
 
+def efficacy_scores(train: pd.DataFrame, test: pd.DataFrame, schema: TableSchema, seed: int = 0,
+                    model: str = "xgboost") -> tuple[np.ndarray, np.ndarray | None, str]:
+    """Per-row scores of one ML-efficacy model, as :func:`ml_efficacy` fits it: ``model`` trained on ``train``
+    (synthetic, or any table with the schema's columns), its predicted probability of the positive class on
+    every row of the real ``test`` table. Returns (0/1 test labels, scores, positive class); scores are None
+    when ``train`` holds a single target class (the model's AUC is then undefined)."""
+    categories = schema.column(schema.target).categories
+    if categories is None or len(categories) != 2:
+        raise SpecError(f"ML efficacy needs a binary target; '{schema.target}' has categories {categories}")
+    test = check_table(test, schema, "real test")
+    train = check_table(train, schema, "training")
+    positive = _positive_class(test[schema.target], categories)
+    x_test, y_test = _xy(test, schema, positive, "real test")
+    x_train, y_train = _xy(train, schema, positive, "training")
+    if len(set(y_test)) < 2:
+        raise DataError(f"the real test table holds only one target class ({positive!r} or not): "
+                        "F1 and AUC are undefined")
+    if len(np.unique(y_train)) < 2:
+        return y_test, None, positive
+    return y_test, _model(model, schema, seed).fit(x_train, y_train).predict_proba(x_test)[:, 1], positive
+
+
 def _positive_class(target: pd.Series, categories: tuple[str, ...]) -> str:
     counts = target.value_counts().reindex(list(categories), fill_value=0)
     if counts.sum() < len(target):

@@ -154,7 +154,7 @@ class SynthSettings(Settings):
         unknown = sorted(set(fields) - set(known))
         if unknown:
             raise SettingsError(f"unknown settings {unknown} for SynthSettings; known: {sorted(set(known) | dp_names)}")
-        for name in ("lm", "stage1", "stage2", "dp"):
+        for name in ("lm", "stage1", "stage2", "dp", "compute"):  # a dict (e.g. to_dict()'s) becomes settings
             given = fields.get(name)
             if dataclasses.is_dataclass(given):
                 continue

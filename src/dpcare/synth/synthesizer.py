@@ -36,10 +36,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 
 from dpcare.data import TableSchema, load_table
+from dpcare.data.splits import split_indices
 from dpcare.engine.trainer import TrainConfig, Trainer
 from dpcare.exceptions import DataError, MissingFileError, NotFittedError, SettingsError
 from dpcare.io import torch_save, write_json
@@ -68,6 +70,13 @@ STATE_FILE, WEIGHTS_FILE = "synthesizer.json", "weights.pt"
 STATE_FORMAT = "dpcare-synthesizer/2"
 HEADLINE = ("F1 XGB", "HIST20", "Pair", "CorAcc")
 REFERENCE = "real training table (reference)"
+#: the fraction of the private table ``dpcare synth fit`` holds out as real test rows (without --test)
+HOLDOUT = 0.1
+#: the smallest real test split the public-baseline comparison is run on
+MIN_TEST_ROWS = 10
+BASELINE_NOTE = ("The public-baseline comparison at fit (run.json baselines) scores models on real held-out test "
+                 "rows: a release outside the guarantee, for those allowed to see the data (the rows did not train "
+                 "the synthesizer).")
 EVALUATION_NOTE = ("The metrics of `dpcare synth evaluate` read the real training and test tables: they are a release "
                    "outside the guarantee, for those allowed to see the data (only the synthesizer is covered).")
 
@@ -84,6 +93,29 @@ def plan(settings: SynthSettings, rows: int) -> Guarantee | None:
     delta = check_delta(dp.delta, rows) if dp.delta is not None else default_delta(rows)
     return Guarantee(epsilon=dp.epsilon, delta=delta, unit=ProtectedUnit.EXAMPLE,
                      neighbouring=NEIGHBOURING[ProtectedUnit.EXAMPLE], accountant=dp.accountant, n=rows)
+
+
+def holdout_split(rows: int, fraction: float = HOLDOUT, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(training, test) row positions of a private table of ``rows`` rows: ``fraction`` of them, drawn with
+    ``seed`` (a function of the row count and the seed, never of the values), are held out as the real test
+    rows of the public-baseline comparison and do not train. ``fraction`` 0: every row trains."""
+    if not 0 <= fraction < 1:
+        raise SettingsError(f"the held-out fraction must be in [0, 1), got holdout = {fraction}")
+    if fraction == 0:
+        return np.arange(rows), np.arange(0)
+    parts = split_indices(rows, {"train": 1 - fraction, "test": fraction}, seed)
+    return parts["train"], parts["test"]
+
+
+def check_test_rows(test: pd.DataFrame, schema: TableSchema, where: str) -> None:
+    """Refuse, before anything trains, real test rows the comparison cannot be scored on."""
+    if len(test) < MIN_TEST_ROWS:
+        raise DataError(f"{where} holds {len(test)} rows: at least {MIN_TEST_ROWS} are needed to compare the "
+                        "synthetic table with the public baseline; hold out more rows (--holdout), pass --test, or "
+                        "--holdout 0 to skip the comparison")
+    if test[schema.target].nunique() < 2:
+        raise DataError(f"{where} holds a single class of '{schema.target}': AUROC is undefined there; hold out more "
+                        "rows (--holdout), use another --seed or pass --test")
 
 
 def stage1_source(settings: SynthSettings, public_schema: TableSchema | None = None) -> str | None:
@@ -124,6 +156,7 @@ class Synthesizer:
         self.run_id: str | None = None  # the run folder's id, once saved or loaded
         self.last_sampling: SamplingStats | None = None
         self.estimate_: FitEstimate | None = None  # set by fit(estimate=True)
+        self.baseline: dict[str, Any] | None = None  # set by compare_to_public: the run.json baselines record
 
     # ------------------------------------------------------------------ fitting
     def _vocab_texts(self) -> list[str]:
@@ -302,6 +335,26 @@ class Synthesizer:
                           f"in {stats.attempts} attempts", stacklevel=2)
         return cells_to_frame(rows, self.schema)
 
+    def compare_to_public(self, real_test: pd.DataFrame, rows: int = 500, seed: int | None = None,
+                          resamples: int = 1000) -> dict[str, Any]:
+        """Is the synthetic table worth releasing? Sample ``rows`` rows (constrained decoding), draw as many rows
+        from the spec's declared support (the public baseline, :mod:`dpcare.synth.support_baseline`), train the
+        ML-efficacy models on each and compare their AUROC on the real held-out ``real_test`` rows (rows that
+        did not train the synthesizer) with a paired bootstrap. Keeps and returns the record (``baseline``),
+        which :meth:`manifest` writes into run.json; its ``verdict`` says "beats the public baseline", "no
+        better than the public baseline: do not release" or "undefined: the synthetic table has one class of
+        the target". ``seed``: of sampling, the baseline draw and the models (default: the settings' seed)."""
+        from dpcare.synth.support_baseline import compare_to_public
+
+        self._require_fitted()
+        seed = self.settings.dp.seed if seed is None else seed
+        test = load_table(real_test, self.schema)
+        check_test_rows(test, self.schema, "the real test table")
+        fake = self.sample(rows, seed=seed)
+        self.baseline = {**compare_to_public(fake, test, self.schema, seed=seed, resamples=resamples),
+                         "sampling": {"method": "constrained", "seed": seed}}
+        return self.baseline
+
     def perplexity(self, df: pd.DataFrame) -> dict[str, float]:
         """Perplexity of real rows, over all tokens and per role (key, value, other)."""
         self._require_fitted()
@@ -323,6 +376,17 @@ class Synthesizer:
                                f"model ({s.lm.model}) are public inputs, outside every guarantee.")
         m.notes.append("Sampling reads no private data: synthetic rows of this model carry its guarantee "
                        "(post-processing). Evaluations attached by `dpcare synth evaluate` read real rows.")
+        if self.baseline is not None:
+            b = self.baseline
+            m.baselines = [b]
+            m.metrics += [{"model": s.mode, "synthetic table": f"sampled at fit ({b['synthetic_rows']} rows)",
+                           "source": "sampled from this run", **b["model_metrics"]},
+                          {"model": f"public baseline: {b['name']}",
+                           "synthetic table": f"declared support ({b['rows']} rows)", "source": "the spec alone",
+                           **b["metrics"]}]
+            m.headline = m.headline or ["AUC XGB"]
+            m.notes.append(f"{s.mode}: {b['verdict']}")
+            m.not_protected.append(BASELINE_NOTE)
         if self.info:
             m.timing.append({"model": s.mode, "fit seconds": self.info.get("fit_seconds"),
                              "stage-2 steps": self.info.get("stage2_steps")})
@@ -368,6 +432,7 @@ class Synthesizer:
         self = cls(TableSchema.from_dict(state["schema"]), settings, progress=progress, public_schema=public)
         self.ranges = {k: tuple(v) for k, v in state["ranges"].items()}
         self.history, self.info, self.run_id = state["history"], state.get("info", {}), manifest.run_id
+        self.baseline = manifest.baselines[0] if manifest.baselines else None
         ledger = manifest.models[0].get("ledger")
         self.ledger = PrivacyLedger.from_state_dict(ledger) if ledger else None
         self._build()
@@ -402,7 +467,7 @@ def attach_evaluation(folder: str | Path, table: str, report: dict[str, Any],
         rows.append({"model": REFERENCE, "synthetic table": table, "source": "real rows",
                      **summary(report["real_baseline"])})
     m.metrics = [r for r in m.metrics if r.get("synthetic table") != table] + rows
-    m.headline = m.headline or list(HEADLINE)
+    m.headline = list(dict.fromkeys([*HEADLINE, *m.headline]))
     m.timing = [t for t in m.timing if t.get("synthetic table") != table]
     if sampling is not None:
         m.timing.append({"model": f"{model} sampling ({sampling.get('method')})", "synthetic table": table,
@@ -418,5 +483,5 @@ def _sub(folder: str | None, name: str) -> str | None:
     return str(Path(folder) / name) if folder else None
 
 
-__all__ = ["HEADLINE", "KIND", "MODES", "LMSettings", "Stage2Settings", "StageSettings", "SynthSettings",
-           "Synthesizer", "attach_evaluation", "plan", "stage1_source"]
+__all__ = ["HEADLINE", "HOLDOUT", "KIND", "MODES", "LMSettings", "Stage2Settings", "StageSettings", "SynthSettings",
+           "Synthesizer", "attach_evaluation", "check_test_rows", "holdout_split", "plan", "stage1_source"]
