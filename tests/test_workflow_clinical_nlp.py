@@ -18,6 +18,7 @@ from dpcare.runs import read_manifest
 from dpcare.runs.folder import staging_path
 from dpcare.studies import clinical_nlp as cnb
 from dpcare.text import generate_corpus
+from dpcare.text.baselines import BASE_MODEL, lead_name
 from dpcare.text.spans import Note
 from lm_fixtures import tiny_gpt2
 
@@ -229,3 +230,34 @@ def test_tables_only_tabulates_the_finished_runs_and_trains_nothing(tiny_folder,
 
     run = collect(out)
     assert [a.name for a in run.attacks][0].startswith("LOSS") and run.attacks[0].curves
+
+
+def test_every_fine_tuned_model_is_judged_against_the_public_baselines(tiny_folder, corpus, tmp_path):
+    """NER and summarisation models against the base model (and LEAD-3) on the same held-out notes: the verdicts
+    in table.md, baselines.json and run.json (its notes, which the report prints); the verdict flips when a
+    model's per-note values are the base model's own."""
+    bench = small(tiny_folder, modes=("base", "dp-lora"), tasks=("ner", "summarisation"))
+    out = tmp_path / "run"
+    cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
+    m = read_manifest(out)
+    verdicts = {v["name"]: v for v in m.baselines}
+    assert set(verdicts) == {"ner|dp-lora@3.0", "summarisation|dp-lora@3.0"}  # the base rows are the baselines
+    names = {v["name"]: [c["baseline_name"] for c in v["comparisons"]] for v in m.baselines}
+    assert names["ner|dp-lora@3.0"] == [BASE_MODEL]
+    assert names["summarisation|dp-lora@3.0"] == [lead_name(), BASE_MODEL]
+    runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    held_out = {r["task"]: r["per_note"]["patients"] for r in runs}
+    assert all(p == held_out["ner"] and len(p) == bench.eval_notes for p in held_out.values())  # the same notes
+    for v in m.baselines:
+        assert v["patients"] == len(set(held_out["ner"])) == v["comparisons"][0]["units"]
+        assert f"{v['name']}: {v['verdict']}" in m.notes and v["verdict"] in (out / "table.md").read_text()
+    assert json.loads((out / "baselines.json").read_text()) == m.baselines
+    # the same per-note values as the base model: no better, whatever the data
+    base = next(r for r in runs if r["task"] == "summarisation" and r["mode"] == "base")
+    clone = {**base, "mode": "dp-lora", "target_epsilon": 3.0,
+             "per_note": {**base["per_note"], "lead_rougeL": [1.0] * len(base["per_note"]["rougeL"])}}
+    (flip,) = cnb.baseline_verdicts([base, clone])
+    assert not flip["beats"] and flip["comparisons"][1]["difference"] == 0
+    better = {**clone, "per_note": {**clone["per_note"], "rougeL": [1.0] * len(base["per_note"]["rougeL"]),
+                                    "lead_rougeL": [0.0] * len(base["per_note"]["rougeL"])}}
+    assert cnb.baseline_verdicts([base, better])[0]["beats"]

@@ -272,6 +272,7 @@ def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: st
     t0 = time.perf_counter()
     test = split.held_out[: bench.eval_notes]
     utility = _utility(model, tokenizer, task, test, bench)
+    row["per_note"] = utility.pop("per_note")  # for the verdict against the public baselines
     row["eval_s"] = time.perf_counter() - t0
     base, _ = load_causal_lm(bench.model, bench.layers)
     members = _sample_members(split, len(split.held_out_patients), seed)
@@ -358,11 +359,20 @@ def _sample_members(split: NoteSplit, k: int, seed: int) -> list[Note]:
 
 
 def _utility(model, tokenizer, task: str, test: list[Note], bench: ClinicalNLPBenchmark) -> dict[str, float]:
+    """Scores of the test notes, and ``per_note`` values for the comparisons with the public baselines (patients,
+    then ROUGE-L F1 of the model and of LEAD-3, or exact-match span counts [tp, predicted, gold])."""
+    from dpcare.text.baselines import lead, rouge_l_per_note, span_counts
+
+    patients = [n.patient_id for n in test]
     if task == "summarisation":
         from dpcare.text.lm.summaries import evaluate_summaries
 
-        scores, _ = evaluate_summaries(model, tokenizer, test, bench.summary_tokens)
-        return {f"rougeL_{k[0] if k != 'fmeasure' else 'f1'}": v for k, v in scores.items()}
+        scores, written = evaluate_summaries(model, tokenizer, test, bench.summary_tokens)
+        refs = [n.summary_target for n in test]
+        per_note = {"patients": patients, "rougeL": rouge_l_per_note(refs, written).tolist(),
+                    "lead_rougeL": rouge_l_per_note(refs, [lead(n.summary_source) for n in test]).tolist()}
+        return {**{f"rougeL_{k[0] if k != 'fmeasure' else 'f1'}": v for k, v in scores.items()},
+                "per_note": per_note}
     from dpcare.text.evaluation import MICRO, span_scores
     from dpcare.text.lm.generative_ner import extract_entities_many
 
@@ -371,7 +381,8 @@ def _utility(model, tokenizer, task: str, test: list[Note], bench: ClinicalNLPBe
                                       bench.window, bench.ner_tokens)
     micro = span_scores(gold, predicted).loc[MICRO]
     return {"ner_precision": _nan0(micro["precision"]), "ner_recall": float(micro["recall"]),
-            "ner_f1": _nan0(micro["f1"]), "ner_predicted": int(micro["predicted"]), "ner_gold": int(micro["gold"])}
+            "ner_f1": _nan0(micro["f1"]), "ner_predicted": int(micro["predicted"]), "ner_gold": int(micro["gold"]),
+            "per_note": {"patients": patients, "counts": span_counts(gold, predicted).tolist()}}
 
 
 def _nan0(v: float) -> float:
@@ -450,19 +461,65 @@ def write_tables(bench: ClinicalNLPBenchmark, done: list[dict], folder: Path, ru
     first = [r for r in done if _key(r) in order and r["seed"] == 0]
     guarantees = {_label(r): r["guarantee"] for r in first if r["guarantee"]}
     roc = {_label(r): r["roc"] for r in first if r["roc"]}
-    write_text(folder / "runs.csv", runs.drop(columns=["guarantee", "settings", "roc"]).to_csv(index=False))
+    write_text(folder / "runs.csv", runs.drop(columns=["guarantee", "settings", "roc", "per_note"], errors="ignore"
+                                              ).to_csv(index=False))
     write_text(folder / "table.csv", table.to_csv(index=False))
     write_json(folder / "settings.json", asdict(bench))
     write_json(folder / "guarantees.json", guarantees)
     write_json(folder / "roc.json", roc)
-    write_text(folder / "table.md", markdown(table, bench))
+    verdicts = baseline_verdicts([r for r in done if _key(r) in order])
+    write_json(folder / "baselines.json", verdicts)
+    write_text(folder / "table.md", markdown(table, bench) + verdict_markdown(verdicts))
     (folder / "sweep.png").unlink(missing_ok=True)
     plot(table, folder / "sweep.png")
     attacks = []
     for name, payload in attack_payloads(table, roc).items():
         write_json(folder / "attacks" / f"{name}.json", {"run_id": run_id, **payload})
         attacks.append({"name": payload["title"], "file": f"attacks/{name}.json"})
-    return table.assign(guarantee=[guarantees.get(_table_key(r)) for r in table.to_dict("records")]), attacks
+    table = table.assign(guarantee=[guarantees.get(_table_key(r)) for r in table.to_dict("records")])
+    table.attrs["baselines"] = verdicts
+    return table, attacks
+
+
+def baseline_verdicts(runs: list[dict]) -> list[dict[str, Any]]:
+    """Every fine-tuned NER and summarisation model (its seed-0 run) against the public baselines on the same
+    held-out notes (:mod:`dpcare.text.baselines`): the base model without fine-tuning (the ``base`` run of
+    the task, when the grid has it) and, for summarisation, LEAD-3; a paired bootstrap over the held-out
+    patients, the verdict from the binding comparison. Runs journalled without per-note values are left out."""
+    from dpcare.text.baselines import BASE_MODEL, compare_on_notes, lead_name
+
+    key = {"ner": ("ner F1", "counts"), "summarisation": ("ROUGE-L F1", "rougeL")}
+    base = {r["task"]: r["per_note"] for r in runs if r["mode"] == BASE and r["seed"] == 0 and r.get("per_note")}
+    out = []
+    for r in runs:
+        p = r.get("per_note")
+        if r["mode"] == BASE or r["seed"] != 0 or r["task"] not in key or not p:
+            continue
+        metric, field = key[r["task"]]
+        baselines = {lead_name(): np.array(p["lead_rougeL"])} if r["task"] == "summarisation" else {}
+        b = base.get(r["task"])
+        if b is not None and b["patients"] == p["patients"]:  # the same held-out notes
+            baselines[BASE_MODEL] = np.array(b[field])
+        if baselines:
+            result = compare_on_notes(metric, np.array(p[field]), baselines, p["patients"])
+            out.append({"name": _label(r), "task": r["task"], "mode": r["mode"],
+                        "target_epsilon": r["target_epsilon"], "variant": r.get("variant", "fixed"), **result})
+    return out
+
+
+def verdict_markdown(verdicts: list[dict[str, Any]]) -> str:
+    """The verdicts as a markdown section (empty without any)."""
+    if not verdicts:
+        return ""
+    lines = ["", "", ("Against the public baselines (seed-0 runs, the same held-out notes; 95% paired bootstrap "
+                      "intervals over held-out patients; a model beats them only if it beats each):"), "",
+             "| model | baseline | metric | model | baseline | improvement [95% interval] |", "|---|---|---|---|---|---|"]
+    for v in verdicts:
+        for c in v["comparisons"]:
+            lines.append(f"| {v['name']} | {c['baseline_name']} | {c['metric']} | {c['model']:.3f} | "
+                         f"{c['baseline']:.3f} | {c['difference']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] |")
+    lines += ["", *(f"* {v['name']}: {v['verdict']}" for v in verdicts), ""]
+    return "\n".join(lines)
 
 
 def _table_key(r: dict) -> str:
@@ -520,6 +577,8 @@ def manifest(table: pd.DataFrame, bench: ClinicalNLPBenchmark, attacks: list[dic
     if any(r["guarantee"] for r in table.to_dict("records")):
         m.notes.append("Ledger lines come from each guarantee's release lines (the study keeps the guarantees of "
                        "the seed-0 runs, not their ledger states).")
+    m.baselines = list(table.attrs.get("baselines", []))
+    m.notes += [f"{v['name']}: {v['verdict']}" for v in m.baselines]
     m.figures = [["NER F1 and attack AUC against epsilon", "sweep.png"]]
     m.not_protected = ["The base model's pre-training data are public and outside every guarantee."]
     if generated:
