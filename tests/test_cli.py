@@ -17,7 +17,7 @@ def test_help_explains_every_command():
     assert r.exit_code == 0
     for cmd in ("train", "demo", "account", "datasets"):
         assert cmd in r.output
-    r = runner.invoke(app, ["train", "--help"])
+    r = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "250"})  # wide: no help text wrapped
     assert "--spec" in r.output and "--epsilon" in r.output and "expected units per step" in r.output and "--clip" in r.output
 
 
