@@ -65,7 +65,7 @@ def public_batches(monkeypatch, method, frame):
 
 @pytest.mark.parametrize("method, change", [("feature-dp", other_features), ("label-dp", other_labels)])
 def test_public_branch_batches_are_bit_identical_when_private_values_change(monkeypatch, method, change):
-    """The public batches public_loss receives (pretraining and every private step, alpha = 1, so the
+    """The public batches public_loss receives (pretraining and every private step, alpha > 0 (the default), so the
     model itself does move with the private values) do not depend on the private values."""
     df = toy_table(120)
     a, weights_a = public_batches(monkeypatch, method, df)

@@ -357,7 +357,7 @@ def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: T
     split = {"rows": len(frame), "seed": settings.dp.seed, "holdout": holdout,
              **{k: v.tolist() for k, v in parts.items()}}
     info = {"steps": result.steps, "noise_multiplier": result.noise_multiplier, "backend": result.backend,
-            "sampling_rate": result.sampling_rate}
+            "sampling_rate": result.sampling_rate, "alpha": settings.effective_alpha}
     if imp is not None:
         info["imputation"] = {"imputer": imp.name, "support_rows": getattr(imp, "support_rows", None)}
     return TabularModel(settings, encoder, model, result.guarantee, result.ledger, metrics, split, info, baseline)
@@ -448,8 +448,8 @@ def train_rows(train_df: pd.DataFrame, schema: TableSchema, settings: TabularSet
     train = tensors(encoder, train_df, settings.pad, settings.dp.seed, imputer if method.hybrid else None)
     classes = len(schema.column(schema.target).categories)  # declared, never read from the private labels
     model = TabularMLP(train["x"].shape[1], hidden=settings.hidden, out_features=1 if classes == 2 else classes)
-    config = TrainConfig.from_dp(settings.dp, private=objective.private, lr=settings.lr, alpha=settings.alpha,
-                                 public_batch_size=settings.public_batch_size,
+    config = TrainConfig.from_dp(settings.dp, private=objective.private, lr=settings.lr,
+                                 alpha=settings.effective_alpha, public_batch_size=settings.public_batch_size,
                                  public_pretrain_steps=settings.public_pretrain_steps,
                                  checkpoint_dir=checkpoint_dir, progress=progress, **settings.compute.engine())
     result = Trainer(model, objective, config, ledger=ledger).fit(train, public_data(settings.method, train))

@@ -11,6 +11,18 @@ METHOD_NAMES = ("non-private", "dp-sgd", "feature-dp", "label-dp", "naive-fusion
                 "calibrated-fusion", "fusiondp")
 
 
+#: alpha when none is given, by method (every other method: 1). Label-DP's was chosen on the VALIDATION rows of
+#: the bundled SUPPORT2 table (grid alpha in {1, 5, 20} x epsilon in {1, 3, 8} x 3 seeds, the recipe's other
+#: defaults): see docs/tabular.md, "alpha". Its public loss (the label-free softplus / logsumexp) is not clipped
+#: while the private label term -z_y is, so at alpha = 1 clipping shrinks the label's pull against it.
+DEFAULT_ALPHA: dict[str, float] = {"label-dp": 20.0}
+
+
+def default_alpha(method: str) -> float:
+    """The weight of the private gradient a run of ``method`` uses when ``alpha`` is None."""
+    return DEFAULT_ALPHA.get(method, 1.0)
+
+
 def _default_dp() -> DPSettings:
     return DPSettings(epsilon=1.0, batch_size=256, epochs=10.0)
 
@@ -24,7 +36,9 @@ class TabularSettings(Settings):
                                "rows (dp-sgd), the label (label-dp), or nothing (non-private)")
     hidden: int = setting(256, kind="integer", low=1, help="width of the MLP's hidden layers")
     lr: float = setting(1e-3, low=0, open_low=True, help="Adam learning rate")
-    alpha: float = setting(1.0, low=0, help="weight of the private gradient: g = g_pub + alpha g_priv")
+    alpha: float | None = setting(None, low=0, none=True, none_means="the method's default (default_alpha)",
+                                  help="weight of the private gradient: g = g_pub + alpha g_priv; default: the "
+                                       f"method's own (label-dp {DEFAULT_ALPHA['label-dp']:g}, the others 1)")
     beta: float = setting(0.2, low=0, help="fusiondp: weight of the hidden-layer consistency term")
     pad: str = setting("gaussian", kind="choice", choices=("gaussian", "zeros"),
                        help="how pad(Psi(x)) fills the private columns")
@@ -50,7 +64,12 @@ class TabularSettings(Settings):
     def private(self) -> bool:
         return self.method != "non-private"
 
+    @property
+    def effective_alpha(self) -> float:
+        """The alpha the run uses: the given one, else the method's default (:func:`default_alpha`)."""
+        return default_alpha(self.method) if self.alpha is None else float(self.alpha)
 
 
 
-__all__ = ["METHOD_NAMES", "TabularSettings"]
+
+__all__ = ["DEFAULT_ALPHA", "METHOD_NAMES", "TabularSettings", "default_alpha"]
