@@ -85,3 +85,15 @@ def test_one_process_is_rank_zero_of_one():
     units = torch.arange(10)
     assert torch.equal(distributed.shard(units, 0, 1), units)
     assert distributed.shard(units, 1, 2).tolist() == [1, 3, 5, 7, 9]
+
+
+def test_a_stray_rank_variable_in_a_one_process_run_keeps_the_budget_and_the_run_folder(monkeypatch):
+    from dpcare.runtime import process_rank
+
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert process_rank() == 0  # not a torchrun worker: it reserves budget and writes --out
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert process_rank() == 3
+    monkeypatch.setenv("RANK", "")
+    assert process_rank() == 0

@@ -22,9 +22,29 @@ SCHEMA = TableSchema.from_dict(SPEC)
 FAST = TabularSettings(method="dp-sgd").replace(dp=TabularSettings().dp.replace(epsilon=2.0, epochs=1, batch_size=32))
 
 
+SEEDS: list = []
+
+
 @pytest.fixture(scope="module")
 def tuned():
-    return tune(toy_table(300), SCHEMA, FAST, {"lr": [1e-3, 1e-2], "alpha": [1.0, 3.0]}, progress=False)
+    from dpcare.tabular import tuning
+
+    real = tuning.fit
+
+    def spy(*args, engine_seed=None, **kwargs):
+        SEEDS.append(engine_seed)
+        return real(*args, engine_seed=engine_seed, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tuning, "fit", spy)
+        return tune(toy_table(300), SCHEMA, FAST, {"lr": [1e-3, 1e-2], "alpha": [1.0, 3.0]}, progress=False)
+
+
+def test_candidates_draw_independent_noise_and_no_validation_metric_is_released(tuned):
+    """The K x T composition assumes independent noise: one engine seed per candidate (a shared seed gave every
+    candidate the same noise vector); the validation rows are inside n, so their exact metrics are dropped."""
+    assert len(SEEDS) == 4 and len(set(SEEDS)) == 4 and FAST.dp.seed not in SEEDS
+    assert not any(k.startswith("val_") for k in tuned.metrics) and "test_auprc" in tuned.metrics
 
 
 def test_every_candidate_and_the_choice_are_inside_epsilon(tuned):

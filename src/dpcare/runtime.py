@@ -29,6 +29,11 @@ def ensure_fast_process() -> None:
 
 
 def process_rank() -> int:
-    """This process's rank in a torch.distributed run started by ``torchrun`` (its RANK variable); 0 otherwise.
-    Rank 0 alone writes run folders, reserves budget and prints (dpcare.engine.distributed)."""
-    return int(os.environ.get("RANK", "0"))
+    """This process's rank in a multi-process torch.distributed run started by ``torchrun`` (its RANK, read only
+    when WORLD_SIZE > 1); 0 otherwise, so a stray RANK in a one-process run never turns off the budget or the
+    run folder. Rank 0 alone writes run folders, reserves budget and prints (dpcare.engine.distributed)."""
+    try:
+        world = int(os.environ.get("WORLD_SIZE") or "1")
+        return int(os.environ.get("RANK") or "0") if world > 1 else 0
+    except ValueError:
+        return 0

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 
 import typer
 
+from dpcare.exceptions import SettingsError
 from dpcare.settings import ComputeSettings, Rule, rules
 
 _TYPES = {"number": float, "integer": int, "choice": str, "text": str, "flag": bool}
@@ -108,6 +109,10 @@ def settings_options(param: str, default: Any, skip: Iterable[str] = ()) -> Call
 
             # a device or precision this machine lacks is refused before the command reads anything
             check_precision(compute.precision, resolve_device(compute.device))
+            several = compute.nproc > 1 or distributed.launched_by_torchrun()
+            if several and compute.device.startswith("cuda:"):
+                raise SettingsError(f"--device {compute.device} with several processes would put every process on "
+                                    "one GPU: use --device cuda (or auto); each process takes its own GPU (LOCAL_RANK)")
             if compute.nproc > 1 and not distributed.launched_by_torchrun():
                 raise typer.Exit(launch_processes(compute.nproc))
             if not distributed.init_from_environment(compute.device) or distributed.is_main():

@@ -376,7 +376,7 @@ class Trainer:
     def _release_count(self, norms: Tensor) -> None:
         """Adaptive clipping's noisy count of the units unclipped at the current C; C then moves. The
         estimator is handed the count alone, never the norms."""
-        counts = torch.tensor([float((norms <= self.clip_norm).sum()), float(len(norms))])
+        counts = torch.tensor([float((norms <= self.clip_norm).sum()), float(len(norms))], device=self.device)
         distributed.all_reduce_sum({"counts": counts})  # every rank's shard of the sample
         self.clip_estimator.observe(int(counts[0]), int(counts[1]))
 
@@ -546,6 +546,8 @@ class Trainer:
             self.ledger = PrivacyLedger.from_state_dict(state["ledger"])
         self.history = state["history"]
         self.ema = state.get("ema")
+        if self.ema is not None:  # checkpoints are read onto the CPU
+            self.ema = {n: t.to(self.device) for n, t in self.ema.items()}
         if state.get("clip_estimator") is not None:
             self.clip_estimator.load_state_dict(state["clip_estimator"])
         self.step_count = state["step"]

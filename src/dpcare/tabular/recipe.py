@@ -337,16 +337,19 @@ def evaluate(model: torch.nn.Module, data: dict[str, torch.Tensor]) -> dict[str,
 def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: TabularSettings | None = None, *,
         holdout: bool = True, public_data: pd.DataFrame | str | os.PathLike | None = None,
         imputer: Imputer | str | os.PathLike | None = None, checkpoint_dir: str | None = None,
-        progress: bool = True) -> TabularModel:
+        progress: bool = True, engine_seed: int | None = None) -> TabularModel:
     """Train ``settings.method`` on the table; with ``holdout`` on a random 80% of the rows, scored on
     the validation (10%) and test (10%) rows. Fusion methods take ``public_data`` (a public support
-    table: its rows are not in ``data``) or a fitted ``imputer``."""
+    table: its rows are not in ``data``) or a fitted ``imputer``. ``engine_seed``: the seed of the
+    initialisation, sampling and noise when it must differ from the split's ``settings.dp.seed`` (private
+    tuning: independent noise per candidate on the same split)."""
     settings = settings or TabularSettings()
     check_imputer_inputs(settings, public_data, imputer)
     frame, parts = read_and_split(data, schema, settings.dp.seed, holdout)
     imp = fit_imputer(schema, settings, public_data, imputer)  # public rows only
     train = frame.iloc[parts["train"]].reset_index(drop=True)
-    model, encoder, result, train = train_rows(train, schema, settings, imp, checkpoint_dir, progress)
+    trained = settings if engine_seed is None else settings.replace(dp=settings.dp.replace(seed=engine_seed))
+    model, encoder, result, train = train_rows(train, schema, trained, imp, checkpoint_dir, progress)
     metrics, baseline = {}, None
     if holdout:
         held = {name: tensors(encoder, frame.iloc[parts[name]].reset_index(drop=True), settings.pad,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -150,10 +151,15 @@ def tune(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: 
                             delta=total.delta)
     val = frame.iloc[parts["val"]].reset_index(drop=True)
     truth = val[schema.target].map(category_text).to_numpy()
-    rng = np.random.default_rng(settings.dp.seed + 7919)  # the selection's noise
+    # the selection's noise from OS entropy: a seeded draw could be regenerated from the published seed and
+    # subtracted from the published noisy counts
+    rng = np.random.default_rng(secrets.randbits(128))
     fitted, noisy = [], []
     for i, point in enumerate(points):
-        model = fit(frame, schema, replace(settings, **point, dp=per_candidate), progress=progress, **fit_options)
+        # each candidate its own initialisation, Poisson samples and noise (the K x T composition assumes
+        # independent noise; a shared seed would give every candidate the same noise vector), the same split
+        model = fit(frame, schema, replace(settings, **point, dp=per_candidate), progress=progress,
+                    engine_seed=settings.dp.seed + 1_000_003 * (i + 1), **fit_options)
         correct = int((np.asarray(model.classes, dtype=object)[model.predict_proba(val).argmax(1)] == truth).sum())
         noisy.append(correct + rng.normal(0.0, sel_sigma * math.sqrt(k)))
         fitted.append(model)
@@ -163,11 +169,14 @@ def tune(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: 
     guarantee = ledger.guarantee()
     if guarantee.epsilon > settings.dp.epsilon * (1 + 1e-3):  # the calibration above makes this a bug, not bad input
         raise RuntimeError(f"private tuning composed to epsilon {guarantee.epsilon} > target {settings.dp.epsilon}")
+    # the validation rows are inside this guarantee's n: their exact metrics are not released
+    metrics = {name: v for name, v in chosen.metrics.items() if not name.startswith("val_")}
     info = {**chosen.info, "tuning": {
         "grid": {k_: list(v) for k_, v in grid.items()}, "chosen": points[pick], "candidates": k,
         "noisy_validation_counts": [round(float(c), 3) for c in noisy], "selection_noise_multiplier": sel_sigma,
         "shared_noise_multiplier": sigma, "selection_share": selection_share}}
-    return replace(chosen, settings=replace(settings, **points[pick]), guarantee=guarantee, ledger=ledger, info=info)
+    return replace(chosen, settings=replace(settings, **points[pick]), guarantee=guarantee, ledger=ledger, info=info,
+                   metrics=metrics)
 
 
 def _composed(units: int, plan: PrivacyLedger, fitted: Sequence[TabularModel], sel_sigma: float, k: int
