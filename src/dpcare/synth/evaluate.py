@@ -83,17 +83,7 @@ def ml_efficacy(train: pd.DataFrame, test: pd.DataFrame, schema: TableSchema, se
     with a single class gives NaN F1 and AUC (with a warning) and the accuracy of predicting it.
     Returns ``{"positive_class", <model>: {f1_minority, auc, accuracy}, "mean": {...}}``.
     """
-    categories = schema.column(schema.target).categories
-    if len(categories) != 2:
-        raise SpecError(f"ML efficacy needs a binary target; '{schema.target}' has categories {list(categories)}")
-    test = check_table(test, schema, "real test")
-    train = check_table(train, schema, "training")
-    positive = _positive_class(test[schema.target], categories)
-    x_test, y_test = _xy(test, schema, positive, "real test")
-    x_train, y_train = _xy(train, schema, positive, "training")
-    if len(set(y_test)) < 2:
-        raise DataError(f"the real test table holds only one target class ({positive!r} or not): "
-                        "F1 and AUC are undefined")
+    positive, (x_train, y_train), (x_test, y_test) = _efficacy_data(train, test, schema)
     scores = {m: _fit_and_score(m, schema, seed, x_train, y_train, x_test, y_test) for m in models}
     mean = {k: float(np.mean([scores[m][k] for m in models])) for k in SCORES}
     return {"positive_class": positive, **scores, "mean": mean}
@@ -105,6 +95,15 @@ def efficacy_scores(train: pd.DataFrame, test: pd.DataFrame, schema: TableSchema
     (synthetic, or any table with the schema's columns), its predicted probability of the positive class on
     every row of the real ``test`` table. Returns (0/1 test labels, scores, positive class); scores are None
     when ``train`` holds a single target class (the model's AUC is then undefined)."""
+    positive, (x_train, y_train), (x_test, y_test) = _efficacy_data(train, test, schema)
+    if len(np.unique(y_train)) < 2:
+        return y_test, None, positive
+    return y_test, _model(model, schema, seed).fit(x_train, y_train).predict_proba(x_test)[:, 1], positive
+
+
+def _efficacy_data(train: pd.DataFrame, test: pd.DataFrame, schema: TableSchema):
+    """The checked tables as (positive class, (x, y) of ``train``, (x, y) of ``test``); the test table must hold
+    both classes of the binary target."""
     categories = schema.column(schema.target).categories
     if categories is None or len(categories) != 2:
         raise SpecError(f"ML efficacy needs a binary target; '{schema.target}' has categories {categories}")
@@ -116,9 +115,7 @@ def efficacy_scores(train: pd.DataFrame, test: pd.DataFrame, schema: TableSchema
     if len(set(y_test)) < 2:
         raise DataError(f"the real test table holds only one target class ({positive!r} or not): "
                         "F1 and AUC are undefined")
-    if len(np.unique(y_train)) < 2:
-        return y_test, None, positive
-    return y_test, _model(model, schema, seed).fit(x_train, y_train).predict_proba(x_test)[:, 1], positive
+    return positive, (x_train, y_train), (x_test, y_test)
 
 
 def _positive_class(target: pd.Series, categories: tuple[str, ...]) -> str:
