@@ -260,5 +260,6 @@ def test_a_partly_declared_standardisation_is_refused_and_the_default_stride_fol
     no_stride = {"input_len": 4, "output_len": 2}
     assert events_dataset(events(), {**SPEC, "window": no_stride}).stride == 4
     assert events_dataset(events(), {**SPEC, "step": "visit", "window": no_stride}).stride == 1
+    assert events_dataset(events(), {**SPEC, "variables": {}}).declared == {}  # none declared: fitted (non-private)
     with pytest.raises(SpecError, match="stride may be left out"):
         events_dataset(events(), {**SPEC, "window": {"input_len": 4}})

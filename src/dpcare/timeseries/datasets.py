@@ -259,8 +259,9 @@ def _parse_spec(spec: dict, loader: Callable[..., pd.DataFrame], where: str,
     missing = [k for k in needed if not isinstance(spec, dict) or k not in spec]
     if missing:
         raise SpecError(f"time-series spec {where} lacks {missing} (needs {needed})")
-    if not isinstance(spec["variables"], dict) or not spec["variables"]:
-        raise SpecError(f"time-series spec {where}: 'variables' must map each variable to its center and scale")
+    if not isinstance(spec["variables"], dict):
+        raise SpecError(f"time-series spec {where}: 'variables' must map each variable to its center and scale "
+                        "({} declares none: non-private methods then fit them on the training patients)")
     bad = [k for k, v in spec["variables"].items() if not isinstance(v, dict) or not {"center", "scale"} <= set(v)]
     if bad:
         raise SpecError(f"time-series spec {where}: variables {bad} need a declared center and scale")
@@ -279,7 +280,7 @@ def _parse_spec(spec: dict, loader: Callable[..., pd.DataFrame], where: str,
     if not isinstance(defaults, list) or not defaults:
         raise SpecError(f"time-series spec {where}: 'default_variables' must be a non-empty list")
     undeclared = [str(v) for v in defaults if str(v) not in declared]
-    if undeclared:  # never silently standardise every variable with fitted statistics because one lacks them
+    if undeclared and declared:  # never silently fit every variable's statistics because one lacks them
         raise SpecError(f"time-series spec {where}: default_variables {undeclared} have no declared center and scale "
                         f"under 'variables' (declared: {sorted(declared)}); declare them, or leave them out")
     return TimeSeriesDataset(
