@@ -118,18 +118,23 @@ def plan_tuning(schema: TableSchema, settings: TabularSettings, rows: int, k: in
     ledger.charge(SELECTION, gaussian_event(sel_sigma),
                   f"{SELECTION}: one Gaussian release of {k} counts, noise multiplier {sel_sigma:.4g} (sensitivity "
                   f"sqrt({k}))")
-    q = min(1.0, settings.dp.batch_size / n_train)
-    steps = settings.dp.steps or math.ceil(settings.dp.epochs * n_train / settings.dp.batch_size)
+    q, steps = _rate_and_steps(settings, n_train)
     sigma = ledger.calibrate_training_noise(q, k * steps, eps)
     ledger.charge_sampled_gaussian("candidate trainings", q, sigma, k * steps)
     return ledger, sigma, sel_sigma
 
 
+def _rate_and_steps(settings: TabularSettings, n_train: int) -> tuple[float, int]:
+    """One candidate's Poisson rate and step count, as the engine sets them (Trainer.sampling_rate / total_steps)."""
+    dp = settings.dp
+    steps = dp.steps if dp.steps is not None else math.ceil(dp.epochs * n_train / dp.batch_size)
+    return min(1.0, dp.batch_size / n_train), steps
+
+
 def candidate_epsilon(settings: TabularSettings, n_train: int, delta: float, sigma: float) -> float:
     """The epsilon one candidate's own ledger reaches with T steps at ``sigma`` (a hair more noise: the
     candidate's calibration then lands at or above sigma)."""
-    q = min(1.0, settings.dp.batch_size / n_train)
-    steps = settings.dp.steps or math.ceil(settings.dp.epochs * n_train / settings.dp.batch_size)
+    q, steps = _rate_and_steps(settings, n_train)
     one = PrivacyLedger(n_train, delta, settings.dp.accountant, _warn=False)
     one.charge_sampled_gaussian("training", q, sigma * (1 + 2e-3), steps)
     return one.epsilon()
