@@ -15,7 +15,7 @@ from dpcare.exceptions import DataError, SettingsError, SpecError
 from dpcare.runs import read_manifest
 from dpcare.runs.folder import staging_path
 from dpcare.studies import fusiondp_text as ftb
-from dpcare.studies.grid import read_journal
+from dpcare.runs.journal import read_journal
 from dpcare.text import SpanMasker, generate_corpus
 from dpcare.text.classify.data import PLACEHOLDER, TextViews, label_set, prepare_text_views
 from dpcare.text.spans import Note

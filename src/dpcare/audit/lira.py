@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,7 +33,8 @@ import torch
 from dpcare.audit.likelihood_ratio import lira_scores
 from dpcare.audit.metrics import attack_metrics
 from dpcare.exceptions import DataError, SettingsError
-from dpcare.parallel import map_tasks
+from dpcare.runs.folder import fingerprint
+from dpcare.runs.journal import journaled_map
 
 #: train_and_score(members, seed) -> phi of every population example
 TrainAndScore = Callable[[np.ndarray, int], np.ndarray]
@@ -70,9 +72,13 @@ def _train_and_score(train_and_score: TrainAndScore, members: np.ndarray, seed: 
 
 
 def run_lira(train_and_score: TrainAndScore, n: int, shadows: int = 16, workers: int = 2, seed: int = 0,
-             bootstrap: int = 200) -> LiraResult:
+             bootstrap: int = 200, journal: Path | None = None, journal_settings: str = "") -> LiraResult:
     """Train a target on a random half of a population of ``n`` examples and ``shadows`` shadow models on
-    other random halves (all through ``train_and_score``); attack the target's membership over the population."""
+    other random halves (all through ``train_and_score``); attack the target's membership over the population.
+
+    ``journal``: a JSON-lines file where each trained model's scores are kept as it finishes, so that an
+    interrupted attack rerun with the same ``n``, ``shadows``, ``seed`` and ``journal_settings`` (what else
+    defines the models: the recipe, the population's fingerprint) trains only the missing ones."""
     if shadows < 2:
         raise SettingsError(f"LiRA needs at least 2 shadow models, got {shadows}")
     if n < 4:
@@ -84,7 +90,10 @@ def run_lira(train_and_score: TrainAndScore, n: int, shadows: int = 16, workers:
         masks[i, h] = True
     tasks = [(train_and_score, h, seed + 1 + i) for i, h in enumerate(halves)]
     t0 = time.perf_counter()
-    phis = np.stack(map_tasks(_train_and_score, tasks, workers))
+    keys = ["target"] + [f"shadow {i}" for i in range(1, shadows + 1)]
+    settings = fingerprint({"n": n, "shadows": shadows, "seed": seed, "caller": journal_settings})
+    phis = np.stack(journaled_map(_train_and_score, tasks, keys, journal, settings, workers,
+                                  decode=lambda r: np.asarray(r, dtype=float)))
     elapsed = time.perf_counter() - t0
     target_phi, target_in = phis[0], masks[0]
     shadow_phi, shadow_in = phis[1:], masks[1:]

@@ -80,7 +80,8 @@ def audit_lira(
     run = RunFolder(out, "audit-lira", {"recipe": settings.to_dict(), "shadows": shadows, "seed": seed},
                     force=force, command="dpcare audit lira")
     df, schema = table_and_spec(data, spec)
-    r = tabular_lira(df, schema, settings, shadows=shadows, workers=workers, seed=seed)
+    r = tabular_lira(df, schema, settings, shadows=shadows, workers=workers, seed=seed,
+                     journal=run.path("models.jsonl"))  # a rerun of an interrupted attack trains only the rest
     rows = [attack_row(f"{settings.method} ({mode})", getattr(r, mode), shadows=r.shadows,
                        **{"shadow seconds": r.seconds_shadows}) for mode in ("online", "offline")]
     entry = run.attack("lira", attack_payload("LiRA membership attack", rows, r.scores))

@@ -14,7 +14,8 @@
   C frozen after them), beside the fixed clip norm (the paper's Section 4.4).
 
 Every cell fine-tunes one model (:func:`dpcare.text.lm.finetune.finetune`, the PATIENT as the privacy unit,
-delta 1e-5 as the paper), then scores the held-out patients' notes and attacks the model. The patients are
+delta 1e-5 as the paper; noise_seed pinned to the cell's seed, so that the published numbers stay
+reproducible: their noise is known to whoever knows the seed), then scores the held-out patients' notes and attacks the model. The patients are
 split once: training patients (the members) and held-out patients (the test notes and the non-members).
 No selection step reads the held-out patients: learning rates, epochs and the clip norm are fixed
 beforehand (:data:`dpcare.text.lm.finetune.DEFAULT_LR`), the last iterate is scored, and no threshold is
@@ -50,7 +51,8 @@ from dpcare.io import atomic_write, epsilon_curves, new_figure, save_figure, wri
 from dpcare.progress import progress as tqdm
 from dpcare.runs import MANIFEST, Manifest, RunFolder, is_run_folder, read_manifest
 from dpcare.runs.folder import CHECKPOINTS, PARTIAL, staging_path
-from dpcare.studies.grid import append_run, check_settings, parallel_results, read_journal
+from dpcare.runs.journal import append_run, check_settings, read_journal
+from dpcare.studies.grid import parallel_results
 from dpcare.text.lm.finetune import CLIP_VARIANTS, FinetuneMode, adaptive_clip
 from dpcare.text.spans import ENTITY_LABELS, Note
 
@@ -262,7 +264,8 @@ def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: st
     def fit(notes: list[Note]):
         return finetune(notes, task, mode, epsilon=epsilon, delta=DELTA if private else None, model=bench.model,
                         layers=bench.layers, epochs=bench.epochs, batch_size=bench.batch_size,
-                        clip_norm=bench.clip_norm, seed=seed, window=bench.window, stride=bench.window,
+                        clip_norm=bench.clip_norm, seed=seed, noise_seed=seed, window=bench.window,
+                        stride=bench.window,
                         adaptive_clip=adaptive_clip(variant), max_physical_batch=bench.physical_batch)
 
     t0 = time.perf_counter()
@@ -332,7 +335,7 @@ def _token_ner_cell(split: NoteSplit, mode: str, epsilon: float | None, seed: in
     t0 = time.perf_counter()
     run = train_token_ner(split.train, mode, epsilon=epsilon, delta=DELTA if mode != "non-private" else None,
                           model=bench.encoder, epochs=bench.epochs, batch_size=bench.batch_size,
-                          clip_norm=bench.clip_norm, seed=seed)
+                          clip_norm=bench.clip_norm, seed=seed, noise_seed=seed)
     fit_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     test = split.held_out[: bench.eval_notes]

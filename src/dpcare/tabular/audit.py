@@ -4,10 +4,12 @@ rows, and the glue that trains target, shadow and canary models for the model-ag
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -31,6 +33,7 @@ from dpcare.exceptions import DataError, SettingsError
 from dpcare.methods import make_objective
 from dpcare.models import TabularMLP
 from dpcare.privacy import PrivacyLedger, ProtectedUnit, default_delta, make_accountant
+from dpcare.runs.folder import fingerprint
 from dpcare.tabular.recipe import TabularModel, TabularSettings, tensors, train_rows
 
 LOSS_TITLE = "LOSS membership attack (training rows vs held-out rows)"
@@ -77,12 +80,15 @@ def _train_split_and_score(population: pd.DataFrame, schema: TableSchema, settin
 
 
 def tabular_lira(population: pd.DataFrame, schema: TableSchema, settings: TabularSettings, shadows: int = 16,
-                 workers: int = 2, seed: int = 0, bootstrap: int = 200) -> LiraResult:
+                 workers: int = 2, seed: int = 0, bootstrap: int = 200, journal: Path | None = None) -> LiraResult:
     """LiRA (:func:`dpcare.audit.run_lira`) with target and shadows trained by the recipe ``settings`` on
-    random halves of ``population``."""
+    random halves of ``population``; ``journal``: resume an interrupted attack (keyed by the recipe and a hash
+    of the population's rows)."""
     population = load_table(population, schema)
+    rows = hashlib.sha256(pd.util.hash_pandas_object(population, index=True).to_numpy().tobytes()).hexdigest()
     return run_lira(partial(_train_split_and_score, population, schema, settings), len(population),
-                    shadows=shadows, workers=workers, seed=seed, bootstrap=bootstrap)
+                    shadows=shadows, workers=workers, seed=seed, bootstrap=bootstrap, journal=journal,
+                    journal_settings=fingerprint({"recipe": settings.to_dict(), "rows": rows}))
 
 
 @dataclass
