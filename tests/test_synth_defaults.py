@@ -9,8 +9,7 @@ from helpers import SPEC, toy_table
 from dpcare.data import TableSchema
 from dpcare.engine.trainer import Trainer
 from dpcare.exceptions import NotFittedError, SettingsError
-from dpcare.settings import DPSettings
-from dpcare.synth import settings as settings_module
+from dpcare.settings import ComputeSettings, DPSettings
 from dpcare.synth.scale import FitEstimate, format_seconds
 from dpcare.synth.settings import SIZES, LMSettings, Stage2Settings, StageSettings, SynthSettings
 from dpcare.synth.synthesizer import Synthesizer
@@ -26,11 +25,11 @@ def test_cpu_default_is_the_scaled_model(monkeypatch):
     assert Synthesizer(SCHEMA, mode="dp-standard", epsilon=1.0).settings.scale_name() == "cpu"
     paper = SynthSettings.for_device("paper")
     assert paper == SynthSettings() and paper.lm.layers is None and paper.scale_name() == "paper"
-    # a GPU only changes the default once the engine trains there
+    # the engine trains on a GPU: there "auto" is the paper's model, unless the CPU is asked for
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert SynthSettings.for_device().scale_name() == "cpu"
-    monkeypatch.setattr(settings_module, "ENGINE_USES_GPU", True)
     assert SynthSettings.for_device().scale_name() == "paper"
+    assert SynthSettings.for_device(compute={"device": "cpu"}).scale_name() == "cpu"
+    assert SynthSettings.for_device(compute=ComputeSettings(device="cuda")).scale_name() == "paper"
 
 
 def test_the_scales_keep_their_published_values():
