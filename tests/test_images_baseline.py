@@ -134,11 +134,25 @@ def test_the_command_prints_and_stores_the_verdict_and_the_report_shows_it(tmp_p
     assert "public baseline" in html and ("beats the public baseline" in html or "do not release" in html)
     loaded = recipe.DiffusionModel.load(out)
     assert loaded.baseline == b and loaded.metrics == {"test FID": m.metrics[0]["test FID"]}
-    # without test images: said so, no baselines
+    # without test images and with --holdout 0: said so, no baselines
     r = runner.invoke(app, ["images", "fit", str(train), "--out", str(tmp_path / "none"), "--method", "dp",
-                            *TINY_ARGS])
-    assert r.exit_code == 0 and "not compared with the public baseline (no --test-images)" in r.output
+                            *TINY_ARGS, "--holdout", "0"])
+    assert r.exit_code == 0 and "not compared with the public baseline (--holdout 0 and no --test-images)" in r.output
     assert read_manifest(tmp_path / "none").baselines == []
+
+
+def test_by_default_a_tenth_of_the_folder_is_held_out_and_every_private_run_has_a_verdict(tmp_path):
+    train = write_folder(tmp_path / "train", per_class=15)
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["images", "fit", str(train), "--out", str(out), "--method", "fdp-dpsgd", *TINY_ARGS])
+    assert r.exit_code == 0, r.output
+    assert "27 training images (3 held out)" in r.output and "fdp-dpsgd " in r.output and "public baseline" in r.output
+    m = read_manifest(out)
+    assert m.models[0]["guarantee"]["n"] == 27  # the held-out images do not train: n is the training count
+    assert m.data["held_out"] == {"fraction": 0.1, "images": 3, "seed": 0} and m.data["training_images"] == 27
+    assert m.baselines[0]["comparisons"][0]["units"] == 3
+    # the held-out positions depend on the count and the seed only
+    assert recipe.training_count(30, 0.1, 0) == 27 and recipe.training_count(30, 0.1, 0, test_images=True) == 30
 
 
 def test_test_images_of_another_class_or_too_few_are_refused(tmp_path):

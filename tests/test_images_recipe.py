@@ -62,7 +62,9 @@ def folder(tmp_path_factory):
 
 
 def fit_cli(folder, out, method, *extra):
-    return runner.invoke(app, ["images", "fit", str(folder), "--out", str(out), "--method", method, *TINY_ARGS, *extra])
+    # --holdout 0: every image trains (the default's held-out comparison is tested in test_images_baseline.py)
+    return runner.invoke(app, ["images", "fit", str(folder), "--out", str(out), "--method", method, *TINY_ARGS,
+                               "--holdout", "0", *extra])
 
 
 def params(model: torch.nn.Module) -> torch.Tensor:

@@ -44,8 +44,12 @@ def images_fit(
     test_images: Annotated[Path | None, typer.Option(
         help="a folder of held-out images (not in FOLDER, same classes): a private model is scored on them (test "
              "FID) against its public baseline, with a paired bootstrap interval and a verdict")] = None,
+    holdout: Annotated[float, typer.Option(
+        help="without --test-images: this fraction of FOLDER's images (drawn with --seed from their count alone) "
+             "is held out as the test images of the public-baseline comparison and does not train; 0: every image "
+             "trains and there is no verdict")] = 0.1,
     baseline: Annotated[bool, typer.Option(
-        help="with --test-images: train/score the public baseline (the same U-Net without privacy on the public "
+        help="with test images (--test-images or --holdout): train/score the public baseline (the same U-Net without privacy on the public "
              "view only); --no-baseline skips it for speed")] = True,
     force: ForceOption = False,
     budget: BudgetOption = None,
@@ -54,31 +58,35 @@ def images_fit(
     """Train a diffusion model on every image of FOLDER; print the guarantee. Nothing is read before the
     output folder, the --init model and the budget are checked (the budget from the number of files)."""
     from dpcare.images.data import count_images
-    from dpcare.images.recipe import KIND, fit, load_init, plan
+    from dpcare.images.recipe import KIND, fit, load_init, plan, training_count
     from dpcare.privacy import guard_run
     from dpcare.runs import RunFolder
 
     names = _names(classes)
     start = load_init(settings, init)
     n = count_images(folder, labels, names)  # file names only: no pixel is read
-    planned = plan(settings, n)
+    n_train = training_count(n, holdout, settings.dp.seed, test_images is not None)
+    planned = plan(settings, n_train)
     run = RunFolder(out, KIND, settings.to_dict(), force=force, command="dpcare images fit")
     with guard_run(budget, planned, run_id=run.run_id, command="images fit", data=folder) as held:
         model = fit(folder, settings, init=start, labels=labels, classes=names, public_images=public_images,
-                    checkpoint_dir=run.checkpoint_dir, test_images=test_images, baseline=baseline)
+                    checkpoint_dir=run.checkpoint_dir, test_images=test_images, baseline=baseline,
+                    holdout=0.0 if test_images is not None else holdout)
         if held is not None:
             held.actual = model.ledger
-    data = {"folder": str(folder), "images": n, "classes": list(model.classes),
+    held_out = {"held_out": {"fraction": holdout, "images": n - n_train, "seed": settings.dp.seed}} if n > n_train else {}
+    data = {"folder": str(folder), "images": n, "training_images": n_train, **held_out, "classes": list(model.classes),
             **({"labels": str(labels)} if labels else {}), **({"public_images": str(public_images)}
                                                                if public_images else {}),
             **({"test_images": str(test_images)} if test_images else {})}
     model.write(run, data=data)
-    typer.echo(f"{settings.method}: {n} images, {len(model.classes)} classes, {model.info['steps']} steps")
+    typer.echo(f"{settings.method}: {n_train} training images" + (f" ({n - n_train} held out)" if n > n_train else "")
+               + f", {len(model.classes)} classes, {model.info['steps']} steps")
     typer.echo(model.guarantee.describe() if model.guarantee else model.manifest().models[0]["note"])
     if model.baseline is not None:
         typer.echo(f"{settings.method} {model.baseline['comparisons'][0]['verdict']}")
     elif settings.private:
-        why = "--no-baseline" if test_images and not baseline else "no --test-images"
+        why = "--no-baseline" if not baseline else "--holdout 0 and no --test-images"
         typer.echo(f"not compared with the public baseline ({why}): no verdict on whether it is worth releasing")
     typer.echo(f"written to {out}/ (sample with: dpcare images sample {out} --n 100 --out grid.png)")
 

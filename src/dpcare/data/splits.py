@@ -21,6 +21,18 @@ def split_indices(rows: int, fractions: dict[str, float], seed: int = 0) -> dict
     return parts
 
 
+def holdout_split(rows: int, fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(training, test) positions of ``rows`` private units: ``fraction`` of them, drawn with ``seed`` (a function
+    of the count and the seed, never of the values), are held out as the real test units of the public-baseline
+    comparison and do not train. ``fraction`` 0: every unit trains."""
+    if not 0 <= fraction < 1:
+        raise SettingsError(f"the held-out fraction must be in [0, 1), got holdout = {fraction}")
+    if fraction == 0:
+        return np.arange(rows), np.arange(0)
+    parts = split_indices(rows, {"train": 1 - fraction, "test": fraction}, seed)
+    return parts["train"], parts["test"]
+
+
 def split_table(df: pd.DataFrame, fractions: dict[str, float], seed: int = 0,
                 stratify: str | None = None) -> dict[str, pd.DataFrame]:
     """Disjoint random parts with the given fractions (summing to 1), the same for the same seed.

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dpcare.data.splits import holdout_split
 from dpcare.engine import TrainConfig, Trainer
 from dpcare.engine.trainer import TrainResult
 from dpcare.exceptions import DataError, SettingsError, UnknownNameError
@@ -373,7 +374,7 @@ def fit(images: ImageSet | str | os.PathLike, settings: DiffusionSettings | None
         classes: Any = None, public_images: ImageSet | str | os.PathLike | None = None,
         checkpoint_dir: str | None = None, progress: bool = True, max_physical_batch: int = 128,
         test_images: ImageSet | str | os.PathLike | None = None, baseline: bool = True,
-        resamples: int = 1000) -> DiffusionModel:
+        resamples: int = 1000, holdout: float = 0.0) -> DiffusionModel:
     """Train ``settings.method`` on every image of ``images`` (a folder: class sub-folders, or flat with a
     ``labels`` CSV; or an :class:`ImageSet`). FDP methods start from ``init`` (a public model's run folder)
     or from a public model trained first on the blurred images. ``public_images`` (optional) set the
@@ -381,7 +382,9 @@ def fit(images: ImageSet | str | os.PathLike, settings: DiffusionSettings | None
 
     ``test_images`` (held-out images, not in ``images``, with the same classes): a private model is scored
     on them (test FID) against its public baseline (:func:`public_baseline`) with a paired bootstrap
-    interval and a verdict (``model.baseline``); ``baseline=False`` skips that (speed)."""
+    interval and a verdict (``model.baseline``); ``baseline=False`` skips that (speed). Without ``test_images``,
+    ``holdout`` (e.g. 0.1) of the images, drawn with the seed from their count alone, are held out as the test
+    images and do not train (:func:`training_count` is the n of the guarantee)."""
     settings = settings or DiffusionSettings()
     start = load_init(settings, init)  # before any image is read
     data = read_images(images, settings, labels, classes)
@@ -393,6 +396,9 @@ def fit(images: ImageSet | str | os.PathLike, settings: DiffusionSettings | None
     if test_images is not None:  # a folder is read with the training images' classes (an unknown one is named)
         test = read_images(test_images, settings, classes=None if isinstance(test_images, ImageSet) else
                            list(data.classes))
+    elif holdout:  # positions from the count and the seed alone, as training_count computes them
+        train_idx, test_idx = holdout_split(len(data), holdout, settings.dp.seed)
+        data, test = data.subset(torch.as_tensor(train_idx)), data.subset(torch.as_tensor(test_idx))
     if test is not None:
         check_test_images(test, data)
     views = image_views(data, blur_of(settings))
@@ -435,6 +441,12 @@ INTERVAL = ("The interval is a paired bootstrap over the test images: each resam
             "samples (one sample per test image, of its class, the same sampling noise for both models), then "
             "recomputes both FIDs; the 2.5% and 97.5% percentiles of the difference. It covers which test images "
             "and which samples were drawn, not the randomness of training (one trained model each).")
+
+
+def training_count(images: int, holdout: float, seed: int, test_images: bool = False) -> int:
+    """How many of ``images`` train (the guarantee's n): all with separate test images, else all but the
+    held-out ``holdout`` fraction (:func:`dpcare.data.splits.holdout_split`)."""
+    return images if test_images else len(holdout_split(images, holdout, seed)[0])
 
 
 def check_test_images(test: ImageSet, data: ImageSet) -> None:
@@ -507,4 +519,4 @@ def compare_with_baseline(unet: UNet, baseline_unet: UNet, name: str, settings: 
 __all__ = ["KIND", "MODEL_FILE", "TEST_METRIC", "DiffusionModel", "DiffusionSettings", "balanced_labels", "blur_of",
            "check_test_images", "compare_with_baseline", "fit", "generate", "generate_with_rejection", "image_views",
            "ledger_terms", "load_init", "new_unet", "plan", "public_baseline", "public_views", "read_images", "rejection_threshold",
-           "score_against_baseline", "threshold_source", "train_unet"]
+           "score_against_baseline", "threshold_source", "train_unet", "training_count"]
