@@ -211,6 +211,22 @@ def test_cli_fit_trains_patient_level_dp_sgd_on_a_meds_folder(folder, tmp_path):
     assert m.models[0]["guarantee"]["unit"] == "patient"
     assert not (run / "checkpoints").exists()
 
+    # applied to a MEDS folder the model reads it lazily, a few subjects at a time, with the same forecasts
+    from dpcare.timeseries import ForecastModel, datasets, load_events
+
+    model = ForecastModel.load(run)
+    whole = model.forecast(load_events(folder, "meds", variables=model.variables))
+
+    def no_whole_read(*args, **kwargs):
+        raise AssertionError("forecast read the MEDS folder whole")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(datasets, "read_meds", no_whole_read)
+        lazy = model.forecast(folder, "meds")
+    pd.testing.assert_frame_equal(lazy.sort_values(["stay_id", "horizon"], ignore_index=True),
+                                  whole.sort_values(["stay_id", "horizon"], ignore_index=True))
+    assert lazy["stay_id"].nunique() == 120
+
 
 def test_dp_sgd_trains_on_windows_spilled_to_memory_mapped_files(folder, tmp_path):
     from dpcare.timeseries.recipe import ForecastSettings, dp_sgd

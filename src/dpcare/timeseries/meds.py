@@ -152,7 +152,7 @@ def _as_hours(batch, shard: Path) -> tuple[np.ndarray, bool]:
     return out, is_dt
 
 
-def _subject_chunks(path: Path | str, codes: Sequence[str], batch_rows: int = BATCH_ROWS
+def event_chunks(path: Path | str, codes: Sequence[str], batch_rows: int = BATCH_ROWS
                     ) -> Iterator[pd.DataFrame]:
     """Validated event tables (the EVENT_COLUMNS, time in hours since each subject's first kept event) of a
     few subjects at a time, every subject whole, in shard order: the rows of ``codes`` with a numeric value
@@ -243,7 +243,7 @@ def binned_chunks(path: Path | str, variables: Sequence[str], step: str = "hour"
     chosen = tuple(str(v) for v in variables)
     if step not in STEPS:
         raise DataError(f"step must be one of {STEPS}, got {step!r}")
-    for events in _subject_chunks(path, chosen, batch_rows):
+    for events in event_chunks(path, chosen, batch_rows):
         if step == "hour" and (events["time"] < 0).any():
             raise DataError(f"{path}: negative time {events['time'].min()} h: numeric MEDS times must be hours "
                             "since the subject's start")
@@ -471,5 +471,5 @@ def synthetic_meds_spec(codes: Sequence[str] = ("HR", "SBP"), input_len: int = 6
             "variables": {c: dict(zip(("center", "scale"), centre.get(c, (50.0, 10.0)))) for c in codes}}
 
 
-__all__ = ["MEDS_COLUMNS", "MEDS_SPLITS", "MedsWindows", "binned_chunks", "meds_shards", "meds_splits",
+__all__ = ["MEDS_COLUMNS", "MEDS_SPLITS", "MedsWindows", "binned_chunks", "event_chunks", "meds_shards", "meds_splits",
            "meds_subject_ids", "meds_windows", "synthetic_meds", "synthetic_meds_spec"]

@@ -371,12 +371,23 @@ class ForecastModel:
         is shorter): one row per (stay, future step) with ``horizon`` 1.. and the step's index in the
         stay (``hour`` since the stay's start, or ``visit``), one column per variable in its own units."""
         if isinstance(events, pd.DataFrame):
-            events = validate_events(events)
+            chunks: Iterable[pd.DataFrame] = [validate_events(events)]
+        elif layout == "meds":  # a few whole subjects at a time, as fit reads MEDS: never the whole folder
+            from dpcare.timeseries.meds import event_chunks
+
+            chunks = event_chunks(events, self.variables)
         else:
-            events = load_events(events, layout, variables=self.variables)
+            chunks = [load_events(events, layout, variables=self.variables)]
+        frames = [f for f in map(self._forecast_events, chunks) if f is not None]
+        if not frames:
+            raise DataError(f"the events hold none of the model's variables {list(self.variables)}")
+        return pd.concat(frames, ignore_index=True)
+
+    def _forecast_events(self, events: pd.DataFrame) -> pd.DataFrame | None:
+        """:meth:`forecast` of one validated event table (None if it holds none of the variables)."""
         present = [v for v in self.variables if v in set(events["variable"])]
         if not present:
-            raise DataError(f"the events hold none of the model's variables {list(self.variables)}")
+            return None
         binned = bin_events(events, present, self.step)
         z = clipped(self.standardizer.transform(binned), self.clip_z)
         t_in, t_out, n_vars = self.window["input_len"], self.window["output_len"], len(self.variables)
