@@ -115,3 +115,37 @@ def worker(rank: int, world: int, store: str, out: str) -> None:
         torch.save(result, Path(out) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
+
+
+def mismatch_worker(rank: int, world: int, store: str, out: str) -> None:
+    """Rank 1 holds other data than rank 0: one changed value, then the same rows in another order. Every rank
+    must stop with RankDataMismatchError before any step or charge; the error message is written per rank."""
+    from dpcare.engine.distributed import RankDataMismatchError
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        report = {}
+        data, groups = grouped_data()
+        order = torch.randperm(len(groups), generator=torch.Generator().manual_seed(3))
+        perturbed = {**data, "x": data["x"].clone()}
+        perturbed["x"][17, 2] += 1e-3
+        reordered = ({k: v[order] for k, v in data.items()}, groups[order])
+        for case, (d, g) in {"value": (perturbed, groups), "order": reordered}.items():
+            if rank == 0:
+                d, g = data, groups
+            model = TabularMLP(FEATURES, hidden=16, dropout=0.0)
+            cfg = TrainConfig(batch_size=12, steps=3, lr=0.05, target_epsilon=2.0, seed=5, progress=False,
+                              device="cpu")
+            trainer = Trainer(model, DPSGD(), cfg, PrivacyLedger(PATIENTS, 1e-5, unit=ProtectedUnit.PATIENT))
+            try:
+                trainer.fit(d, groups=g)
+                report[case] = "trained"
+            except RankDataMismatchError as e:
+                report[case] = str(e)
+            report[case + "_steps"] = trainer.step_count
+            report[case + "_charges"] = len(trainer.ledger.entries)
+        torch.save(report, Path(out) / f"mismatch{rank}.pt")
+    finally:
+        dist.destroy_process_group()

@@ -13,6 +13,7 @@ from distributed_workers import (
     NOISE_N,
     NOISE_SIGMA,
     grouped_data,
+    mismatch_worker,
     noise_run,
     patient_run,
     worker,
@@ -78,6 +79,38 @@ def test_a_resumed_distributed_run_continues_from_rank_zero(ranks):
     for r in ranks:
         for a, b in zip(r["resumed"], ranks[0]["params"]):
             assert torch.equal(a, b)
+
+
+def test_ranks_holding_different_data_stop_before_any_step(tmp_path):
+    """Rank 1 with one value changed, then with the rows in another order: every rank raises the same error,
+    naming rank 1, before a step or a charge (a person clipped on two ranks, a sample not the one accounted)."""
+    mp.start_processes(mismatch_worker, args=(WORLD, str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD,
+                       join=True, start_method="spawn")
+    for r in range(WORLD):
+        report = torch.load(tmp_path / f"mismatch{r}.pt", weights_only=False)
+        for case in ("value", "order"):
+            assert report[case].startswith("ranks [1] hold different private data"), report[case]
+            assert report[case + "_steps"] == 0 and report[case + "_charges"] == 0
+
+
+def test_the_data_fingerprint_sees_values_order_shapes_and_ids(monkeypatch):
+    data, groups = grouped_data()
+    base = distributed.data_fingerprint(data, groups)
+    assert distributed.data_fingerprint(dict(reversed(list(data.items()))), groups) == base  # key order: no matter
+    changed = {**data, "y": data["y"].clone()}
+    changed["y"][5] = 1 - changed["y"][5]
+    assert distributed.data_fingerprint(changed, groups) != base
+    assert distributed.data_fingerprint(data, groups.flip(0)) != base
+    assert distributed.data_fingerprint(data) != base
+    assert distributed.data_fingerprint({**data, "x": data["x"].double()}, groups) != base
+    # large tensors: a strided sample (plus the shapes), so a changed sampled element or a shape is still seen
+    monkeypatch.setattr(distributed, "FULL_HASH_ELEMENTS", 10)
+    x = torch.arange(1000.0)
+    big = distributed.data_fingerprint({"x": x})
+    assert distributed.data_fingerprint({"x": x.clone().index_fill_(0, torch.tensor([0]), -1.0)}) != big
+    assert distributed.data_fingerprint({"x": x[:999]}) != big
+    assert distributed.data_fingerprint({"x": x.to(torch.bfloat16)}) != big  # any dtype hashes
+    distributed.check_same_data(data, groups)  # one process: nothing to compare
 
 
 def test_one_process_is_rank_zero_of_one():

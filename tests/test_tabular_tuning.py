@@ -4,6 +4,7 @@ picked by scikit-learn's search from scores on private rows says in its guarante
 import json
 import warnings
 
+import pandas as pd
 import pytest
 import yaml
 from helpers import SPEC, toy_table
@@ -76,7 +77,7 @@ def test_bad_grids_are_named():
 
 
 def test_a_model_picked_by_grid_search_on_private_scores_says_so(monkeypatch):
-    monkeypatch.setattr(classifier, "_SCORED_ROWS", set())
+    monkeypatch.setattr(classifier, "_SCORED_ROWS", {})
     df = toy_table(300)
     X, y = df.drop(columns=[SCHEMA.target]), df[SCHEMA.target]
     est = DPClassifier(schema=SCHEMA, method="dp-sgd", epsilon=2.0, epochs=1, batch_size=32, progress=False,
@@ -92,6 +93,46 @@ def test_a_model_picked_by_grid_search_on_private_scores_says_so(monkeypatch):
                                                                           "training rows were scored")
     assert "hyperparameter selection" in picked.describe()
     assert any(issubclass(w.category, SelectionWarning) for w in caught)
+
+
+@pytest.mark.parametrize("n_jobs, scoring, refit", [(2, None, True), (1, "roc_auc", False)])
+def test_a_search_in_worker_processes_or_with_a_scoring_string_is_seen(monkeypatch, n_jobs, scoring, refit):
+    """Neither calls DPClassifier.score in this process: workers score in their own memory, a scorer string calls
+    predict_proba. The clones GridSearchCV makes here remember its X; the refit names the search, and a model
+    fitted by hand on the settings a search without refit picked is seen by its rows."""
+    monkeypatch.setattr(classifier, "_SCORED_ROWS", {})
+    monkeypatch.setattr(classifier, "_LAST_MARK", (None, None))
+    df = toy_table(120)
+    df["notes"] = [["a", i] for i in range(len(df))]  # an unhashable column the spec does not use
+    X, y = df.drop(columns=[SCHEMA.target]), df[SCHEMA.target]
+    est = DPClassifier(schema=SCHEMA, method="dp-sgd", epsilon=2.0, epochs=1, batch_size=32, progress=False,
+                       holdout=False)
+    search = GridSearchCV(est, {"lr": [1e-2]}, cv=2, n_jobs=n_jobs, scoring=scoring, refit=refit, error_score="raise")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        search.fit(X, y)
+        picked = (search.best_estimator_ if refit else DPClassifier(**{**est.get_params(), **search.best_params_})
+                  .fit(X, y)).guarantee_
+    assert len(picked.uncounted) == 1, picked.uncounted
+    note = picked.uncounted[0]
+    assert note.startswith("hyperparameter selection: 120 of the training rows were scored by earlier private "
+                           "models in this process (the private models of GridSearchCV.fit)")
+    assert ("fitted inside scikit-learn's GridSearchCV.fit" in note) == refit
+    assert any(issubclass(w.category, SelectionWarning) for w in caught)
+
+
+def test_row_fingerprints_take_lists_dicts_and_mixed_labels(monkeypatch):
+    """A column of lists or dicts, and a label column of mixed int / str / float: the rows are fingerprinted
+    (through canonical text, 1.0 = 1 = "1"), only the spec's columns when there is a spec."""
+    monkeypatch.setattr(classifier, "_SCORED_ROWS", {})
+    df = toy_table(6)
+    odd = df.assign(notes=[[1, "a"], {"k": {2, 3}}, None, [], {"a": [1]}, (1, 2)],
+                    death=pd.Series([0, "1", 1.0, 0, "0", 1], dtype=object))
+    assert len(set(classifier._row_fingerprints(odd).tolist())) == 6  # no TypeError; rows stay distinct
+    plain = df.assign(death=["0", "1", "1", "0", "0", "1"])  # the same rows, labels as text, no notes column
+    classifier._remember(odd, SCHEMA, "score()")
+    assert classifier._seen(plain) == (6, ["score()"])  # the spec's columns only: notes is not needed
+    assert classifier._seen(plain.assign(age=plain["age"] + 1))[0] == 0
 
 
 @pytest.mark.slow

@@ -16,10 +16,21 @@ for the same unit. Only rank 0 writes checkpoints and run folders; a resumed run
 checkpoint (broadcast), so every rank resumes at the same step. Public-branch and non-private steps are
 computed on every rank alike (no communication). Opacus' distributed path has no user-level (patient)
 sampling (its issue #366); here the shard is of units, so patient-level DP works the same way.
+
+All of this holds only if every rank really holds the same data: a rank that read another file, or the same rows
+in another order, would clip some person's rows twice (or none) and sample a set that is not the one accounted.
+``Trainer.fit`` therefore compares a fingerprint of the private tensors and the unit ids across the ranks
+(:func:`check_same_data`) before any step or budget, and stops every rank with :class:`RankDataMismatchError`
+naming the ranks that differ from rank 0. The fingerprint (:func:`data_fingerprint`) is a sha256 over each
+tensor's name, dtype and shape and over its bytes: all of them for tensors up to ``FULL_HASH_ELEMENTS``
+elements, else a fixed strided sample of about that many elements (first element included, the same positions
+on every rank) - a cheap check that catches another file, another row order or another row count, but can miss
+a single changed value in a very large tensor.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -28,7 +39,15 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from dpcare.exceptions import SettingsError
+from dpcare.exceptions import DataError, SettingsError
+
+#: tensors with at most this many elements are hashed whole; larger ones by a strided sample of about as many
+FULL_HASH_ELEMENTS = 1 << 22
+
+
+class RankDataMismatchError(DataError):
+    """The ranks of a distributed run hold different private data (or unit ids): the shared sample and the
+    per-rank shards of the design would not be the ones accounted."""
 
 
 def world() -> tuple[int, int]:
@@ -88,5 +107,42 @@ def from_main(obj: Any) -> Any:
     return box[0]
 
 
-__all__ = ["all_reduce_sum", "from_main", "init_from_environment", "is_main", "launched_by_torchrun",
+def _tensor_bytes(t: Tensor) -> bytes:
+    """The raw bytes of ``t`` (flattened; a strided sample when it has more than FULL_HASH_ELEMENTS elements)."""
+    flat = t.detach().reshape(-1)
+    stride = max(1, -(-flat.numel() // FULL_HASH_ELEMENTS))
+    sample = flat[::stride].to("cpu").contiguous()
+    return sample.view(torch.uint8).numpy().tobytes()
+
+
+def data_fingerprint(data: Mapping[str, Tensor], groups: Tensor | None = None) -> str:
+    """sha256 (hex) over the tensors' names, dtypes, shapes and bytes (a strided sample of large ones, see the
+    module docstring) and over the unit ids ``groups``; order of the mapping's keys does not matter."""
+    h = hashlib.sha256()
+    items = sorted(data.items()) + ([("\0groups", groups)] if groups is not None else [])
+    for name, t in items:
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|{t.numel()}\n".encode())
+        h.update(_tensor_bytes(t))
+    return h.hexdigest()
+
+
+def check_same_data(data: Mapping[str, Tensor], groups: Tensor | None = None, what: str = "private data") -> None:
+    """Raise :class:`RankDataMismatchError` on EVERY rank when some rank's ``data`` / ``groups`` fingerprint
+    differs from rank 0's (one all_gather of a 64-character digest); nothing in a one-process run."""
+    if world()[1] == 1:
+        return
+    mine = data_fingerprint(data, groups)
+    digests: list[Any] = [None] * world()[1]
+    dist.all_gather_object(digests, mine)
+    differ = [r for r, d in enumerate(digests) if d != digests[0]]
+    if differ:
+        raise RankDataMismatchError(
+            f"ranks {differ} hold different {what} (or unit ids) from rank 0 (sha256 {digests[0][:12]} on rank 0; "
+            + ", ".join(f"{digests[r][:12]} on rank {r}" for r in differ) + "): every rank must read the same data "
+            "set, the same rows in the same order, or a person could be clipped on two ranks and the sample would "
+            "not be the one accounted (dpcare.engine.distributed); nothing was trained or spent")
+
+
+__all__ = ["FULL_HASH_ELEMENTS", "RankDataMismatchError", "all_reduce_sum", "check_same_data", "data_fingerprint",
+           "from_main", "init_from_environment", "is_main", "launched_by_torchrun",
            "shard", "world"]

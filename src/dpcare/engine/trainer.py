@@ -402,6 +402,8 @@ class Trainer:
             if public_data is None:
                 raise SettingsError(f"{obj.name} has a public branch: pass public_data")
             _check_data(public_data, obj.public_keys, "public_data")
+        if self.world_size > 1:  # the design needs the same data on every rank: checked before any step or budget
+            distributed.check_same_data(private_data, groups)
         n = _rows(private_data)
         if groups is not None:
             n = self._group(groups, n)

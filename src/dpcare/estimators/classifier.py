@@ -4,18 +4,38 @@
 method; ``predict_proba(df)`` / ``predict(df)`` need the feature columns only (never the target);
 ``save(folder)`` writes the run folder ``dpcare train`` writes, and ``DPClassifier.load`` reads either.
 
-Tuning is a release. Scores of a private model on private rows (``score``, as GridSearchCV and cross_val_score
-call it) are statistics of those rows; a model whose settings were picked by them carries a guarantee that
-does not count the picking. The estimator keeps a fingerprint of every private row it scored in this process:
-a later ``fit`` on any of those rows says so in its guarantee (a release outside epsilon) and warns.
-``DPClassifier(tune={"alpha": [1, 5], "lr": [1e-3, 1e-2]})`` is the counted alternative
-(:func:`dpcare.tabular.tuning.tune`): every candidate and the choice are inside epsilon.
+Tuning is a release. Scores of a private model on private rows (``score``, or any ``scoring=`` of GridSearchCV
+and cross_val_score) are statistics of those rows; a model whose settings were picked by them carries a
+guarantee that does not count the picking. The estimator keeps, in this process, a fingerprint of every
+private row that was scored, and a later ``fit`` on any of those rows says so in its guarantee (a release
+outside epsilon) and warns (:class:`SelectionWarning`). Rows get there three ways:
+
+* ``score()`` of a private model remembers the rows it scored (in the process that scores: with ``n_jobs > 1``
+  that is a worker, whose memory the caller never sees);
+* a private ``DPClassifier`` constructed inside a scikit-learn model-selection call (GridSearchCV,
+  RandomizedSearchCV, cross_val_score, cross_validate, validation_curve...: they ``clone`` the estimator in the
+  CALLING process before sending the clones to workers) remembers every row of that call's ``X``, found on
+  the call stack - whatever ``scoring=`` (a string scorer calls ``predict_proba``, never ``score``) and
+  whatever ``n_jobs``;
+* a ``fit`` called from inside a search's own ``fit`` (the refit of ``best_estimator_``) is named in the note
+  even when its rows do not match (a Pipeline that transforms the columns first).
+
+Limits: the mechanism sees one process (a search run in another process or a notebook restarted between the
+search and the fit is not seen); rows are matched by the values of the spec's columns (or all of ``X``'s columns
+when the search's estimator has no spec yet), so rows changed in between (rounded, re-encoded) are not matched;
+scores computed by hand from ``predict_proba`` outside scikit-learn's model selection are not seen; searches
+of non-private models are not recorded. ``DPClassifier(tune={"alpha": [1, 5], "lr": [1e-3, 1e-2]})`` is the
+counted alternative (:func:`dpcare.tabular.tuning.tune`): every candidate and the choice are inside epsilon.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import sys
 import warnings
+import weakref
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -36,20 +56,108 @@ _REC = TabularSettings()
 #: the recipe's own settings (the rest of the parameters are DPSettings')
 _RECIPE_FIELDS = tuple(f.name for f in fields(TabularSettings) if f.name not in ("dp", "compute"))
 _DP_FIELDS = tuple(f.name for f in fields(DPSettings) if f.name != "unit")
-#: fingerprints of the private rows a private model was scored on in this process (see the module docstring)
-_SCORED_ROWS: set[int] = set()
-SELECTION_NOTE = ("hyperparameter selection: {rows} of the training rows were scored (score(), as GridSearchCV and "
-                  "cross_val_score call it) by an earlier private model in this process; if these settings were "
-                  "chosen by those scores, that choice is a release outside epsilon (DPClassifier(tune=...) counts it)")
+#: fingerprints of the private rows scored by private models in this process (see the module docstring), keyed
+#: by (the sorted columns hashed, what scored them)
+_SCORED_ROWS: dict[tuple[tuple[str, ...], str], set[int]] = {}
+#: the last model-selection call whose X was remembered (the clones of one search remember its X once)
+_LAST_MARK: tuple = (None, None)
+SELECTION_NOTE = ("hyperparameter selection: {what}; if these settings were chosen by those scores, that choice is a "
+                  "release outside epsilon (DPClassifier(tune=...) counts it)")
 
 
 class SelectionWarning(UserWarning):
     """A private model trained on rows that earlier private models were scored on: a search on private data."""
 
 
-def _row_fingerprints(frame: pd.DataFrame) -> np.ndarray:
-    """One 64-bit hash per row over its values, in a column order that does not depend on the caller's."""
-    return pd.util.hash_pandas_object(frame[sorted(frame.columns)], index=False).to_numpy()
+def _canonical(v) -> str:
+    """A value as text that is the same for equal values of any type: lists, dicts and other unhashable values
+    as sorted JSON (repr where JSON cannot say it), missing values as one marker, 1.0 as 1 (category_text)."""
+    if isinstance(v, (list, tuple, dict, set, frozenset, np.ndarray)):
+        try:
+            return json.dumps(sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v, sort_keys=True,
+                              default=lambda o: o.tolist() if isinstance(o, np.ndarray) else repr(o))
+        except (TypeError, ValueError):  # mixed-type dict keys, circular containers
+            return repr(v)
+    if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v)):
+        return "\0missing"
+    return category_text(v)
+
+
+def _row_fingerprints(frame: pd.DataFrame, columns=None) -> np.ndarray:
+    """One 64-bit hash per row over the values of ``columns`` (default: all), in an order that does not depend
+    on the caller's; object and category columns are hashed through their canonical text, so columns of lists,
+    dicts or mixed types hash too."""
+    cols = sorted(frame.columns if columns is None else columns, key=str)
+    canon = {}
+    for c in cols:
+        col = frame[c].reset_index(drop=True)
+        text = col.dtype == object or isinstance(col.dtype, (pd.CategoricalDtype, pd.StringDtype))
+        canon[str(c)] = col.astype(object).map(_canonical).astype(object) if text else col
+    try:
+        return pd.util.hash_pandas_object(pd.DataFrame(canon, index=range(len(frame))), index=False).to_numpy()
+    except TypeError as err:  # a column type pandas cannot hash even as text (not seen in practice)
+        raise DataError(f"cannot fingerprint the rows of columns {cols} to detect a search on private scores: {err}") \
+            from None
+
+
+def _spec_columns(frame: pd.DataFrame, spec: TableSchema | None) -> list:
+    """The columns of ``frame`` the spec uses (features and target); every column when there is no spec."""
+    if spec is None:
+        return list(frame.columns)
+    return [c for c in (*spec.feature_columns, spec.target) if c in frame.columns]
+
+
+def _remember(frame: pd.DataFrame, spec: TableSchema | None, how: str) -> None:
+    cols = _spec_columns(frame, spec)
+    if cols and len(frame):
+        key = (tuple(sorted(map(str, cols))), how)
+        _SCORED_ROWS.setdefault(key, set()).update(_row_fingerprints(frame, cols).tolist())
+
+
+def _seen(frame: pd.DataFrame) -> tuple[int, list[str]]:
+    """How many of ``frame``'s rows were scored, and by what."""
+    hit, hows = np.zeros(len(frame), dtype=bool), []
+    by_name = {str(c): c for c in frame.columns}
+    for (cols, how), rows in _SCORED_ROWS.items():
+        if rows and set(cols) <= set(by_name):
+            mask = np.isin(_row_fingerprints(frame, [by_name[c] for c in cols]), np.fromiter(rows, dtype=np.uint64))
+            if mask.any():
+                hit |= mask
+                hows.append(how)
+    return int(hit.sum()), sorted(set(hows))
+
+
+def _model_selection_call():
+    """The outermost scikit-learn model-selection call on the stack that was given an ``X``: (its name, its X,
+    whether it is a search - an object with ``_run_search``, as GridSearchCV), else None."""
+    found, f = None, sys._getframe(1)
+    while f is not None:
+        if f.f_globals.get("__name__", "").startswith("sklearn.model_selection"):
+            loc = f.f_locals
+            owner = loc.get("self")
+            if "X" in loc and f.f_code.co_name != "<genexpr>":
+                search = owner is not None and callable(getattr(owner, "_run_search", None))
+                name = f"{type(owner).__name__}.fit" if search else f.f_code.co_name
+                found = (name, loc["X"], search)
+        f = f.f_back
+    return found
+
+
+def _remember_search_rows(est: DPClassifier) -> None:
+    """A private DPClassifier built (cloned) inside a scikit-learn model-selection call: remember every row of
+    that call's X as scored (the clones' scores may be computed in other processes or by scorer strings)."""
+    global _LAST_MARK
+    if est.method == "non-private":
+        return
+    call = _model_selection_call()
+    if call is None or not isinstance(call[1], pd.DataFrame):
+        return
+    name, X, _ = call
+    last, last_name = _LAST_MARK
+    if last is not None and last() is X and last_name == name:
+        return  # this call's rows are remembered already (one clone per candidate and fold)
+    _remember(X, est.schema if isinstance(est.schema, TableSchema) else None, f"the private models of {name}")
+    _LAST_MARK = (weakref.ref(X), name)
 
 
 class DPClassifier(ClassifierMixin, BaseEstimator):
@@ -81,6 +189,7 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         params = dict(locals())  # scikit-learn: store every parameter unchanged
         del params["self"]
         vars(self).update(params)
+        _remember_search_rows(self)  # a clone made by GridSearchCV & co. (module docstring)
 
     def __getattr__(self, name: str):
         if name.endswith("_") and not name.startswith("_"):
@@ -122,7 +231,7 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         else:
             fitted = fit(frame, spec, self.settings(), holdout=bool(self.holdout), public_data=public_data,
                          imputer=imputer, checkpoint_dir=self.checkpoint_dir, progress=self.progress)
-        return self._set_fitted(_note_selection(fitted, frame))
+        return self._set_fitted(_note_selection(fitted, frame, spec))
 
     def _set_fitted(self, fitted: TabularModel) -> DPClassifier:
         schema = fitted.schema
@@ -152,7 +261,7 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
             raise DataError(f"y has {len(truth)} labels for {len(frame)} rows")
         if self.guarantee_ is not None:  # a statistic of these (private) rows: remembered, see the module docstring
             labelled = frame if y is None or target in frame.columns else _with_target(frame, y, self.encoder_.schema)
-            _SCORED_ROWS.update(_row_fingerprints(labelled).tolist())
+            _remember(labelled, self.encoder_.schema, "score()")
         return float(accuracy_score(truth.map(category_text), self.predict(frame), sample_weight=sample_weight))
 
     # ------------------------------------------------------------------ persistence
@@ -171,14 +280,23 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         return cls(schema=fitted.schema, **{k: v for k, v in params.items() if k in names})._set_fitted(fitted)
 
 
-def _note_selection(fitted: TabularModel, frame: pd.DataFrame) -> TabularModel:
-    """``fitted`` with its guarantee naming a search on private scores, if any of ``frame``'s rows were scored."""
-    if fitted.ledger is None or not _SCORED_ROWS:
+def _note_selection(fitted: TabularModel, frame: pd.DataFrame, spec: TableSchema) -> TabularModel:
+    """``fitted`` with its guarantee naming a search on private scores: some of ``frame``'s rows were scored, or
+    this fit runs inside a search's own fit (its refit)."""
+    if fitted.ledger is None:
         return fitted
-    seen = int(np.isin(_row_fingerprints(frame), np.fromiter(_SCORED_ROWS, dtype=np.uint64)).sum())
-    if not seen:
+    call = _model_selection_call()
+    search = call[0] if call is not None and call[2] else None
+    seen, hows = _seen(frame)
+    if not seen and search is None:
         return fitted
-    note = SELECTION_NOTE.format(rows=seen)
+    what = []
+    if seen:
+        what.append(f"{seen} of the training rows were scored by earlier private models in this process "
+                    f"({', '.join(hows)})")
+    if search is not None:
+        what.append(f"this model was fitted inside scikit-learn's {search}, which picks settings by scores on its data")
+    note = SELECTION_NOTE.format(what="; ".join(what))
     warnings.warn(note, SelectionWarning, stacklevel=3)
     fitted.ledger.note_uncounted(note)
     return replace(fitted, guarantee=fitted.ledger.guarantee())
