@@ -53,6 +53,7 @@ from dpcare.runs import MANIFEST, Manifest, RunFolder, is_run_folder, read_manif
 from dpcare.runs.folder import CHECKPOINTS, PARTIAL, staging_path
 from dpcare.runs.journal import append_run, check_settings, read_journal
 from dpcare.studies.grid import parallel_results
+from dpcare.studies.paired import HIGHER, LOWER, Claim, paired_differences, paired_markdown, seeds_label
 from dpcare.text.lm.finetune import CLIP_VARIANTS, FinetuneMode, adaptive_clip
 from dpcare.text.spans import ENTITY_LABELS, Note
 
@@ -65,6 +66,15 @@ TASKS = ("ner", "summarisation", "token-ner")
 TOKEN_MODES = ("non-private", "dp-full", "dp-lora")  # the MiniLM tagger has no prefix-tuning mode here
 ATTACKS = ("loss", "reference")  # dpcare.text.lm.attacks.loss_attack_lm
 DELTA = 1e-5  # the paper's (Section 5.1)
+#: the paper's claims checked seed by seed at the main epsilon (per task; the fixed clip norm): DP-LoRA beats
+#: DP-Full and DP-Prefix (Table 1), non-private beats DP-LoRA (the price of privacy), and DP lowers the
+#: membership attacks' AUC against the non-private model (Table 2)
+CLAIMS = (Claim("dp-lora", "dp-full", ("ner_f1", "rougeL_f1", "perplexity")),
+          Claim("dp-lora", "dp-prefix", ("ner_f1", "rougeL_f1", "perplexity")),
+          Claim("non-private", "dp-lora", ("ner_f1", "rougeL_f1")),
+          Claim("dp-lora", "non-private", ("mia_loss_auc", "mia_reference_auc")))
+PAIRED_METRICS = {"ner_f1": HIGHER, "rougeL_f1": HIGHER, "perplexity": LOWER, "mia_loss_auc": LOWER,
+                  "mia_reference_auc": LOWER}
 
 
 @dataclass
@@ -472,7 +482,9 @@ def write_tables(bench: ClinicalNLPBenchmark, done: list[dict], folder: Path, ru
     write_json(folder / "roc.json", roc)
     verdicts = baseline_verdicts([r for r in done if _key(r) in order])
     write_json(folder / "baselines.json", verdicts)
-    write_text(folder / "table.md", markdown(table, bench) + verdict_markdown(verdicts))
+    diffs = claim_differences(runs, bench)
+    write_text(folder / "paired.csv", diffs.to_csv(index=False))
+    write_text(folder / "table.md", markdown(table, bench, diffs) + verdict_markdown(verdicts))
     (folder / "sweep.png").unlink(missing_ok=True)
     plot(table, folder / "sweep.png")
     attacks = []
@@ -568,7 +580,7 @@ def manifest(table: pd.DataFrame, bench: ClinicalNLPBenchmark, attacks: list[dic
     """run.json of the study: one model per (task, mode, epsilon, clip variant) with the guarantee of its seed-0
     run, the utility table, fit times, the attack files, what no guarantee covers."""
     m = Manifest(headline=["ner_f1", "rougeL_f1", "perplexity"], attacks=list(attacks),
-                 files={"table": "table.md", "runs": "runs.csv", "split": "data/split.json"})
+                 files={"table": "table.md", "runs": "runs.csv", "paired": "paired.csv", "split": "data/split.json"})
     for r in table.to_dict("records"):
         model = _model(r)
         none = ("the pre-trained model, never fine-tuned: it reads no private note" if r["mode"] == BASE
@@ -623,6 +635,16 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.groupby(GROUP, sort=False).agg(**agg).reset_index()
 
 
+def claim_differences(runs: pd.DataFrame, bench: ClinicalNLPBenchmark) -> pd.DataFrame:
+    """:data:`CLAIMS` seed by seed at the main epsilon, per task (fixed clip norm only; see
+    :func:`dpcare.studies.paired.paired_differences`)."""
+    if runs.empty:
+        return paired_differences(runs, (), PAIRED_METRICS)
+    fixed = runs[runs["variant"].fillna("fixed") == "fixed"] if "variant" in runs else runs
+    fixed = fixed.rename(columns={f"test_{m}": m for m in PAIRED_METRICS})
+    return paired_differences(fixed, CLAIMS, PAIRED_METRICS, bench.main_epsilon, method="mode", by=("task",))
+
+
 def _cell(table: pd.DataFrame, metric: str, task: str, mode: str, eps: float, variant: str = "fixed",
           digits: int = 3) -> str:
     row = table[(table["task"] == task) & (table["mode"] == mode) & (table["target_epsilon"] == eps)
@@ -637,10 +659,13 @@ def _eps(mode: str, bench: ClinicalNLPBenchmark) -> float:
     return math.inf if mode in ("non-private", BASE) else bench.main_epsilon
 
 
-def markdown(table: pd.DataFrame, bench: ClinicalNLPBenchmark) -> str:
+def markdown(table: pd.DataFrame, bench: ClinicalNLPBenchmark, diffs: pd.DataFrame | None = None) -> str:
+    """The study's table.md (without the baselines' verdicts); ``diffs``: its :func:`claim_differences`, the
+    section "Paired differences over seeds"."""
     eps3 = bench.main_epsilon
     lines = [f"# Clinical NLP under DP: {bench.model}"
-             + (f" cut to {bench.layers} block(s)" if bench.layers else "") + f", epsilon {eps3:g}, delta {DELTA:g}",
+             + (f" cut to {bench.layers} block(s)" if bench.layers else "") + f", epsilon {eps3:g}, delta {DELTA:g} "
+             + seeds_label(bench.seeds),
              "", f"Table 1 (held-out notes; mean ± sd over {bench.seeds} seed(s); the last iterate, nothing tuned):",
              "", ("| method | target eps | NER F1 | NER precision | NER recall | ROUGE-L F1 | perplexity (NER rows) "
              "| trainable parameters |"), "|---|---|---|---|---|---|---|---|"]
@@ -673,6 +698,9 @@ def markdown(table: pd.DataFrame, bench: ClinicalNLPBenchmark) -> str:
             lines.append(f"| {v} | " + " | ".join(_cell(table, m, "ner", "dp-lora", eps3, v, d) for m, d in
                                                   (("ner_f1", 3), ("perplexity", 3), ("clip_norm", 3),
                                                    ("epsilon", 3))) + " |")
+    if diffs is not None:
+        lines += paired_markdown(diffs, bench.seeds, by=("task",),
+                                 title=f"Paired differences over seeds at epsilon {eps3:g}")
     lines += ["", ("Nothing is left uncounted in epsilon: no step reads the held-out patients and no hyperparameter "
               "was chosen on them."), ""]
     return "\n".join(lines)

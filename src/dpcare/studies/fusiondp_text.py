@@ -41,6 +41,7 @@ from dpcare.runs import Manifest, RunFolder
 from dpcare.settings import DPSettings
 from dpcare.runs.journal import append_run, check_settings, read_journal
 from dpcare.studies.grid import parallel_results
+from dpcare.studies.paired import HIGHER, paired_differences, paired_markdown, seeds_label
 from dpcare.text.classify.data import TextViews
 from dpcare.text.classify.multilabel import multilabel_metrics
 from dpcare.text.classify.recipe import (  # noqa: F401  (EpochSelection, make_ledger, make_objective: the study's face)
@@ -65,6 +66,8 @@ METHODS = METHOD_NAMES
 #: (better, worse) pairs behind the paper's claims, compared seed by seed
 CLAIMS = (("fusiondp", "calibrated-fusion"), ("calibrated-fusion", "feature-dp"), ("fusiondp", "dp-sgd"),
           ("naive-fusion", "naive-fusion-pub"), ("sgd-hybrid", "sgd-pub"))
+#: the test metrics the claims are checked on (all higher-is-better)
+PAIRED_METRICS = {"f1_micro": HIGHER, "f1_macro": HIGHER, "auc_micro": HIGHER}
 
 
 @dataclass
@@ -214,7 +217,7 @@ def run_text_benchmark(views_path: str | os.PathLike, bench: TextFusionBenchmark
     table = summarize(runs)
     write_text(out / "runs.csv", runs.drop(columns=["guarantee", "settings"]).to_csv(index=False))
     write_text(out / "table.csv", table.to_csv(index=False))
-    diffs = paired_differences(runs, bench.main_epsilon)
+    diffs = claim_differences(runs, bench.main_epsilon)
     write_text(out / "paired.csv", diffs.to_csv(index=False))
     write_json(out / "settings.json", asdict(bench))
     write_json(out / "guarantees.json", {f"{r['method']}@{r['target_epsilon']}": r["guarantee"]
@@ -232,31 +235,17 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.groupby(["method", "target_epsilon"], sort=False).agg(**agg).reset_index()
 
 
-def paired_differences(runs: pd.DataFrame, epsilon: float) -> pd.DataFrame:
-    """Seed-by-seed differences (better - worse) of the claimed orderings at ``epsilon`` (non-private
-    methods at any epsilon), with the number of seeds won and a one-sided Wilcoxon p-value."""
-    from scipy.stats import wilcoxon
-
-    rows = []
-    at = runs[(runs["target_epsilon"].isna()) | (runs["target_epsilon"] == epsilon)]
-    for better, worse in CLAIMS:
-        a = at[at["method"] == better].set_index("seed")
-        b = at[at["method"] == worse].set_index("seed")
-        seeds = sorted(set(a.index) & set(b.index))
-        if not seeds:
-            continue
-        for m in ("f1_micro", "f1_macro", "auc_micro"):
-            d = a.loc[seeds, f"test_{m}"].to_numpy() - b.loc[seeds, f"test_{m}"].to_numpy()
-            p = float(wilcoxon(d, alternative="greater").pvalue) if len(d) > 1 and np.any(d != 0) else float("nan")
-            rows.append({"claim": f"{better} > {worse}", "metric": m, "mean_diff": float(d.mean()),
-                         "sd": float(d.std(ddof=1)) if len(d) > 1 else float("nan"),
-                         "wins": int((d > 0).sum()), "seeds": len(d), "wilcoxon_p": p})
-    return pd.DataFrame(rows)
+def claim_differences(runs: pd.DataFrame, epsilon: float) -> pd.DataFrame:
+    """The paired differences over seeds (:func:`dpcare.studies.paired.paired_differences`) of :data:`CLAIMS` at
+    ``epsilon`` (non-private methods at any epsilon) on the test metrics of :data:`PAIRED_METRICS`."""
+    test = runs.rename(columns={f"test_{m}": m for m in PAIRED_METRICS})
+    return paired_differences(test, CLAIMS, PAIRED_METRICS, epsilon)
 
 
 def markdown(table: pd.DataFrame, diffs: pd.DataFrame, bench: TextFusionBenchmark) -> str:
     main = table[(table["target_epsilon"] == bench.main_epsilon) | ~np.isfinite(table["target_epsilon"])]
-    lines = [f"# FusionDP on clinical notes: ICD top-{bench.top_k}, epsilon {bench.main_epsilon:g}", "",
+    lines = [f"# FusionDP on clinical notes: ICD top-{bench.top_k}, epsilon {bench.main_epsilon:g} "
+             f"{seeds_label(bench.seeds)}", "",
              (f"Test metrics, mean ± sd over {bench.seeds} seed(s); "
               f"{bench.epochs} epochs, epoch and threshold chosen on validation."), "",
              "| method | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
@@ -272,23 +261,14 @@ def markdown(table: pd.DataFrame, diffs: pd.DataFrame, bench: TextFusionBenchmar
             continue
         lines.append(f"| {method} | " + " | ".join(_mean_sd(sub.loc[e, "f1_micro"], sub.loc[e, "f1_micro_sd"])
                                                  if e in sub.index else "" for e in eps) + " |")
-    if len(diffs):
-        lines += ["", (f"Paired differences at epsilon {bench.main_epsilon:g} (better - worse, per seed; with "
-                       f"{bench.seeds} seeds the smallest one-sided Wilcoxon p is {0.5 ** bench.seeds:.3g}):"), "",
-                  "| claim | metric | mean diff | sd | seeds won | Wilcoxon p (one-sided) |", "|---|---|---|---|---|---|"]
-        for _, d in diffs.iterrows():
-            lines.append(f"| {d['claim']} | {d['metric']} | {d['mean_diff']:+.4f} | {_num(d['sd'])} | "
-                         f"{d['wins']}/{d['seeds']} | {_num(d['wilcoxon_p'])} |")
+    lines += paired_markdown(diffs, bench.seeds,
+                             title=f"Paired differences over seeds at epsilon {bench.main_epsilon:g}")
     lines += ["", f"Not counted in epsilon: {SELECTION}; for DP-SGD also {LABEL_SET}.", ""]
     return "\n".join(lines)
 
 
 def _mean_sd(mean: float, sd: float) -> str:
     return f"{mean:.3f}" if pd.isna(sd) else f"{mean:.3f} ± {sd:.3f}"
-
-
-def _num(v: float) -> str:
-    return "" if pd.isna(v) else f"{v:.3f}"
 
 
 def plot(table: pd.DataFrame, path: Path) -> None:

@@ -1,0 +1,155 @@
+"""Paired differences over seeds (dpcare.studies.paired): orientation, interval, one-seed marking."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from dpcare.studies.paired import (
+    HOLDS,
+    NOT_SHOWN,
+    ONE_SEED,
+    Claim,
+    paired_differences,
+    paired_markdown,
+    seeds_label,
+)
+
+
+def _runs(values: dict[str, list[float]], metric: str = "fid", epsilon: float | None = 8.0) -> pd.DataFrame:
+    return pd.DataFrame([{"method": m, "target_epsilon": epsilon, "seed": s, metric: v}
+                         for m, vs in values.items() for s, v in enumerate(vs)])
+
+
+def test_a_lower_is_better_metric_gives_positive_differences_when_better_is_lower():
+    runs = _runs({"fdp": [10.0, 12.0, 11.0], "dp": [20.0, 25.0, 21.0]})
+    d = paired_differences(runs, [("fdp", "dp")], {"fid": "lower"}, 8.0).iloc[0]
+    assert d["differences"] == "+10 +13 +10"
+    assert d["mean_diff"] == pytest.approx(11.0)
+    assert d["wins"] == 3 and d["seeds"] == 3 and d["better_is"] == "lower"
+    assert d["verdict"] == HOLDS
+    # the same numbers read as higher-is-better: the claim goes the wrong way
+    e = paired_differences(runs, [("fdp", "dp")], {"fid": "higher"}, 8.0).iloc[0]
+    assert e["mean_diff"] == pytest.approx(-11.0) and e["wins"] == 0 and e["verdict"] == NOT_SHOWN
+
+
+def test_the_interval_is_the_t_interval_of_the_mean_difference():
+    diffs = [0.3, -0.1, 0.5, 0.2]
+    runs = _runs({"a": [1 + x for x in diffs], "b": [1.0] * 4}, "auprc")
+    d = paired_differences(runs, [("a", "b")], {"auprc": "higher"}, 8.0).iloc[0]
+    mean, sd = np.mean(diffs), np.std(diffs, ddof=1)
+    half = stats.t.ppf(0.975, 3) * sd / math.sqrt(4)
+    assert d["ci_low"] == pytest.approx(mean - half) and d["ci_high"] == pytest.approx(mean + half)
+    assert d["sd"] == pytest.approx(sd)
+    assert d["ci_low"] < 0 and d["verdict"] == NOT_SHOWN  # 3 of 4 seeds won, the interval crosses 0
+    assert d["wilcoxon_p"] == pytest.approx(stats.wilcoxon(diffs, alternative="greater").pvalue)
+
+
+def test_one_seed_is_marked_and_not_tested():
+    runs = _runs({"a": [0.9], "b": [0.1]}, "auprc")
+    d = paired_differences(runs, [("a", "b")], {"auprc": "higher"}, 8.0).iloc[0]
+    assert d["verdict"] == ONE_SEED and d["seeds"] == 1
+    assert math.isnan(d["ci_low"]) and math.isnan(d["wilcoxon_p"]) and math.isnan(d["sd"])
+    text = "\n".join(paired_markdown(paired_differences(runs, [("a", "b")], {"auprc": "higher"}, 8.0), 1))
+    assert "one seed: these rows are not a test" in text.lower()
+    assert "(one seed)" in text and ONE_SEED in text
+    assert seeds_label(1) == "(one seed)" and seeds_label(3) == "(mean ± sd over 3 seeds)"
+
+
+def test_two_seeds_give_a_p_value_but_no_interval():
+    d = paired_differences(_runs({"a": [2.0, 3.0], "b": [1.0, 1.0]}, "m"), [("a", "b")], {"m": "higher"}).iloc[0]
+    assert d["verdict"] == NOT_SHOWN and math.isnan(d["ci_low"]) and d["wilcoxon_p"] == pytest.approx(0.25)
+
+
+def test_claims_pick_their_epsilon_metrics_and_groups():
+    rows = []
+    for data in ("x", "y"):
+        for s in range(3):
+            rows += [{"data": data, "method": "baseline", "target_epsilon": None, "seed": s, "mse": 1.0, "auc": 0.8},
+                     {"data": data, "method": "dp", "target_epsilon": 3.0, "seed": s, "mse": 1.5 + s, "auc": 0.5},
+                     {"data": data, "method": "dp", "target_epsilon": 8.0, "seed": s, "mse": 1.2, "auc": 0.6},
+                     {"data": data, "method": "zoo", "target_epsilon": None, "seed": s, "mse": 1.1, "auc": 0.55}]
+    claims = [Claim("baseline", "dp", ("mse",), 3.0), Claim("zoo", "baseline", ("auc",))]
+    d = paired_differences(pd.DataFrame(rows), claims, {"mse": "lower", "auc": "lower"}, 8.0, by=("data",))
+    assert list(d["data"]) == ["x", "x", "y", "y"] and list(d["metric"]) == ["mse", "auc"] * 2
+    first = d.iloc[0]
+    assert first["epsilon"] == 3.0 and first["mean_diff"] == pytest.approx(1.5)  # paired with dp at 3, not 8
+    assert d.iloc[1]["mean_diff"] == pytest.approx(0.25) and d.iloc[1]["verdict"] == HOLDS
+    text = "\n".join(paired_markdown(d, 3, by=("data",)))
+    assert "| data | claim |" in text and "holds" in text and "not a test" not in text
+
+
+def test_missing_methods_give_no_row_and_unknown_metrics_are_named():
+    runs = _runs({"a": [1.0, 2.0, 3.0]}, "m")
+    assert paired_differences(runs, [("a", "b")], {"m": "higher"}).empty
+    assert "no claim could be paired" in "\n".join(paired_markdown(paired_differences(runs, [], {"m": "higher"}), 3))
+    with pytest.raises(ValueError, match="no direction"):
+        paired_differences(_runs({"a": [1.0], "b": [1.0]}, "m"), [Claim("a", "b", ("fid",))], {"m": "higher"})
+
+
+# --------------------------------------------------------------------------- every study, from fabricated runs
+def _noise(seed: int, k: int) -> float:
+    return 0.01 * ((seed * 7 + k * 3) % 5 - 2)
+
+
+@pytest.mark.parametrize("seeds", [1, 3])
+def test_fusiondp_text_writes_its_paired_section(seeds):
+    from dpcare.studies import fusiondp_text as ftb
+
+    bench = ftb.TextFusionBenchmark(seeds=seeds, epsilons=(5.0,))
+    level = {m: 0.3 + 0.02 * i for i, m in enumerate(reversed(ftb.METHODS))}
+    runs = pd.DataFrame([{"method": m, "target_epsilon": None if m in ftb.NONPRIVATE else 5.0, "seed": s,
+                          "epsilon": math.inf if m in ftb.NONPRIVATE else 5.0, "best_epoch": 2,
+                          **{f"test_{k}": level[m] + _noise(s, i) for i, k in enumerate(ftb.METRICS)}}
+                         for m in ftb.METHODS for s in range(seeds)])
+    diffs = ftb.claim_differences(runs, 5.0)
+    assert len(diffs) == len(ftb.CLAIMS) * len(ftb.PAIRED_METRICS) and (diffs["seeds"] == seeds).all()
+    text = ftb.markdown(ftb.summarize(runs), diffs, bench)
+    assert "## Paired differences over seeds at epsilon 5" in text
+    assert ("(one seed)" in text.splitlines()[0]) == (seeds == 1)
+    assert ("not a test" in text) == (seeds == 1)
+    assert ("| holds |" in text) == (seeds == 3)
+
+
+def _clinical_runs(seeds: int) -> list[dict]:
+    from dpcare.studies import clinical_nlp as cn
+
+    f1 = {"base": 0.04, "non-private": 0.16, "dp-full": 0.03, "dp-lora": 0.05, "dp-prefix": 0.0}
+    rows = []
+    for task in ("ner", "summarisation"):
+        for mode in cn.MODES:
+            for s in range(seeds):
+                private = mode not in ("base", "non-private")
+                row = {"task": task, "mode": mode, "target_epsilon": 3.0 if private else None, "seed": s,
+                       "variant": "fixed", "epsilon": 3.0 if private else None, "steps": 10, "clip_norm": 1.0,
+                       "trainable_parameters": 100, "fit_s": 1.0}
+                if task == "ner":
+                    row |= {"test_ner_f1": f1[mode] + _noise(s, 1), "test_perplexity": 2.0 - f1[mode],
+                            "mia_loss_auc": 0.8 if mode == "non-private" else 0.5 + _noise(s, 2),
+                            "mia_reference_auc": 0.9 if mode == "non-private" else 0.5 + _noise(s, 3)}
+                else:
+                    row |= {"test_rougeL_f1": 0.2 + f1[mode] + _noise(s, 4)}
+                rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("seeds", [1, 3])
+def test_clinical_nlp_writes_its_paired_section(seeds):
+    from dpcare.studies import clinical_nlp as cn
+
+    bench = cn.ClinicalNLPBenchmark(seeds=seeds, epsilons=(3.0,), main_epsilon=3.0)
+    runs = pd.DataFrame(_clinical_runs(seeds))
+    diffs = cn.claim_differences(runs, bench)
+    ner = diffs[diffs["task"] == "ner"].set_index(["claim", "metric"])
+    assert ner.loc[("dp-lora > dp-full", "perplexity"), "mean_diff"] == pytest.approx(0.02)  # lower is better
+    assert ner.loc[("dp-lora > non-private", "mia_reference_auc"), "mean_diff"] > 0
+    assert set(diffs[diffs["task"] == "summarisation"]["metric"]) == {"rougeL_f1"}
+    text = cn.markdown(cn.summarize(runs), bench, diffs)
+    assert "## Paired differences over seeds at epsilon 3" in text and "| task | claim |" in text
+    assert ("(one seed)" in text.splitlines()[0]) == (seeds == 1)
+    assert ("not a test" in text) == (seeds == 1)
+    assert ("| holds |" in text) == (seeds == 3)
