@@ -2,6 +2,7 @@
 picked by scikit-learn's search from scores on private rows says in its guarantee that the pick is not counted."""
 
 import json
+import types
 import warnings
 
 import pandas as pd
@@ -119,6 +120,29 @@ def test_a_search_in_worker_processes_or_with_a_scoring_string_is_seen(monkeypat
                            "models in this process (the private models of GridSearchCV.fit)")
     assert ("fitted inside scikit-learn's GridSearchCV.fit" in note) == refit
     assert any(issubclass(w.category, SelectionWarning) for w in caught)
+
+
+def test_the_stack_gives_the_outermost_call_and_the_innermost_search():
+    """Nested cross-validation (cross_val_score around a search): the rows of the outer X are remembered, and a
+    refit inside the inner search still names the search (frames of a stand-in sklearn.model_selection module)."""
+    ns = {"__name__": "sklearn.model_selection._stand_in", "probe": classifier._model_selection_call}
+
+    class GridSearchCV:
+        def _run_search(self):
+            pass
+
+        def fit(self, X):
+            return probe()  # noqa: F821 (a name of the stand-in module)
+
+    def cross_val_score(X, search):
+        return search.fit(X[:2])
+
+    GridSearchCV.fit = types.FunctionType(GridSearchCV.fit.__code__, ns)  # frames of the stand-in module
+    cross_val_score = types.FunctionType(cross_val_score.__code__, ns)
+    X = toy_table(4)
+    (name, outer), search = cross_val_score(X, GridSearchCV())
+    assert name == "cross_val_score" and outer is X and search == "GridSearchCV.fit"
+    assert classifier._model_selection_call() == (None, None)
 
 
 def test_row_fingerprints_take_lists_dicts_and_mixed_labels(monkeypatch):

@@ -128,19 +128,21 @@ def _seen(frame: pd.DataFrame) -> tuple[int, list[str]]:
 
 
 def _model_selection_call():
-    """The outermost scikit-learn model-selection call on the stack that was given an ``X``: (its name, its X,
-    whether it is a search - an object with ``_run_search``, as GridSearchCV), else None."""
-    found, f = None, sys._getframe(1)
+    """The outermost scikit-learn model-selection call on the stack that was given an ``X`` (its name and its X)
+    and the innermost search on the stack (an object with ``_run_search``, as GridSearchCV: "GridSearchCV.fit"),
+    or None for each."""
+    found, search, f = None, None, sys._getframe(1)
     while f is not None:
         if f.f_globals.get("__name__", "").startswith("sklearn.model_selection"):
             loc = f.f_locals
             owner = loc.get("self")
             if "X" in loc and f.f_code.co_name != "<genexpr>":
-                search = owner is not None and callable(getattr(owner, "_run_search", None))
-                name = f"{type(owner).__name__}.fit" if search else f.f_code.co_name
-                found = (name, loc["X"], search)
+                is_search = owner is not None and callable(getattr(owner, "_run_search", None))
+                name = f"{type(owner).__name__}.fit" if is_search else f.f_code.co_name
+                found = (name, loc["X"])
+                search = search or (name if is_search else None)
         f = f.f_back
-    return found
+    return found, search
 
 
 def _remember_search_rows(est: DPClassifier) -> None:
@@ -149,10 +151,10 @@ def _remember_search_rows(est: DPClassifier) -> None:
     global _LAST_MARK
     if est.method == "non-private":
         return
-    call = _model_selection_call()
+    call, _ = _model_selection_call()
     if call is None or not isinstance(call[1], pd.DataFrame):
         return
-    name, X, _ = call
+    name, X = call
     last, last_name = _LAST_MARK
     if last is not None and last() is X and last_name == name:
         return  # this call's rows are remembered already (one clone per candidate and fold)
@@ -285,8 +287,7 @@ def _note_selection(fitted: TabularModel, frame: pd.DataFrame, spec: TableSchema
     this fit runs inside a search's own fit (its refit)."""
     if fitted.ledger is None:
         return fitted
-    call = _model_selection_call()
-    search = call[0] if call is not None and call[2] else None
+    _, search = _model_selection_call()
     seen, hows = _seen(frame)
     if not seen and search is None:
         return fitted
