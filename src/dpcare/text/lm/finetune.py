@@ -52,6 +52,7 @@ from dpcare.privacy import (
     default_delta,
 )
 from dpcare.text.lm.generative_ner import ner_prompt, ner_target, note_windows, spans_in
+from dpcare.text.lm.prefix_init import check_prefix_init, init_prefix_from_text, public_prefix_text
 from dpcare.text.lm.settings import CLIP_VARIANTS, FinetuneSettings
 from dpcare.text.spans import ENTITY_LABELS, Note
 from dpcare.token_loss import token_nll
@@ -263,7 +264,8 @@ def finetune_with(notes: Iterable[Note], settings: FinetuneSettings, checkpoint_
                     batch_size=dp.batch_size, lr=s.lr, clip_norm=dp.clip_norm, seed=dp.seed,
                     checkpoint_dir=checkpoint_dir, progress=progress, window=s.window, stride=s.stride or None,
                     max_physical_batch=max_physical_batch, accountant=dp.accountant,
-                    adaptive_clip=adaptive_clip(s.clip_variant, dp.adaptive_clip), **s.compute.engine())
+                    adaptive_clip=adaptive_clip(s.clip_variant, dp.adaptive_clip), prefix_init=s.prefix_init,
+                    **s.compute.engine())
 
 
 def plan(settings: FinetuneSettings, patients: int) -> Guarantee | None:
@@ -303,16 +305,19 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
              labels: Sequence[str] = ENTITY_LABELS, window: int | None = 256, stride: int | None = 128,
              lora_rank: int = 8, lora_alpha: float = 16.0, prefix_tokens: int = 10, reduction: str = "mean",
              max_physical_batch: int = 8, accountant: str = "pld", adaptive_clip: AdaptiveClip | None = None,
-             device: str = "auto", precision: str = "fp32"):
+             device: str = "auto", precision: str = "fp32", prefix_init: str = "text"):
     """Fine-tune ``model`` ("smollm2" or a local Hugging Face folder; ``layers``: keep the first k blocks) on
     ``task`` in ``mode``. Returns (model, tokenizer, info); ``info["guarantee"]`` names the PATIENT as the
     protected unit (None in non-private mode, which has no ledger). ``lr=None``: DEFAULT_LR of the mode;
     ``accountant``: "pld" or "rdp" (the ledger's); ``adaptive_clip``: private adaptive clipping of the
     per-patient norms (``clip_norm`` is then the initial C; private modes only, see docs/adaptive-clipping.md);
-    ``device`` / ``precision``: where the engine trains (:mod:`dpcare.engine.devices`)."""
+    ``device`` / ``precision``: where the engine trains (:mod:`dpcare.engine.devices`); ``prefix_init``
+    (dp-prefix): "text", the keys and values of the task's PUBLIC instruction (:mod:`dpcare.text.lm.prefix_init`,
+    no budget), or "random", peft's own initialisation."""
     mode = FinetuneMode.parse(mode)
     check_mode_privacy(mode, epsilon, delta)
     check_adaptive_clip(mode, adaptive_clip)
+    check_prefix_init(prefix_init)
     notes = list(notes)
     if task == "ner" and notes and not any(n.entities for n in notes):
         warnings.warn(f"none of the {len(notes)} training notes carries a gold entity: the NER model can only "
@@ -330,6 +335,8 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
                          device=device, precision=precision)
     config.validate(objective)
     net = apply_mode(causal, mode, lora_rank, lora_alpha, prefix_tokens)
+    if prefix and prefix_init == "text":  # public text and public weights: reads no note, charged nothing
+        init_prefix_from_text(net, tokenizer, public_prefix_text(task, labels))
     if mode.private:
         ledger = PrivacyLedger(patients, delta, accountant, unit=ProtectedUnit.PATIENT)
         result = Trainer(net, objective, config, ledger).fit(data, groups=groups)
@@ -340,7 +347,8 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
     g = result.guarantee
     info = {
         "task": task, "mode": mode.value, "model": str(model), "layers": layers, "lora_rank": lora_rank,
-        "lora_alpha": lora_alpha, "prefix_tokens": prefix_tokens, "labels": list(labels), "window": window,
+        "lora_alpha": lora_alpha, "prefix_tokens": prefix_tokens, "prefix_init": prefix_init if prefix else None,
+        "labels": list(labels), "window": window,
         "stride": stride, "patients": patients,
         "notes": len({e.note_id for e in examples}), "rows": rows,
         "trainable_parameters": sum(p.numel() for p in net.parameters() if p.requires_grad),

@@ -35,6 +35,9 @@ class FinetuneSettings(Settings):
     clip_variant: str = setting("fixed", kind="choice", choices=CLIP_VARIANTS,
                                 help="fixed C, adaptive-median (private quantile estimate) or warmup-p80 (10 charged "
                                      "warm-up counts to the 80th percentile, then frozen)")
+    prefix_init: str = setting("text", kind="choice", choices=("text", "random"),
+                               help="dp-prefix only: text (the keys and values of the task's public instruction, "
+                                    "Li and Liang's init; no budget) or random (peft's)")
     window: int = setting(256, kind="integer", low=1, help="note tokens per NER window")
     stride: int = setting(128, kind="integer", low=0,
                           help="tokens between window starts (0: no sliding; a longer note is an error)")
