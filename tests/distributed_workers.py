@@ -57,12 +57,14 @@ def _stop_at(step: int):
     return on_step
 
 
-def patient_run(checkpoint_dir: str | None = None, stop_after: int | None = None) -> tuple[nn.Module, Recording]:
+def patient_run(checkpoint_dir: str | None = None, stop_after: int | None = None,
+                noise_seed: int | None = 5) -> tuple[nn.Module, Recording]:
     data, groups = grouped_data()
     torch.manual_seed(0)
     model = TabularMLP(FEATURES, hidden=16, dropout=0.0)
-    cfg = TrainConfig(batch_size=12, steps=8, lr=0.05, target_epsilon=2.0, seed=5, max_physical_batch=7,
-                      progress=False, device="cpu", checkpoint_dir=checkpoint_dir, checkpoint_every=3)
+    cfg = TrainConfig(batch_size=12, steps=8, lr=0.05, target_epsilon=2.0, seed=5, noise_seed=noise_seed,
+                      max_physical_batch=7, progress=False, device="cpu", checkpoint_dir=checkpoint_dir,
+                      checkpoint_every=3)
     trainer = Recording(model, DPSGD(), cfg, PrivacyLedger(PATIENTS, 1e-5, unit=ProtectedUnit.PATIENT))
     trainer.seen = []
     trainer.fit(data, groups=groups, on_step=_stop_at(stop_after) if stop_after else None)
@@ -85,7 +87,8 @@ def noise_run() -> list[torch.Tensor]:
     model = nn.Linear(64, 64)
     x = torch.randn(NOISE_N, 64, generator=torch.Generator().manual_seed(1))
     cfg = TrainConfig(batch_size=NOISE_BATCH, steps=1, lr=1.0, optimizer="sgd", momentum=0.0,
-                      noise_multiplier=NOISE_SIGMA, clip_norm=NOISE_C, seed=9, progress=False, device="cpu")
+                      noise_multiplier=NOISE_SIGMA, clip_norm=NOISE_C, seed=9, noise_seed=9, progress=False,
+                      device="cpu")
     trainer = Trainer(model, NoSignal(), cfg, PrivacyLedger(NOISE_N, 1e-5))
     data = {"x": x, "y": torch.zeros(NOISE_N)}
     steps = []
@@ -112,6 +115,8 @@ def worker(rank: int, world: int, store: str, out: str) -> None:
             pass
         resumed, _ = patient_run(folder)
         result["resumed"] = [p.detach().clone() for p in resumed.parameters()]
+        secret, _ = patient_run(noise_seed=None)  # the secret root: OS entropy drawn on rank 0, taken by every rank
+        result["secret"] = [p.detach().clone() for p in secret.parameters()]
         torch.save(result, Path(out) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()

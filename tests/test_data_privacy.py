@@ -51,7 +51,8 @@ def test_undeclared_private_bounds_need_a_ledger_and_a_budget(table):
 def test_dp_bounds_charge_exactly_once_and_are_not_the_exact_range(table):
     schema = schema_without(age="bounds")
     ledger = FakeLedger()
-    enc = TableEncoder(schema, protect="private").fit(table, ledger=ledger, stats_noise_multiplier=3.0, seed=1)
+    enc = TableEncoder(schema, protect="private").fit(table, ledger=ledger, stats_noise_multiplier=3.0,
+                                                      noise_seed=1)
     assert len(ledger.charges) == 1
     name, event, description = ledger.charges[0]
     assert "age" in name and "age" in description
@@ -59,8 +60,9 @@ def test_dp_bounds_charge_exactly_once_and_are_not_the_exact_range(table):
     lo, hi = enc.stats["age"]["range"]
     assert 10 < lo <= 25 and 90 <= hi < 150  # the data span 20..95; the grid is coarse (0.05 decades)
     assert (lo, hi) != (table["age"].min(), table["age"].max())
-    again = TableEncoder(schema, protect="private").fit(table, ledger=FakeLedger(), stats_noise_multiplier=3.0, seed=1)
-    assert again.stats == enc.stats  # the noise is seeded
+    again = TableEncoder(schema, protect="private").fit(table, ledger=FakeLedger(), stats_noise_multiplier=3.0,
+                                                        noise_seed=1)
+    assert again.stats == enc.stats  # the noise is seeded by noise_seed
     x = enc.transform(table)
     assert np.abs(x).max() <= 1  # values outside the estimated bounds are clipped
 

@@ -258,7 +258,8 @@ def _spied_run(monkeypatch, norms, perturb=False, accounting="split"):
     settings = AdaptiveClip(target_quantile=0.6, lr=0.3, count_noise=2.0, accounting=accounting, warmup_steps=WARM)
     torch.manual_seed(0)
     trainer = Trainer(linear(), NormIsX(), TrainConfig(batch_size=40, steps=STEPS, noise_multiplier=1.0, clip_norm=0.3,
-                                                       progress=False, adaptive_clip=settings, seed=7),
+                                                       progress=False, adaptive_clip=settings, seed=7,
+                                                       noise_seed=7),
                       ledger=PrivacyLedger(len(norms), accountant="rdp"))
     original, g = trainer.clipped_sum, torch.Generator().manual_seed(1)
 
@@ -313,7 +314,7 @@ def _resumable(folder, accounting, crash_at=None):
     torch.manual_seed(0)
     settings = AdaptiveClip(count_noise=1.5, accounting=accounting, warmup_steps=3)
     cfg = TrainConfig(batch_size=8, steps=20, noise_multiplier=1.1, progress=False, checkpoint_dir=str(folder),
-                      checkpoint_every=4, seed=11, clip_norm=0.2, adaptive_clip=settings)
+                      checkpoint_every=4, seed=11, noise_seed=11, clip_norm=0.2, adaptive_clip=settings)
     trainer = Trainer(TabularMLP(6, hidden=16), DPSGD(), cfg, ledger=PrivacyLedger(64, accountant="rdp"))
     if crash_at is not None:
         crash_at_step(trainer, crash_at)

@@ -106,7 +106,7 @@ def test_a_bf16_run_trains_and_states_the_fp32_guarantee():
         torch.manual_seed(0)
         model = TabularMLP(8, hidden=16, dropout=0.0)
         cfg = TrainConfig(batch_size=50, steps=30, lr=0.05, target_epsilon=3.0, progress=False, precision=precision,
-                          device="cpu")
+                          device="cpu", noise_seed=0)
         results[precision] = (Trainer(model, DPSGD(), cfg).fit(data), model)
     (r32, m32), (r16, m16) = results["fp32"], results["bf16"]
     assert r16.noise_multiplier == r32.noise_multiplier and r16.guarantee.epsilon == r32.guarantee.epsilon

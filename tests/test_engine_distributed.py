@@ -75,6 +75,13 @@ def test_the_update_noise_is_sigma_c_over_the_expected_global_batch(ranks):
     assert NOISE_BATCH < NOISE_N
 
 
+def test_every_rank_draws_from_rank_zeros_secret_noise_root(ranks, single):
+    # noise_seed None: fresh OS entropy per process; a rank drawing its own root would add other noise
+    for a, b in zip(ranks[0]["secret"], ranks[1]["secret"]):
+        assert torch.equal(a, b)
+    assert not all(torch.equal(a, b.detach()) for a, b in zip(ranks[0]["secret"], single[0].parameters()))
+
+
 def test_a_resumed_distributed_run_continues_from_rank_zero(ranks):
     for r in ranks:
         for a, b in zip(r["resumed"], ranks[0]["params"]):

@@ -85,7 +85,7 @@ def test_micro_batching_gives_the_same_gradient():
         torch.manual_seed(0)
         model = TabularMLP(6, hidden=16, dropout=0.0).double()
         t = Trainer(model, DPSGD(), TrainConfig(batch_size=10, noise_multiplier=1.0, max_physical_batch=physical,
-                                                progress=False, seed=5), ledger=PrivacyLedger(50))
+                                                progress=False, seed=5, noise_seed=5), ledger=PrivacyLedger(50))
         dd = {k: v.double() for k, v in d.items()}
         grads.append(t.private_gradient(dd, torch.arange(50), expected_batch=10.0))
     for k in grads[0]:
@@ -117,11 +117,12 @@ def test_ledger_is_charged_once_per_private_step_and_calibration_meets_target():
     assert result.guarantee.epsilon == pytest.approx(ledger.epsilon())
 
 
-def run(steps, ckpt_dir, crash_at=None, ema_decay=None):
+def run(steps, ckpt_dir, crash_at=None, ema_decay=None, noise_seed=11):
     torch.manual_seed(0)
     model = TabularMLP(6, hidden=16)  # dropout on: the RNG state must resume too
     cfg = TrainConfig(batch_size=8, steps=steps, noise_multiplier=1.1, public_pretrain_steps=3, progress=False,
-                      checkpoint_dir=str(ckpt_dir), checkpoint_every=4, seed=11, ema_decay=ema_decay)
+                      checkpoint_dir=str(ckpt_dir), checkpoint_every=4, seed=11, noise_seed=noise_seed,
+                      ema_decay=ema_decay)
     trainer = Trainer(model, FeatureDP(), cfg, ledger=PrivacyLedger(64))
     if crash_at is not None:
         crash_at_step(trainer, crash_at)
@@ -148,10 +149,11 @@ def test_resume_refuses_a_checkpoint_of_another_run(tmp_path):
 
 
 def test_same_seed_same_model_different_seed_different_model():
-    def train(seed):
+    def train(seed):  # both seeds pinned: the public one and the (secret) noise_seed
         torch.manual_seed(123)
         model = TabularMLP(6, hidden=8)
-        Trainer(model, DPSGD(), TrainConfig(batch_size=8, steps=5, noise_multiplier=1.0, seed=seed, progress=False),
+        Trainer(model, DPSGD(), TrainConfig(batch_size=8, steps=5, noise_multiplier=1.0, seed=seed, noise_seed=seed,
+                                            progress=False),
                 ledger=PrivacyLedger(64)).fit(data())
         return torch.cat([p.flatten() for p in model.parameters()])
 

@@ -1,5 +1,6 @@
 """The studies keep the delta their published numbers were measured with, 1/n^1.1 (the default before issue 23),
-pinned explicitly now that the default is min(1e-5, 0.01/n); each check ends before any training."""
+pinned explicitly now that the default is min(1e-5, 0.01/n), and their noise_seed pinned to the seed (the
+default is secret OS entropy); each check ends before any training."""
 
 from types import SimpleNamespace
 
@@ -31,6 +32,7 @@ def test_the_demo_pins_the_readme_delta(monkeypatch, tmp_path):
     (s,) = seen
     assert s.dp.delta == pytest.approx(old_default(7284), rel=1e-12)  # the README's 5.6e-5 (n = 7,284)
     assert f"{s.dp.delta:.2g}" == "5.6e-05" and s.dp.delta != default_delta(7284)
+    assert s.dp.noise_seed == s.dp.seed == 0  # the noise pinned too (the default is secret OS entropy)
 
 
 def test_fusiondp_pins_its_ledgers(monkeypatch):
@@ -77,6 +79,7 @@ def test_fusiondp_text_pins_delta_to_the_training_patients(monkeypatch):
     with pytest.raises(Stop):
         ftb.train_text_one("dp-sgd", 5.0, 0, "views", bench)
     assert seen[0].dp.delta == pytest.approx(old_default(5))
+    assert seen[0].dp.noise_seed == seen[0].dp.seed == 0
 
 
 def test_dp2stage_pins_its_lm_runs_and_baselines():
@@ -88,6 +91,7 @@ def test_dp2stage_pins_its_lm_runs_and_baselines():
     given = bench.settings.replace(dp=bench.settings.dp.replace(delta=1e-6))
     pinned = Dp2StageBenchmark(settings=given)
     assert pinned.synth_settings("dp-standard", 1.0, rows=1500).dp.delta == pinned.delta(1500) == 1e-6
+    assert bench.synth_settings("dp-standard", 1.0).dp.noise_seed == bench.seed  # the noise pinned to the seed
 
 
 def test_tsf_pins_delta_to_each_training_set(monkeypatch):
@@ -104,6 +108,7 @@ def test_tsf_pins_delta_to_each_training_set(monkeypatch):
     tsf.train_methods(train, None, ["dp-sgd eps=3"], tsf.published_settings(), None)
     assert tsf.published_settings().dp.delta is None  # the pin is per training set (the shadows' halves too)
     assert seen[0].dp.delta == pytest.approx(old_default(40)) and seen[0].dp.epsilon == 3.0
+    assert tsf.published_settings().dp.noise_seed is None and seen[0].dp.noise_seed == seen[0].dp.seed
 
 
 def test_diffusion_pins_delta_to_the_training_images(monkeypatch, tmp_path):
@@ -125,6 +130,7 @@ def test_diffusion_pins_delta_to_the_training_images(monkeypatch, tmp_path):
         dif._train_and_score(study, "dp eps=8", "dp", 8.0, tmp_path / "dp", data, {"y": torch.zeros(50)}, 0.5,
                              None, None, None, None, False)
     assert seen[0].dp.delta == pytest.approx(old_default(50))
+    assert seen[0].dp.noise_seed == seen[0].dp.seed == study.seed
 
 
 def test_clinical_nlp_keeps_the_papers_delta():

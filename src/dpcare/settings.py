@@ -8,9 +8,9 @@ validation (``sklearn/utils/_param_validation.py``)::
     epsilon must be a finite number > 0, got -1.0
 
 :class:`DPSettings` are the settings of the private mechanism that every recipe composes (epsilon,
-delta, accountant, clipping incl. adaptive clipping, expected batch, epochs or steps, seed and the
-privacy unit). Recipes keep their own fields (model sizes, learning rates) in their own dataclass,
-declared the same way, with a ``dp: DPSettings`` field. The command line derives its options from
+delta, accountant, clipping incl. adaptive clipping, expected batch, epochs or steps, the public seed, the
+secret noise_seed and the privacy unit). Recipes keep their own fields (model sizes, learning rates) in their
+own dataclass, declared the same way, with a ``dp: DPSettings`` field. The command line derives its options from
 these declarations (:mod:`dpcare.cli.options`), so a setting is typed once.
 
 This module is pure Python (no torch): the engine turns :class:`DPSettings` into its ``TrainConfig``.
@@ -206,9 +206,22 @@ class DPSettings(Settings):
     epochs: float = setting(10.0, low=0, open_low=True, help="passes over the private units (in expectation)")
     steps: int | None = setting(None, kind="integer", low=1, none=True, none_means="from epochs",
                                 help="training steps (overrides epochs)")
-    seed: int = setting(0, kind="integer", help="seed of splits, sampling and noise")
+    seed: int = setting(0, kind="integer", help="public seed (recorded in run.json) of the splits, the initialisation, "
+                                                "public sampling and dropout; never of the DP noise")
+    noise_seed: int | None = setting(None, kind="integer", none=True,
+                                     none_means="fresh OS entropy each run, never recorded",
+                                     help="seed of the DP mechanism's secret randomness (private Poisson sampling, "
+                                          "the noise, every noisy statistic); an integer makes the noise reproducible "
+                                          "by whoever knows it, which voids the guarantee against them: for tests "
+                                          "and reproducing published numbers only")
     unit: str = setting("example", kind="choice", choices=UNITS,
                         help="privacy unit: example (one row) or patient (all of a patient's rows together)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from dpcare.privacy.randomness import warn_if_reproducible
+
+        warn_if_reproducible(self.noise_seed, stacklevel=1)
 
 
 # --------------------------------------------------------------------------- where to compute

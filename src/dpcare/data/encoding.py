@@ -16,6 +16,7 @@ import pandas as pd
 from dpcare.data.dp_bounds import dp_bounds, histogram_event, noise_for_columns
 from dpcare.data.schema import ColumnSpec, TableSchema
 from dpcare.data.tables import category_text
+from dpcare.privacy.randomness import secret_rng
 from dpcare.exceptions import (
     DataError,
     NotFittedError,
@@ -72,15 +73,17 @@ class TableEncoder:
         return self.protect == "all" or (self.protect == "private" and name in self.schema.private_columns)
 
     # ------------------------------------------------------------------ fit
-    def fit(self, df: pd.DataFrame, ledger=None, stats_epsilon: float | None = None, seed: int | None = 0,
-            stats_noise_multiplier: float | None = None) -> TableEncoder:
+    def fit(self, df: pd.DataFrame, ledger=None, stats_epsilon: float | None = None, noise_seed: int | None = None,
+            stats_noise_multiplier: float | None = None, keep: str | None = None) -> TableEncoder:
         """Bounds and categories of every feature column.
 
         Protected columns use the spec; a protected numeric column without declared
         bounds gets a DP estimate charged to ``ledger`` (``ledger.charge(name, event,
         description)``). Its noise: ``stats_noise_multiplier`` if given, else calibrated
         so that all such estimates together are (``stats_epsilon``, ``ledger.delta``)-DP.
-        ``seed`` seeds that noise (reproducible runs); None draws fresh OS entropy.
+        That noise is secret: drawn from ``noise_seed`` (``DPSettings.noise_seed``), fresh OS entropy when None
+        (kept in the folder ``keep``, a run's checkpoint folder, so that a resumed run draws the same bounds);
+        :func:`dpcare.privacy.secret_rng`.
         """
         feats = [self.schema.column(n) for n in self.schema.feature_columns]
         missing = [c.name for c in feats if not _declared(c) and c.name not in df.columns]
@@ -97,7 +100,7 @@ class TableEncoder:
                             "declare bounds in the spec, or give a DP budget for their estimate (--stats-epsilon "
                             "on the command line, stats_epsilon= in Python)")
         sigma = self._stats_sigma(len(need_dp), ledger, stats_epsilon, stats_noise_multiplier) if need_dp else None
-        rng = np.random.default_rng(seed)
+        rng = secret_rng(noise_seed, keep) if need_dp else None
         self.stats = {}
         for c in feats:  # the data are read only for columns whose statistics are not declared
             st: dict[str, Any] = {"missing": c.nullable}

@@ -50,7 +50,7 @@ from dpcare.engine.functorch_backend import clipped_sum_functorch
 from dpcare.engine.objective import Objective
 from dpcare.engine.sampling import UnitIndex, chunks, poisson_indices, take, uniform_indices
 from dpcare.exceptions import DataError, PrivacyParameterError, SettingsError
-from dpcare.privacy import Guarantee, PrivacyLedger, ProtectedUnit, check_noise_multiplier
+from dpcare.privacy import Guarantee, PrivacyLedger, ProtectedUnit, check_noise_multiplier, secret_seed
 from dpcare.progress import progress as tqdm
 from dpcare.settings import DPSettings
 
@@ -79,7 +79,8 @@ class TrainConfig:
     max_physical_batch: int = 1024
     public_pretrain_steps: int = 0
     backend: str = "auto"  # auto | fast | functorch
-    seed: int | None = 0  # None: fresh OS randomness (use for real releases)
+    seed: int | None = 0  # public: initialisation, public sampling, dropout (None: fresh OS randomness)
+    noise_seed: int | None = None  # SECRET: private sampling and noise (None: OS entropy, privacy.randomness)
     checkpoint_dir: str | None = None
     checkpoint_every: int = 100
     progress: bool = True
@@ -91,11 +92,12 @@ class TrainConfig:
     @classmethod
     def from_dp(cls, dp: DPSettings, private: bool = True, **engine: Any) -> TrainConfig:
         """The engine's config for the DP settings ``dp`` (target epsilon, C, adaptive clipping, expected batch,
-        epochs or steps, seed) and engine keywords (lr, alpha, ...). Delta and the accountant belong to the
+        epochs or steps, seed, noise_seed) and engine keywords (lr, alpha, ...). Delta and the accountant belong to the
         ledger; the privacy unit to ``fit(groups=...)``. ``private`` False: a non-private run (no epsilon)."""
         adaptive = AdaptiveClip(target_quantile=dp.adaptive_clip) if private and dp.adaptive_clip else None
         return cls(batch_size=dp.batch_size, epochs=dp.epochs, steps=dp.steps, clip_norm=dp.clip_norm,
-                   target_epsilon=dp.epsilon if private else None, seed=dp.seed, adaptive_clip=adaptive, **engine)
+                   target_epsilon=dp.epsilon if private else None, seed=dp.seed, noise_seed=dp.noise_seed,
+                   adaptive_clip=adaptive, **engine)
 
     def validate(self, objective: Objective) -> None:
         positive = {"batch_size": self.batch_size, "lr": self.lr, "clip_norm": self.clip_norm,
@@ -178,14 +180,19 @@ class Trainer:
                           "differentiate LayerNorm under autocast)", stacklevel=2)
         self.noise_multiplier: float | None = config.noise_multiplier
         self.rank, self.world_size = distributed.world()
-        # one seed for every rank (rank 0's): the same Poisson draw, the same noise vector (engine/distributed.py)
+        # one seed for every rank (rank 0's): the same Poisson draw, the same noise vector (engine/distributed.py).
+        # The public seed (recorded) seeds public sampling and the model's randomness; a private objective's
+        # sampling and every noise come from the secret root (noise_seed, or OS entropy kept in the checkpoint
+        # folder for a resume: privacy/randomness.py). A non-private run's batches are public randomness.
         seed = distributed.from_main(config.seed if config.seed is not None else secrets.randbits(62))
-        self._gens = {k: _make_generator(seed + i) for i, k in enumerate(("private", "public"))}
-        self._gens["noise"] = _make_generator(seed + 2, self.device)  # the noise is drawn where the sum lives
+        root = (secret_seed(config.noise_seed, config.checkpoint_dir if self.rank == 0 else None)
+                if objective.private else seed)
+        self._gens = {"private": _make_generator(root), "public": _make_generator(seed + 1)}
+        self._gens["noise"] = _make_generator(root + 2, self.device)  # the noise is drawn where the sum lives
         torch.manual_seed(seed + 3)  # dropout and other model randomness
         self.clip_estimator: QuantileEstimator | None = None  # set by fit() with config.adaptive_clip
         if config.adaptive_clip is not None:  # the count's noise and the count's own samples
-            self._gens.update(count=_make_generator(seed + 4), count_sample=_make_generator(seed + 5))
+            self._gens.update(count=_make_generator(root + 4), count_sample=_make_generator(root + 5))
         self.step_count = 0
         self.history: list[dict[str, float]] = []
         self.ema = {n: p.detach().clone() for n, p in self.trainable.items()} if config.ema_decay is not None else None
@@ -502,8 +509,9 @@ class Trainer:
     # ---------------------------------------------------------------- checkpoints
     def _fingerprint(self, total: int) -> dict[str, Any]:
         skip = {"progress", "checkpoint_dir", "checkpoint_every"}
-        if self.config.adaptive_clip is None:  # fingerprints of runs from before the setting stay valid
-            skip.add("adaptive_clip")
+        for key in ("adaptive_clip", "noise_seed"):  # fingerprints of runs from before these settings stay valid
+            if getattr(self.config, key) is None:
+                skip.add(key)
         skip |= {k for k, default in (("device", "auto"), ("precision", "fp32")) if getattr(self.config, k) == default}
         keep = {k: v for k, v in asdict(self.config).items() if k not in skip}
         return {"config": keep, "objective": self.objective.name, "total_steps": total,

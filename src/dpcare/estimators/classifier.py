@@ -169,7 +169,7 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
     parameters are the fields of :class:`~dpcare.tabular.TabularSettings` (method "feature-dp", "dp-sgd",
     "label-dp", "non-private" or a fusion method; hidden, lr, alpha, beta, pad, ...) and of its
     :class:`~dpcare.settings.DPSettings` (epsilon, delta, accountant, clip_norm, adaptive_clip, batch_size,
-    epochs, steps, seed), with the same names and defaults, plus ``holdout``: True trains as ``dpcare train``
+    epochs, steps, seed, noise_seed: None draws the noise from fresh OS entropy), with the same names and defaults, plus ``holdout``: True trains as ``dpcare train``
     does, on a random 80% of the rows, and keeps validation / test AUPRC and AUROC of the rest in
     ``result_.metrics``; False trains on every row (no metrics). ``checkpoint_dir`` and ``progress`` do not
     change the result; ``device`` and ``precision`` say where it trains (:class:`~dpcare.settings.ComputeSettings`).
@@ -186,7 +186,8 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                  alpha=_REC.alpha, beta=_REC.beta, lr=_REC.lr, hidden=_REC.hidden, pad=_REC.pad,
                  public_batch_size=_REC.public_batch_size, public_pretrain_steps=_REC.public_pretrain_steps,
                  stats_epsilon=_REC.stats_epsilon, imputer=_REC.imputer, accountant=_DP.accountant, steps=_DP.steps,
-                 seed=_DP.seed, checkpoint_dir=None, progress=True, holdout=True, tune=None, selection_share=0.1,
+                 seed=_DP.seed, noise_seed=_DP.noise_seed, checkpoint_dir=None, progress=True, holdout=True, tune=None,
+                 selection_share=0.1,
                  device="auto", precision="fp32"):
         params = dict(locals())  # scikit-learn: store every parameter unchanged
         del params["self"]

@@ -24,6 +24,13 @@ from dpcare.privacy.events import (
 )
 from dpcare.privacy.guarantee import NEIGHBOURING, Guarantee, ProtectedUnit
 from dpcare.privacy.ledger import Entry, PrivacyLedger
+from dpcare.privacy.randomness import (
+    ReproducibleNoiseWarning,
+    reproducible_noise_note,
+    secret_rng,
+    secret_seed,
+    warn_if_reproducible,
+)
 from dpcare.privacy.validation import (
     WeakDeltaWarning,
     check_delta,
@@ -38,8 +45,9 @@ from dpcare.privacy.validation import (
 
 __all__ = [
     "NEIGHBOURING", "PLD_DISCRETIZATION", "RDP_ORDERS", "Budget", "Entry", "Guarantee", "PrivacyLedger", "ProtectedUnit", "Release",
-    "Spent", "WeakDeltaWarning", "calibrate_noise_multiplier", "check_delta", "check_epsilon", "check_noise_multiplier",
+    "ReproducibleNoiseWarning", "Spent", "WeakDeltaWarning", "calibrate_noise_multiplier", "check_delta", "check_epsilon", "check_noise_multiplier",
     "check_sampling_rate", "check_steps", "compose", "compute_delta", "compute_epsilon", "default_delta",
     "event_from_json", "event_to_json", "gaussian_event", "guard_run", "laplace_event", "legacy_delta", "make_accountant", "n_delta",
-    "planned_training", "sampled_gaussian_event",
+    "planned_training", "reproducible_noise_note", "sampled_gaussian_event", "secret_rng", "secret_seed",
+    "warn_if_reproducible",
 ]

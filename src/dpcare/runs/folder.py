@@ -5,7 +5,7 @@ budget is reserved: ``out`` must not be a file, and an existing folder that is n
 unless ``force`` (then it is replaced whole when the new run finishes, never mixed with it). Every file
 of the run is written into ``.<out>.partial/`` beside ``out``; :meth:`RunFolder.finish` writes
 ``run.json`` (the manifest, :mod:`dpcare.runs.manifest`) last, deletes the training checkpoints (they
-hold the noise generators' state) and moves the staging folder into place.
+hold the noise generators' state and the run's secret noise root, :mod:`dpcare.privacy.randomness`) and moves the staging folder into place.
 
 The staging folder is made when the run first writes (a run refused while it checks its input leaves
 nothing). An interrupted run leaves its staging folder: the same command with the same settings resumes in it
@@ -29,6 +29,7 @@ from typing import Any
 
 from dpcare.exceptions import SettingsError
 from dpcare.io import torch_save, write_json, write_text
+from dpcare.privacy.randomness import reproducible_noise_note
 from dpcare.runs.manifest import MANIFEST, Manifest
 from dpcare.runtime import process_rank
 
@@ -153,6 +154,10 @@ class RunFolder:
         manifest.command = manifest.command or self.command
         manifest.settings = manifest.settings or self.settings
         manifest.finished = datetime.now(UTC).isoformat(timespec="seconds")
+        # a given noise_seed voids the guarantee against whoever knows it: run.json says so
+        note = reproducible_noise_note(pinned_noise_seed(manifest.settings))
+        if note is not None and note not in manifest.not_protected:
+            manifest.not_protected.append(note)
         self._staged()
         (self.staging / PARTIAL).unlink(missing_ok=True)
         # checkpoints hold the noise generators' state: released beside the model, they would let anyone
@@ -173,6 +178,20 @@ class RunFolder:
         return self.out
 
 
+def pinned_noise_seed(settings: Any) -> int | None:
+    """The integer ``noise_seed`` somewhere in a run's settings (nested dicts and lists), else None. The
+    default None (fresh OS entropy) is recorded as null: the drawn root is never written to run.json."""
+    if isinstance(settings, dict):
+        if isinstance(settings.get("noise_seed"), int) and not isinstance(settings["noise_seed"], bool):
+            return settings["noise_seed"]
+        values = settings.values()
+    elif isinstance(settings, (list, tuple)):
+        values = settings
+    else:
+        return None
+    return next((seed for v in values if (seed := pinned_noise_seed(v)) is not None), None)
+
+
 def abandon_unwritten() -> None:
     """:meth:`RunFolder.abandon` every run folder of this process that has not finished (the command line calls
     it when it reports a user error: nothing half-written is left)."""
@@ -180,4 +199,5 @@ def abandon_unwritten() -> None:
         run.abandon()
 
 
-__all__ = ["CHECKPOINTS", "PARTIAL", "RunFolder", "abandon_unwritten", "check_output", "fingerprint", "new_run_id", "staging_path"]
+__all__ = ["CHECKPOINTS", "PARTIAL", "RunFolder", "abandon_unwritten", "check_output", "fingerprint", "new_run_id",
+           "pinned_noise_seed", "staging_path"]

@@ -84,8 +84,11 @@ class DiffusionStudy:
     def method_settings(self, method: str, epsilon: float | None, images: int | None = None) -> DiffusionSettings:
         """The recipe's settings of one method; ``images``: the private training images, which pin delta
         (unless the study's settings give one) to 1/n^1.1, the default the README's table was measured with
-        (now min(1e-5, 0.01/n)), so that the published numbers stay reproducible."""
+        (now min(1e-5, 0.01/n)), so that the published numbers stay reproducible; noise_seed is pinned to the
+        study's seed for the same reason (unless the settings give one; the noise is then known to whoever knows
+        the seed)."""
         pin = {"delta": legacy_delta(images)} if images is not None and self.settings.dp.delta is None else {}
+        pin |= {"noise_seed": self.seed} if self.settings.dp.noise_seed is None else {}
         dp = self.settings.dp.replace(seed=self.seed, **({"epsilon": epsilon} if epsilon is not None else {}), **pin)
         return replace(self.settings, method=method, dp=dp)
 

@@ -89,8 +89,11 @@ class Dp2StageBenchmark:
 
     def synth_settings(self, method: str, epsilon: float, rows: int | None = None) -> SynthSettings:
         """The settings of the LM run of ``method`` at ``epsilon``; ``rows``: the private training rows, which
-        pin delta (unless the benchmark's settings give one) to the published 1/n^1.1 (see :meth:`delta`)."""
-        dp = self.settings.dp.replace(epsilon=epsilon)
+        pin delta (unless the benchmark's settings give one) to the published 1/n^1.1 (see :meth:`delta`).
+        noise_seed is pinned to the seed likewise (unless given): the published numbers stay reproducible, and
+        their noise is known to whoever knows the seed (the recipe's default is secret OS entropy)."""
+        pin = {"noise_seed": self.settings.dp.seed} if self.settings.dp.noise_seed is None else {}
+        dp = self.settings.dp.replace(epsilon=epsilon, **pin)
         if rows is not None:
             dp = dp.replace(delta=self.delta(rows))
         return self.settings.replace(mode=method, dp=dp)

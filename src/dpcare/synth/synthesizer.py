@@ -183,11 +183,14 @@ class Synthesizer:
                            max_physical_batch=st.max_physical_batch, **self.settings.compute.engine(), **engine)
 
     def _stage2_config(self, **engine: Any) -> TrainConfig:
-        """The engine's config of stage 2: the DP settings (seed + 2, so that stage 1 and 2 draw apart) and
-        stage 2's own knobs."""
+        """The engine's config of stage 2: the DP settings (seed + 2, so that stage 1 and 2 draw apart; a pinned
+        noise_seed + 2 too, as the noise was drawn before it was split from the seed) and stage 2's own knobs."""
         s = self.settings
-        return TrainConfig.from_dp(s.dp.replace(seed=s.dp.seed + 2), private=s.private, lr=s.stage2.lr,
-                                   max_physical_batch=s.stage2.max_physical_batch, **s.compute.engine(), **engine)
+        config = TrainConfig.from_dp(s.dp.replace(seed=s.dp.seed + 2), private=s.private, lr=s.stage2.lr,
+                                     max_physical_batch=s.stage2.max_physical_batch, **s.compute.engine(), **engine)
+        if s.dp.noise_seed is not None:
+            config.noise_seed = s.dp.noise_seed + 2
+        return config
 
     def fit(self, df: pd.DataFrame, ledger: PrivacyLedger | None = None, checkpoint_dir: str | None = None,
             stage1_cache: str | Path | None = None, estimate: bool = True,
@@ -206,7 +209,8 @@ class Synthesizer:
         start = time.perf_counter()
         if s.private:
             self.ledger = ledger or PrivacyLedger(len(df), s.dp.delta, accountant=s.dp.accountant)
-        self.ranges = numeric_ranges(self.schema, df, self.ledger, s.stats_epsilon, s.dp.seed)
+        self.ranges = numeric_ranges(self.schema, df, self.ledger, s.stats_epsilon, s.dp.noise_seed,
+                                     keep=_sub(checkpoint_dir, "stage2"))
         self._build()
         if estimate:
             self._announce(len(df), report)

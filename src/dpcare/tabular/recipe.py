@@ -341,14 +341,18 @@ def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: T
     """Train ``settings.method`` on the table; with ``holdout`` on a random 80% of the rows, scored on
     the validation (10%) and test (10%) rows. Fusion methods take ``public_data`` (a public support
     table: its rows are not in ``data``) or a fitted ``imputer``. ``engine_seed``: the seed of the
-    initialisation, sampling and noise when it must differ from the split's ``settings.dp.seed`` (private
-    tuning: independent noise per candidate on the same split)."""
+    initialisation and public sampling when it must differ from the split's ``settings.dp.seed`` (private
+    tuning: its own draws per candidate on the same split; a pinned ``noise_seed`` is moved by as much)."""
     settings = settings or TabularSettings()
     check_imputer_inputs(settings, public_data, imputer)
     frame, parts = read_and_split(data, schema, settings.dp.seed, holdout)
     imp = fit_imputer(schema, settings, public_data, imputer)  # public rows only
     train = frame.iloc[parts["train"]].reset_index(drop=True)
-    trained = settings if engine_seed is None else settings.replace(dp=settings.dp.replace(seed=engine_seed))
+    trained = settings
+    if engine_seed is not None:  # a pinned noise_seed moves with the engine's seed (each candidate its own noise)
+        dp = settings.dp
+        noise = None if dp.noise_seed is None else dp.noise_seed + engine_seed - dp.seed
+        trained = settings.replace(dp=dp.replace(seed=engine_seed, noise_seed=noise))
     model, encoder, result, train = train_rows(train, schema, trained, imp, checkpoint_dir, progress)
     metrics, baseline = {}, None
     if holdout:
@@ -447,7 +451,8 @@ def train_rows(train_df: pd.DataFrame, schema: TableSchema, settings: TabularSet
         ledger = PrivacyLedger(len(train_df), delta=settings.dp.delta, accountant=settings.dp.accountant,
                                **ledger_terms(schema, objective.unit))
     encoder = TableEncoder(schema, protect=method.protects).fit(
-        train_df, ledger=ledger, stats_epsilon=settings.stats_epsilon, seed=settings.dp.seed)
+        train_df, ledger=ledger, stats_epsilon=settings.stats_epsilon, noise_seed=settings.dp.noise_seed,
+        keep=checkpoint_dir)
     train = tensors(encoder, train_df, settings.pad, settings.dp.seed, imputer if method.hybrid else None)
     classes = len(schema.column(schema.target).categories)  # declared, never read from the private labels
     model = TabularMLP(train["x"].shape[1], hidden=settings.hidden, out_features=1 if classes == 2 else classes)

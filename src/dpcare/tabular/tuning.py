@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -35,7 +34,7 @@ from dpcare.data import TableSchema
 from dpcare.data.splits import split_indices
 from dpcare.data.tables import category_text
 from dpcare.exceptions import SettingsError
-from dpcare.privacy import PrivacyLedger, default_delta, gaussian_event
+from dpcare.privacy import PrivacyLedger, default_delta, gaussian_event, secret_rng
 from dpcare.privacy.calibration import calibrate_noise_multiplier
 from dpcare.privacy.events import event_from_json
 from dpcare.privacy.validation import check_delta
@@ -156,9 +155,9 @@ def tune(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: 
                             delta=total.delta)
     val = frame.iloc[parts["val"]].reset_index(drop=True)
     truth = val[schema.target].map(category_text).to_numpy()
-    # the selection's noise from OS entropy: a seeded draw could be regenerated from the published seed and
-    # subtracted from the published noisy counts
-    rng = np.random.default_rng(secrets.randbits(128))
+    # the selection's noise is secret (noise_seed, OS entropy by default): a draw seeded by the published seed
+    # could be regenerated and subtracted from the published noisy counts
+    rng = secret_rng(settings.dp.noise_seed)
     fitted, noisy = [], []
     for i, point in enumerate(points):
         # each candidate its own initialisation, Poisson samples and noise (the K x T composition assumes

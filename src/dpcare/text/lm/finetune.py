@@ -262,6 +262,7 @@ def finetune_with(notes: Iterable[Note], settings: FinetuneSettings, checkpoint_
     return finetune(notes, s.task, s.mode, epsilon=dp.epsilon if s.private else None,
                     delta=dp.delta if s.private else None, model=s.model, layers=s.layers or None, epochs=dp.epochs,
                     batch_size=dp.batch_size, lr=s.lr, clip_norm=dp.clip_norm, seed=dp.seed,
+                    noise_seed=dp.noise_seed,
                     checkpoint_dir=checkpoint_dir, progress=progress, window=s.window, stride=s.stride or None,
                     max_physical_batch=max_physical_batch, accountant=dp.accountant,
                     adaptive_clip=adaptive_clip(s.clip_variant, dp.adaptive_clip), prefix_init=s.prefix_init,
@@ -301,7 +302,8 @@ def check_adaptive_clip(mode: FinetuneMode, adaptive_clip: AdaptiveClip | None) 
 def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode = "dp-lora",
              epsilon: float | None = None, delta: float | None = None, model: str = "smollm2",
              layers: int | None = None, epochs: float = 3.0, batch_size: int = 16, lr: float | None = None,
-             clip_norm: float = 1.0, seed: int = 0, checkpoint_dir: str | None = None, progress: bool = False,
+             clip_norm: float = 1.0, seed: int = 0, noise_seed: int | None = None, checkpoint_dir: str | None = None,
+             progress: bool = False,
              labels: Sequence[str] = ENTITY_LABELS, window: int | None = 256, stride: int | None = 128,
              lora_rank: int = 8, lora_alpha: float = 16.0, prefix_tokens: int = 10, reduction: str = "mean",
              max_physical_batch: int = 8, accountant: str = "pld", adaptive_clip: AdaptiveClip | None = None,
@@ -313,7 +315,8 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
     per-patient norms (``clip_norm`` is then the initial C; private modes only, see docs/adaptive-clipping.md);
     ``device`` / ``precision``: where the engine trains (:mod:`dpcare.engine.devices`); ``prefix_init``
     (dp-prefix): "text", the keys and values of the task's PUBLIC instruction (:mod:`dpcare.text.lm.prefix_init`,
-    no budget), or "random", peft's own initialisation."""
+    no budget), or "random", peft's own initialisation. ``seed``: public (initialisation, dropout);
+    ``noise_seed``: the secret root of the private sampling and noise (None: fresh OS entropy)."""
     mode = FinetuneMode.parse(mode)
     check_mode_privacy(mode, epsilon, delta)
     check_adaptive_clip(mode, adaptive_clip)
@@ -330,7 +333,8 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
     patients, rows = int(groups.max()) + 1, len(examples)
     objective = TargetLoss(mode.private, positions=not prefix, reduction=reduction)
     config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=DEFAULT_LR[mode.value] if lr is None else lr,
-                         clip_norm=clip_norm, seed=seed, checkpoint_dir=checkpoint_dir, progress=progress,
+                         clip_norm=clip_norm, seed=seed, noise_seed=noise_seed, checkpoint_dir=checkpoint_dir,
+                         progress=progress,
                          max_physical_batch=max_physical_batch, target_epsilon=epsilon, adaptive_clip=adaptive_clip,
                          device=device, precision=precision)
     config.validate(objective)

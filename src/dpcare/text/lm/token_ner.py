@@ -313,6 +313,7 @@ class TokenNERRun(NamedTuple):
 def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora", epsilon: float | None = None,
                     delta: float | None = None, model: str | os.PathLike = MINILM, epochs: float = 3.0,
                     batch_size: int = 16, lr: float | None = None, clip_norm: float = 1.0, seed: int = 0,
+                    noise_seed: int | None = None,
                     labels: Sequence[str] = ENTITY_LABELS, window: int | None = 128, stride: int | None = 64,
                     lora_rank: int = 8, lora_alpha: float = 16.0, reduction: str = "mean",
                     max_physical_batch: int = 16, accountant: str = "pld", checkpoint_dir: str | None = None,
@@ -321,7 +322,8 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     protect the PATIENT (``batch_size``: expected patients per step; ``epsilon``: target). Non-private mode
     samples windows, as many per step (expected) and as many steps as the private modes. ``lr=None``:
     DEFAULT_LR of the mode; ``adaptive_clip``: private adaptive clipping (private modes; ``clip_norm`` is the
-    initial C). Returns (model in eval mode, tokenizer, TrainResult)."""
+    initial C); ``noise_seed``: the secret root of the private sampling and noise (None: fresh OS entropy).
+    Returns (model in eval mode, tokenizer, TrainResult)."""
     mode = parse_mode(mode)
     check_mode_privacy(mode, epsilon, delta)
     check_adaptive_clip(mode, adaptive_clip)
@@ -331,7 +333,8 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     data, groups = encode_windows(windows, tokenizer.pad_token_id), patient_groups(windows)
     objective = TokenNERLoss(mode.private, reduction)
     config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=DEFAULT_LR[mode.value] if lr is None else lr,
-                         clip_norm=clip_norm, seed=seed, checkpoint_dir=checkpoint_dir, progress=progress,
+                         clip_norm=clip_norm, seed=seed, noise_seed=noise_seed, checkpoint_dir=checkpoint_dir,
+                         progress=progress,
                          max_physical_batch=max_physical_batch, target_epsilon=epsilon, adaptive_clip=adaptive_clip)
     config.validate(objective)
     net = apply_token_mode(net, mode, lora_rank, lora_alpha)

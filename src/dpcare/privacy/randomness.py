@@ -1,0 +1,80 @@
+"""The secret randomness of a run: one root for every draw a guarantee relies on.
+
+A DP release is private only while its noise is unknown. ``DPSettings.seed`` is public (it is recorded in
+run.json and seeds the splits, the initialisation, public sampling and dropout), so the noise must not be
+a function of it. Every draw of the mechanism (the engine's Poisson sampling of the private units and its
+Gaussian noise, the adaptive-clip count's noise and sample, every noisy statistic charged to a ledger)
+comes from :func:`secret_seed` of ``DPSettings.noise_seed``:
+
+* ``None`` (the default): fresh OS entropy (:mod:`secrets`), never recorded. Given ``keep`` (a run's
+  checkpoint folder, deleted when the run finishes) the drawn root is kept there, so that an interrupted
+  run resumes with the same noise instead of releasing a second, uncounted draw.
+* an integer: the noise is reproducible bit for bit by whoever knows it (a :class:`ReproducibleNoiseWarning`);
+  for tests and for reproducing published numbers only.
+
+In a torch.distributed run every rank takes rank 0's root (the same Poisson draw, one noise vector).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT_FILE = "secret_root"  # in ``keep``: the drawn root of an unfinished run
+
+
+class ReproducibleNoiseWarning(UserWarning):
+    """An integer ``noise_seed``: whoever knows it can regenerate the noise and subtract it."""
+
+
+def reproducible_noise_note(noise_seed: int | None) -> str | None:
+    """The plain statement a run makes about an integer ``noise_seed`` (None: nothing to say)."""
+    if noise_seed is None:
+        return None
+    return (f"noise_seed = {noise_seed} was given: the DP noise and sampling of this run are reproducible by "
+            "whoever knows it, who can recompute and subtract the noise. The guarantee holds only against "
+            "those who do not know it (use noise_seed = None, the default, for a real release).")
+
+
+def warn_if_reproducible(noise_seed: int | None, stacklevel: int = 2) -> None:
+    """Warn (:class:`ReproducibleNoiseWarning`) when ``noise_seed`` is an integer."""
+    note = reproducible_noise_note(noise_seed)
+    if note is not None:
+        warnings.warn(note, ReproducibleNoiseWarning, stacklevel=stacklevel + 1)
+
+
+def secret_seed(noise_seed: int | None, keep: str | os.PathLike | None = None) -> int:
+    """The root of the run's secret randomness: ``noise_seed``, or fresh OS entropy when None (kept in the
+    folder ``keep`` when given, and read back from it on resume). Rank 0's root in a distributed run."""
+    if noise_seed is not None:
+        root = int(noise_seed)
+    elif keep is None:
+        root = secrets.randbits(62)
+    else:
+        path = Path(keep) / ROOT_FILE
+        if path.is_file():
+            root = int(path.read_text())
+        else:
+            from dpcare.io import write_text
+
+            root = secrets.randbits(62)
+            write_text(path, str(root))
+    if "torch.distributed" in sys.modules:  # every rank calls this at the same point of the run
+        from dpcare.engine import distributed
+
+        root = distributed.from_main(root)
+    return root
+
+
+def secret_rng(noise_seed: int | None, keep: str | os.PathLike | None = None) -> np.random.Generator:
+    """A NumPy generator for the noise of a statistic, rooted at :func:`secret_seed`."""
+    return np.random.default_rng(secret_seed(noise_seed, keep))
+
+
+__all__ = ["ROOT_FILE", "ReproducibleNoiseWarning", "reproducible_noise_note", "secret_rng", "secret_seed",
+           "warn_if_reproducible"]
