@@ -41,7 +41,7 @@ import pandas as pd
 import torch
 
 from dpcare.data import TableSchema, load_table
-from dpcare.data.splits import split_indices
+from dpcare.data.splits import holdout_split as split_holdout
 from dpcare.engine.trainer import TrainConfig, Trainer
 from dpcare.exceptions import DataError, MissingFileError, NotFittedError, SettingsError
 from dpcare.io import torch_save, write_json
@@ -96,15 +96,9 @@ def plan(settings: SynthSettings, rows: int) -> Guarantee | None:
 
 
 def holdout_split(rows: int, fraction: float = HOLDOUT, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(training, test) row positions of a private table of ``rows`` rows: ``fraction`` of them, drawn with
-    ``seed`` (a function of the row count and the seed, never of the values), are held out as the real test
-    rows of the public-baseline comparison and do not train. ``fraction`` 0: every row trains."""
-    if not 0 <= fraction < 1:
-        raise SettingsError(f"the held-out fraction must be in [0, 1), got holdout = {fraction}")
-    if fraction == 0:
-        return np.arange(rows), np.arange(0)
-    parts = split_indices(rows, {"train": 1 - fraction, "test": fraction}, seed)
-    return parts["train"], parts["test"]
+    """(training, test) row positions of a private table (:func:`dpcare.data.splits.holdout_split`, default
+    fraction :data:`HOLDOUT`)."""
+    return split_holdout(rows, fraction, seed)
 
 
 def check_test_rows(test: pd.DataFrame, schema: TableSchema, where: str) -> None:
