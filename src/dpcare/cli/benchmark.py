@@ -61,7 +61,8 @@ def benchmark_fusiondp(
     bench = replace(bench, imputer=imputer, imputer_options=options, workers=workers, charge_tuning=charge_tuning)
     run_benchmark(df, schema, bench, out, force=force)
     typer.echo((out / "table.md").read_text())
-    typer.echo(f"written: {out}/table.csv, table.md, auprc_vs_epsilon.png, runs.csv, imputation.json, run.json")
+    typer.echo(f"written: {out}/table.csv, table.md, paired.csv, auprc_vs_epsilon.png, runs.csv, imputation.json, "
+               "run.json")
 
 
 @app.command("fusiondp-text")
@@ -126,7 +127,8 @@ def benchmark_clinical_nlp(
     clip_ablation: Annotated[bool, typer.Option(help="DP-LoRA NER with adaptive clip norms (median; private "
                                                      "80th-percentile warm-up)")] = True,
     eval_notes: Annotated[int, typer.Option(help="held-out notes decoded for NER F1 and ROUGE-L")] = 6,
-    seeds: Annotated[int, typer.Option(help="training seeds")] = 1,
+    seeds: Annotated[int, typer.Option(help="training seeds (3 or more: mean ± sd and paired differences with a "
+                                            "95% interval; 1 reproduces the published table)")] = 1,
     workers: Annotated[int, typer.Option(help="runs trained at once, as Ray tasks (1: in this process)")] = 2,
     ray_address: RayAddressOption = None,
     physical_batch: Annotated[int, typer.Option(help="rows per forward/backward pass: memory only (DP-Full on all "
@@ -161,7 +163,7 @@ def benchmark_clinical_nlp(
         corpus = read_jsonl(notes)
     folder = Path(run_clinical_nlp(bench, out, notes=corpus, train=not tables_only, force=force).attrs["folder"])
     typer.echo((folder / "table.md").read_text())
-    typer.echo(f"written: {folder}/table.md, table.csv, runs.csv, sweep.png, roc.json, guarantees.json, "
+    typer.echo(f"written: {folder}/table.md, table.csv, runs.csv, paired.csv, sweep.png, roc.json, guarantees.json, "
                "attacks/, data/split.json, run.json")
 
 
@@ -175,6 +177,8 @@ def benchmark_dp2stage(
     layers: Annotated[int | None, typer.Option(help="transformer blocks kept (default 1 for the CPU budget)")] = None,
     n_train: Annotated[int | None, typer.Option(help="private training rows per data set")] = None,
     all_columns: Annotated[bool, typer.Option(help="use every column (default: 10 per data set)")] = False,
+    seeds: Annotated[int, typer.Option(help="seeds (seed s: the base seed + s; 3 or more: mean ± sd and paired "
+                                            "differences with a 95% interval; 1 reproduces the published table)")] = 1,
     quick: Annotated[bool, typer.Option(help="smoke-size run for tests (Adult, epsilon 8, MST only)")] = False,
     out: Annotated[Path, typer.Option(help="run folder of the study (an interrupted study resumes when the same "
                                            "command is rerun)")] = Path("results/dp2stage"),
@@ -194,9 +198,10 @@ def benchmark_dp2stage(
                         settings=bench.settings.replace(lm=replace(lm, model=model, layers=layers or lm.layers)))
         if n_train:
             bench = replace(bench, n_train=n_train)
+    bench = replace(bench, seeds=seeds)
     run_benchmark(bench, out, force=force)
     typer.echo((out / "table.md").read_text())
-    typer.echo(f"written: {out}/table.csv, table.md, dp2stage.png, sampling.json, runs/, run.json")
+    typer.echo(f"written: {out}/table.csv, table.md, paired.csv, dp2stage.png, sampling.json, runs/, run.json")
 
 
 @app.command("tsf")
@@ -216,7 +221,9 @@ def benchmark_tsf(
     dp_epochs: Annotated[float | None, typer.Option(help="DP-SGD epochs over the training patients")] = None,
     aug_epochs: Annotated[int | None, typer.Option(help="augmentation retraining epochs (at most)")] = None,
     alpha: Annotated[float | None, typer.Option(help="ZOO interpolation weight alpha in [0, 1]")] = None,
-    seed: Annotated[int, typer.Option(help="seed of splits, models and shadows")] = 0,
+    seed: Annotated[int, typer.Option(help="seed of splits, models and shadows (the base seed of --seeds)")] = 0,
+    seeds: Annotated[int, typer.Option(help="seeds (seed s: the base seed + s; 3 or more: mean ± sd and paired "
+                                            "differences with a 95% interval; 1 reproduces the published table)")] = 1,
     quick: Annotated[bool, typer.Option(help="smoke-size run (tiny model, epsilon 3, 2 shadows)")] = False,
     out: Annotated[Path, typer.Option(help="run folder of the study (rerun the same command to resume)")] = Path(
         "results/tsf"),
@@ -242,11 +249,11 @@ def benchmark_tsf(
     dp = {"seed": seed} | ({"epochs": dp_epochs} if dp_epochs is not None else {})
     bench = replace(bench, datasets=names, methods=tuple(m.strip() for m in methods.split(",")),
                     epsilons=bench.epsilons if quick else epsilon_list(epsilons),
-                    workers=workers, settings=replace(s, **overrides, dp=s.dp.replace(**dp)))
+                    workers=workers, settings=replace(s, **overrides, dp=s.dp.replace(**dp)), seeds=seeds)
     run_tsf_benchmark(bench, out, force=force)
     typer.echo((out / "table.md").read_text())
-    typer.echo(f"written: {out}/table.csv, table.md, run.json, attacks/, roc-loss-*.png, roc-lira-*.png, "
-               "<data>/target, <data>/shadows")
+    typer.echo(f"written: {out}/table.csv, table.md, paired.csv, run.json, attacks/, roc-loss-*.png, roc-lira-*.png, "
+               "<data>/target, <data>/shadows (seed s > 0: <data>/seed<s>/...)")
 
 
 @app.command("diffusion")
@@ -257,7 +264,9 @@ def benchmark_diffusion(
     dp_epochs: Annotated[float | None, typer.Option(help="epochs of the private methods")] = None,
     samples: Annotated[int | None, typer.Option(help="generated images per method for FID")] = None,
     blur_sigma: Annotated[float | None, typer.Option(help="sigma (pixels) of the public Gaussian blur")] = None,
-    seed: Annotated[int, typer.Option(help="seed of splits, models and sampling")] = 0,
+    seed: Annotated[int, typer.Option(help="seed of splits, models and sampling (the base seed of --seeds)")] = 0,
+    seeds: Annotated[int, typer.Option(help="seeds (seed s: the base seed + s; 3 or more: mean ± sd and paired "
+                                            "differences with a 95% interval; 1 reproduces the published table)")] = 1,
     quick: Annotated[bool, typer.Option(help="smoke-size run (8x8 digits, tiny U-Net, epsilon 8)")] = False,
     out: Annotated[Path, typer.Option(help="run folder of the study (an interrupted study resumes when the same "
                                            "command is rerun)")] = Path("results/diffusion"),
@@ -272,7 +281,9 @@ def benchmark_diffusion(
     s = study.settings
     s = replace(s, **{k: v for k, v in {"plain_epochs": epochs, "blur_sigma": blur_sigma}.items() if v is not None},
                 dp=s.dp.replace(epochs=dp_epochs) if dp_epochs is not None else s.dp)
-    study = replace(study, seed=seed, settings=s, samples=samples if samples is not None else study.samples)
+    study = replace(study, seed=seed, seeds=seeds, settings=s,
+                    samples=samples if samples is not None else study.samples)
     run_diffusion_study(study, out, force=force)
     typer.echo((out / "table.md").read_text())
-    typer.echo(f"written: {out}/table.csv, table.md, samples.png, run.json, runs/<method>/ (recipe run folders)")
+    typer.echo(f"written: {out}/table.csv, table.md, paired.csv, samples.png, run.json, runs/<method>/ (recipe run "
+               "folders; seed s > 0: seed<s>/runs/<method>/)")

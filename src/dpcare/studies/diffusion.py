@@ -49,9 +49,18 @@ from dpcare.privacy import legacy_delta
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder, is_run_folder
 from dpcare.settings import DPSettings
+from dpcare.studies.paired import LOWER, Claim, paired_differences, paired_markdown, seeds_label
 
 LOADERS = {"mnist": load_mnist, "digits": load_digits}
 PUBLIC_NOTE = "NO formal guarantee: trained on blurred private images, which this model does not protect."
+#: the metrics the claims are checked on (lower is better)
+PAIRED_METRICS = {"fid": LOWER, "fid_per_class_mean": LOWER}
+
+
+def claims(epsilons) -> list[Claim]:
+    """The paper's claims (Section 6.3) at every epsilon: each FDP method beats DP and beats Public."""
+    return [Claim(fdp, worse, (), float(e)) for e in epsilons for fdp in ("fdp-dpsgd", "fdp-alg1")
+            for worse in ("dp", "public")]
 
 
 @dataclass
@@ -65,6 +74,7 @@ class DiffusionStudy:
     settings: DiffusionSettings = field(default_factory=DiffusionSettings)
     samples: int = 500  # generated images per method for FID
     feature_epochs: int = 20
+    seeds: int = 1  # seed s: the whole study (split, FID classifier, models, noise, sampling) at seed + s
 
     @classmethod
     def quick(cls) -> DiffusionStudy:
@@ -73,6 +83,20 @@ class DiffusionStudy:
                                      plain_epochs=2, reject_rounds=2,
                                      dp=DPSettings(batch_size=128, epochs=1.0, clip_norm=0.1))
         return cls(dataset="digits", epsilons=(8.0,), settings=settings, samples=100, feature_epochs=2)
+
+    def config(self) -> dict:
+        """The run folder's settings (its resume key): every field, ``seeds`` only when not 1 (so that the
+        published one-seed study keeps its key)."""
+        out = asdict(self)
+        if self.seeds == 1:
+            out.pop("seeds")
+        return out
+
+    def at_seed(self, s: int) -> DiffusionStudy:
+        """The one-seed study of seed ``s`` (seed + s); ``at_seed(0)`` is the published seed-0 study."""
+        if self.seeds < 1:
+            raise ValueError(f"seeds must be >= 1, got {self.seeds}")
+        return replace(self, seed=self.seed + s, seeds=1)
 
     def runs(self) -> list[tuple[str, str, float | None]]:
         """(label, method, epsilon) in training order (Public before the FDP methods that start from it)."""
@@ -133,9 +157,55 @@ def _folder_name(label: str) -> str:
 def run_diffusion_study(study: DiffusionStudy, out_dir: str | os.PathLike, progress: bool = True,
                         force: bool = False) -> pd.DataFrame:
     """Train (or reload) every method, sample, score FID on the test split, write the tables, the figure and
-    run.json. Resumable: rerun the same settings while the study is unfinished."""
-    run = RunFolder(out_dir, "study:diffusion", asdict(study), force=force, command="dpcare benchmark diffusion")
-    run.write_json("config.json", asdict(study))
+    run.json, for every seed (seed s > 0 in the folder's ``seed<s>/``; run.json and the figure hold seed 0's
+    models); the paired differences of :func:`claims` over the seeds in paired.csv and table.md. Resumable:
+    rerun the same settings while the study is unfinished."""
+    run = RunFolder(out_dir, "study:diffusion", study.config(), force=force, command="dpcare benchmark diffusion")
+    run.write_json("config.json", study.config())
+    per_seed = [_one_seed(study.at_seed(s), run, "" if s == 0 else f"seed{s}/", progress) for s in range(study.seeds)]
+    results, reference, blurred, grids, feature_seconds = per_seed[0]
+    table, diffs = tables([one[0] for one in per_seed], study)
+    run.write_text("table.csv", table.to_csv(index=False))
+    run.write_text("paired.csv", diffs.to_csv(index=False))
+    run.write_text("table.md", _markdown(table, reference, blurred, study, feature_seconds, diffs))
+    _figure(grids, run.path("samples.png"))
+    m = manifest(results, reference, blurred, study, feature_seconds)
+    m.files["paired"] = "paired.csv"
+    if study.seeds > 1:
+        m.notes.append(f"Models and metrics above are seed {study.seed}'s; the other {study.seeds - 1} seed(s) are "
+                       "in table.csv (column seed) and seed<s>/, their paired differences in paired.csv.")
+    run.finish(m)
+    return table
+
+
+def tables(per_seed: list[list[dict]], study: DiffusionStudy) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the table, one row per method and seed with a seed column when the study has several; the paired
+    differences of :func:`claims`) of every seed's method results."""
+    if study.seeds == 1:
+        table = pd.DataFrame([row for r in per_seed[0] for row in _rows(r)])
+    else:
+        table = pd.DataFrame([{**row, "seed": s} for s, results in enumerate(per_seed) for r in results
+                              for row in _rows(r)])
+    return table, paired_differences(paired_runs(per_seed), claims(study.epsilons), PAIRED_METRICS)
+
+
+def paired_runs(per_seed: list[list[dict]]) -> pd.DataFrame:
+    """One row per (method, epsilon, seed) for :func:`~dpcare.studies.paired.paired_differences`: method =
+    the method's kind (``fdp-alg1 + rejection`` for its rejection sampling), FID and mean per-class FID."""
+    rows = []
+    for s, results in enumerate(per_seed):
+        for r in results:
+            base = {"target_epsilon": r["epsilon_target"], "seed": s}
+            rows.append({"method": r["kind"], **base, "fid": r["fid"], "fid_per_class_mean": _mean(r["fid_per_class"])})
+            if "rejection" in r:
+                rows.append({"method": f"{r['kind']} + rejection", **base, "fid": r["rejection"]["fid"],
+                             "fid_per_class_mean": _mean(r["rejection"]["fid_per_class"])})
+    return pd.DataFrame(rows)
+
+
+def _one_seed(study: DiffusionStudy, run: RunFolder, prefix: str, progress: bool):
+    """(results, reference, blurred, grids, feature seconds) of the one-seed ``study``, its files under
+    ``prefix`` in the run folder (seed 0: ``""``, the published layout)."""
     data = prepare_images(study.dataset, study.settings, study.seed)
     classes = data.train.classes
     t0 = time.perf_counter()
@@ -144,8 +214,9 @@ def run_diffusion_study(study: DiffusionStudy, out_dir: str | os.PathLike, progr
     labels = balanced_labels(study.samples, len(classes))
     real = matching_images(data.public, labels)  # PUBLIC images: the folder shows and scores no private image
     real_blurred = data.blur(real)
-    reference = {"label": "real public-split images", "fid": evaluator(real), "file": "public.png"}
-    blurred = {"label": "blurred public-split images", "fid": evaluator(real_blurred), "file": "public_blurred.png"}
+    reference = {"label": "real public-split images", "fid": evaluator(real), "file": f"{prefix}public.png"}
+    blurred = {"label": "blurred public-split images", "fid": evaluator(real_blurred),
+               "file": f"{prefix}public_blurred.png"}
     grids = {}
     for ref, images in ((reference, real), (blurred, real_blurred)):
         save_grid(images[:100], run.path(ref["file"]), nrow=10)
@@ -155,7 +226,7 @@ def run_diffusion_study(study: DiffusionStudy, out_dir: str | os.PathLike, progr
     threshold = rejection_threshold(data.blur(data.public.images), study.settings)
     results, unets = [], {}
     for label, kind, eps in tqdm(study.runs(), desc="diffusion methods", disable=not progress):
-        path = run.path(f"runs/{_folder_name(label)}")
+        path = run.path(f"{prefix}runs/{_folder_name(label)}")
         if is_run_folder(path):  # finished before an interruption
             model = DiffusionModel.load(path)
             result = json.loads((path / "result.json").read_text())
@@ -168,13 +239,7 @@ def run_diffusion_study(study: DiffusionStudy, out_dir: str | os.PathLike, progr
         if "rejection" in result:
             grids[f"{label} + rejection (FID {result['rejection']['fid']:.1f})"] = path / "samples_rejection.png"
         results.append(result)
-    rows = [row for r in results for row in _rows(r)]
-    table = pd.DataFrame(rows)
-    run.write_text("table.csv", table.to_csv(index=False))
-    run.write_text("table.md", _markdown(table, reference, blurred, study, feature_seconds))
-    _figure(grids, run.path("samples.png"))
-    run.finish(manifest(results, reference, blurred, study, feature_seconds))
-    return table
+    return results, reference, blurred, grids, feature_seconds
 
 
 def _train_and_score(study: DiffusionStudy, label: str, kind: str, eps: float | None, path: Path, data: ImageData,
@@ -244,16 +309,40 @@ def _reference_text(reference: dict, blurred: dict, study: DiffusionStudy, secon
             "Inception-FID; the classifier has seen these public images).")
 
 
-def _markdown(table: pd.DataFrame, reference: dict, blurred: dict, study: DiffusionStudy, seconds: float) -> str:
-    lines = ["| method | epsilon | protected | FID | mean per-class FID | acceptance |", "|---|---|---|---|---|---|"]
+def _over_seeds(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean (and sd, ``<column>_sd``) over the seeds of each method's FIDs and acceptance rate."""
+    num = ["fid", "fid_per_class_mean", "acceptance_rate"]
+    table = table.assign(acceptance_rate=pd.to_numeric(table["acceptance_rate"], errors="coerce"))
+    agg = {"epsilon": ("epsilon", "first"), "unit": ("unit", "first"),
+           **{c: (c, "mean") for c in num}, **{f"{c}_sd": (c, "std") for c in num}}
+    return table.groupby("method", sort=False).agg(**agg).reset_index()
+
+
+def _pm(r, column: str, fmt: str = ".1f") -> str:
+    """A cell: the value, with '± sd' where the table is over seeds."""
+    sd = r.get(f"{column}_sd")
+    return format(r[column], fmt) + ("" if sd is None or pd.isna(sd) else f" ± {format(sd, fmt)}")
+
+
+def _markdown(table: pd.DataFrame, reference: dict, blurred: dict, study: DiffusionStudy, seconds: float,
+              diffs: pd.DataFrame | None = None) -> str:
+    """table.md: one row per method (mean ± sd over seeds when there are several), the references (seed 0's)
+    and, with ``diffs``, the paired differences of the claims."""
+    lines = [f"# Diffusion study: {study.dataset} {seeds_label(study.seeds)}", "",
+             "| method | epsilon | protected | FID | mean per-class FID | acceptance |", "|---|---|---|---|---|---|"]
+    if "seed" in table:
+        table = _over_seeds(table)
     for _, r in table.iterrows():
         eps = "" if r["epsilon"] is None or (isinstance(r["epsilon"], float) and math.isnan(r["epsilon"])) \
             else f"{r['epsilon']:.3g}"
         unit = {"example": "image + label", "features": "detail beyond blur"}.get(
             r["unit"], "detail beyond blur (never read: epsilon 0)" if r["method"] == "public" else "nothing")
-        acc = "" if r["acceptance_rate"] is None or pd.isna(r["acceptance_rate"]) else f"{r['acceptance_rate']:.2f}"
-        lines.append(f"| {r['method']} | {eps} | {unit} | {r['fid']:.1f} | {r['fid_per_class_mean']:.1f} | {acc} |")
-    return "\n".join(lines) + "\n\n" + _reference_text(reference, blurred, study, seconds) + "\n"
+        acc = "" if r["acceptance_rate"] is None or pd.isna(r["acceptance_rate"]) else _pm(r, "acceptance_rate", ".2f")
+        lines.append(f"| {r['method']} | {eps} | {unit} | {_pm(r, 'fid')} | {_pm(r, 'fid_per_class_mean')} | {acc} |")
+    text = "\n".join(lines) + "\n\n" + _reference_text(reference, blurred, study, seconds) + "\n"
+    if diffs is not None:
+        text += "\n".join(paired_markdown(diffs, study.seeds))
+    return text
 
 
 def manifest(results: list[dict], reference: dict, blurred: dict, study: DiffusionStudy, seconds: float) -> Manifest:

@@ -27,6 +27,7 @@ from dpcare.io import new_figure, save_figure, write_json
 from dpcare.privacy import legacy_delta
 from dpcare.runs import Manifest, RunFolder
 from dpcare.settings import DPSettings, to_dict
+from dpcare.studies.paired import HIGHER, LOWER, Claim, paired_differences, paired_markdown, seeds_label
 from dpcare.synth.evaluate import summary
 from dpcare.synth.sampling import METHODS
 from dpcare.synth.settings import LMSettings, Stage2Settings, StageSettings, SynthSettings
@@ -44,6 +45,15 @@ COLUMNS = {
     "rhc": ["death", "age", "sex", "race", "income", "ninsclas", "aps1", "meanbp1", "hrt1", "cat1"],
 }
 PUBLIC_FOR = {"adult": "support2", "support2": "adult", "rhc": "adult"}
+#: the metrics the claims are checked on: ML efficacy (the paper's headline), marginal fidelity, value perplexity
+PAIRED_METRICS = {"F1 XGB": HIGHER, "HIST20": HIGHER, "ppl value": LOWER}
+
+
+def claims(epsilons) -> list[Claim]:
+    """The paper's claims (Table 3) at every epsilon: both DP-2Stage variants beat DP-Standard."""
+    return [Claim(m, "dp-standard", (), float(e)) for e in epsilons for m in ("dp-2stage-u", "dp-2stage-o")]
+
+
 NOT_PROTECTED = ("DP-2Stage-O's stage-1 table and the pseudo data of DP-2Stage-U (drawn from the spec's declared "
                  "ranges) are public, outside every guarantee.")
 
@@ -73,6 +83,7 @@ class Dp2StageBenchmark:
         LMSettings(layers=1, lora_rank=8), StageSettings(epochs=1.0, batch_size=32, lr=2e-3), lr=2e-3, epochs=2.0,
         batch_size=64))
     compare_sampling_rows: int = 100  # constrained vs rejection vs imputation on one model; 0 skips
+    seeds: int = 1  # seed s: the whole grid (splits, pseudo data, noise, baselines, sampling) at seed + s
 
     @property
     def seed(self) -> int:
@@ -103,8 +114,19 @@ class Dp2StageBenchmark:
         min(1e-5, 0.01/n)), pinned so that the published numbers stay reproducible."""
         return self.settings.dp.delta if self.settings.dp.delta is not None else legacy_delta(rows)
 
+    def at_seed(self, s: int) -> Dp2StageBenchmark:
+        """The one-seed benchmark of seed ``s`` (``settings.dp.seed`` + s); ``at_seed(0)`` is the published one."""
+        if self.seeds < 1:
+            raise ValueError(f"seeds must be >= 1, got {self.seeds}")
+        return replace(self, seeds=1, settings=self.settings.replace(dp=self.settings.dp.replace(seed=self.seed + s)))
+
     def to_dict(self) -> dict:
-        return to_dict(self)
+        """The settings (the run folder's resume key); ``seeds`` only when not 1, so that the published one-seed
+        study keeps its key."""
+        out = to_dict(self)
+        if self.seeds == 1:
+            out.pop("seeds", None)
+        return out
 
 
 def prepare(name: str, bench: Dp2StageBenchmark) -> tuple[pd.DataFrame, pd.DataFrame, TableSchema]:
@@ -190,36 +212,57 @@ def run_benchmark(bench: Dp2StageBenchmark, out: Path | str, force: bool = False
     run.path("runs").mkdir(exist_ok=True)  # the staging folder (a rerun resumes there) with the finished runs
     work = run.staging
     records = []
-    for dataset in bench.datasets:
-        train, test, schema = prepare(dataset, bench)
-        for eps in bench.epsilons:
-            for method in (*bench.methods, *bench.baselines):
-                path = work / "runs" / f"{dataset}-{method}-eps{eps:g}.json"
-                if path.exists():
-                    records.append(json.loads(path.read_text()))
-                    continue
-                log.info("%s %s eps=%g", dataset, method, eps)
-                try:
-                    row = run_one(dataset, method, eps, train, test, schema, bench, work / "stage1")
-                except Exception as err:  # a baseline that cannot run is reported, not hidden
-                    if method in LM_METHODS:
-                        raise
-                    row = {"dataset": dataset, "method": method, "epsilon": eps,
-                           "error": f"{type(err).__name__}: {err}"}
-                write_json(path, row)
-                records.append(row)
+    for s in range(bench.seeds):  # seed 0: the published files and numbers; seed s > 0: files named -seed<s>
+        one, tag = bench.at_seed(s), "" if s == 0 else f"-seed{s}"
+        for dataset in bench.datasets:
+            train, test, schema = prepare(dataset, one)
+            for eps in bench.epsilons:
+                for method in (*bench.methods, *bench.baselines):
+                    path = work / "runs" / f"{dataset}-{method}-eps{eps:g}{tag}.json"
+                    if path.exists():
+                        records.append({**json.loads(path.read_text()), "seed": s})
+                        continue
+                    log.info("%s %s eps=%g seed %d", dataset, method, eps, one.seed)
+                    try:
+                        row = run_one(dataset, method, eps, train, test, schema, one, work / "stage1")
+                    except Exception as err:  # a baseline that cannot run is reported, not hidden
+                        if method in LM_METHODS:
+                            raise
+                        row = {"dataset": dataset, "method": method, "epsilon": eps,
+                               "error": f"{type(err).__name__}: {err}"}
+                    write_json(path, row if s == 0 else {**row, "seed": s})
+                    records.append({**row, "seed": s})
     if bench.compare_sampling_rows:
         path = work / "sampling.json"
         if not path.exists():
             train, _, schema = prepare(bench.datasets[0], bench)
             result = compare_sampling(train, schema, bench, bench.datasets[0], work / "stage1")
             write_json(path, {"dataset": bench.datasets[0], "epsilon": min(bench.epsilons), "models": result})
-    table = summary_table(records)
+    table, diffs = tables(records, bench)
+    first = [r["seed"] == 0 for r in records]  # run.json and the plot: seed 0's models; the others in table.csv
     run.write_text("table.csv", table.to_csv(index=False))
-    run.write_text("table.md", table_markdown(table, work))
-    plot(table, run.path("dp2stage.png"))
-    run.finish(manifest(records, table, work))
+    run.write_text("paired.csv", diffs.to_csv(index=False))
+    run.write_text("table.md", table_markdown(table, work, bench.seeds, diffs))
+    plot(table[first], run.path("dp2stage.png"))
+    m = manifest([r for r in records if r["seed"] == 0], table[first], work)
+    m.files["paired"] = "paired.csv"
+    if bench.seeds > 1:
+        m.notes.append(f"Models and metrics above are seed {bench.seed}'s; the other {bench.seeds - 1} seed(s) are in "
+                       "table.csv (column seed), their paired differences in paired.csv.")
+    run.finish(m)
     return table
+
+
+def tables(records: list[dict], bench: Dp2StageBenchmark) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the table, a seed column when ``bench`` has several seeds; the paired differences of :func:`claims` per
+    data set) of the runs' ``records`` (each with its ``seed``: 0, 1, ...)."""
+    table = summary_table(records)
+    seeds = [r.get("seed", 0) for r in records]
+    diffs = paired_differences(table.assign(seed=seeds), claims(bench.epsilons), PAIRED_METRICS,
+                               epsilon_col="epsilon", by=("dataset",))
+    if bench.seeds > 1:
+        table.insert(3, "seed", seeds)
+    return table, diffs
 
 
 #: the table's metric columns: a run's report numbers (dpcare.synth.evaluate.SUMMARY, in that order) and its fit time
@@ -269,11 +312,34 @@ def manifest(records: list[dict], table: pd.DataFrame, work: Path) -> Manifest:
     return m
 
 
-def table_markdown(table: pd.DataFrame, out: Path) -> str:
-    shown = table.copy()
-    for c in SUMMARY:
-        shown[c] = shown[c].map(lambda v: "" if pd.isna(v) else f"{v:.3f}" if abs(v) < 100 else f"{v:.0f}")
-    text = "| " + " | ".join(shown.columns) + " |\n|" + "---|" * len(shown.columns) + "\n"
+def _num(v: float) -> str:
+    return "" if pd.isna(v) else f"{v:.3f}" if abs(v) < 100 else f"{v:.0f}"
+
+
+def _over_seeds(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (dataset, epsilon, method): 'mean ± sd' over the seeds of every metric, the errors joined."""
+    rows = []
+    for (dataset, eps, method), g in table.groupby(["dataset", "epsilon", "method"], sort=False):
+        row = {"dataset": dataset, "epsilon": eps, "method": method, "seeds": len(g)}
+        for c in SUMMARY:
+            v = g[c].dropna()
+            row[c] = "" if v.empty else _num(v.mean()) + ("" if len(v) < 2 else f" ± {_num(v.std(ddof=1))}")
+        row["error"] = "; ".join(sorted({e for e in g["error"] if e}))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def table_markdown(table: pd.DataFrame, out: Path, seeds: int = 1, diffs: pd.DataFrame | None = None) -> str:
+    """table.md: one row per (dataset, epsilon, method), mean ± sd over seeds when there are several (a seed
+    column in ``table``), the sampling comparison and, with ``diffs``, the paired differences of the claims."""
+    if "seed" in table:
+        shown = _over_seeds(table)
+    else:
+        shown = table.copy()
+        for c in SUMMARY:
+            shown[c] = shown[c].map(_num)
+    text = f"# DP-2Stage benchmark {seeds_label(seeds)}\n\n"
+    text += "| " + " | ".join(shown.columns) + " |\n|" + "---|" * len(shown.columns) + "\n"
     text += "\n".join("| " + " | ".join(str(v) for v in r) + " |" for r in shown.itertuples(index=False))
     sampling = out / "sampling.json"
     if sampling.exists():
@@ -282,6 +348,8 @@ def table_markdown(table: pd.DataFrame, out: Path) -> str:
                  "| model | sampling | valid rate | rows/s |\n|---|---|---|---|\n")
         text += "\n".join(f"| {mode} | {m} | {r['valid_rate']:.3f} | {r['rows_per_second']:.2f} |"
                           for mode, runs in s["models"].items() for m, r in runs.items())
+    if diffs is not None:
+        text += "\n" + "\n".join(paired_markdown(diffs, seeds, by=("dataset",)))
     return text + "\n"
 
 

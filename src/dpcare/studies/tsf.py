@@ -34,6 +34,7 @@ from dpcare.privacy import legacy_delta
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder
 from dpcare.settings import DPSettings
+from dpcare.studies.paired import LOWER, Claim, paired_differences, paired_markdown, seeds_label
 from dpcare.timeseries import Standardizer, TimeSeriesDataset, WindowSet, windows_for
 from dpcare.timeseries.attacks import (
     LIRA_TITLE,
@@ -85,10 +86,15 @@ class TsfBenchmark:
     bootstrap: int = 200  # resamples of windows for the attacks' intervals
     patient_draws: int = 500  # resamples of patients for the AUC intervals
     settings: ForecastSettings = field(default_factory=published_settings)  # its dp.seed: splits, models, shadows
+    seeds: int = 1  # seed s: the whole study (split, models, noise, shadows) at dp.seed + s
 
     @property
     def seed(self) -> int:
         return self.settings.dp.seed
+
+    def at_seed(self, s: int) -> TsfBenchmark:
+        """The one-seed study of seed ``s`` (dp.seed + s); ``at_seed(0)`` is the published seed-0 study."""
+        return replace(self, seeds=1, settings=replace(self.settings, dp=self.settings.dp.replace(seed=self.seed + s)))
 
     @classmethod
     def quick(cls) -> TsfBenchmark:
@@ -103,7 +109,7 @@ class TsfBenchmark:
         names = [d.name if isinstance(d, TimeSeriesDataset) else d for d in self.datasets]
         return {"datasets": names, "methods": list(self.methods), "epsilons": list(self.epsilons),
                 "shadows": self.shadows, "bootstrap": self.bootstrap, "patient_draws": self.patient_draws,
-                "settings": self.settings.to_dict()}
+                "settings": self.settings.to_dict(), **({"seeds": self.seeds} if self.seeds != 1 else {})}
 
     def validate(self) -> list[str]:
         """The labels of the models to train (checks methods, epsilons and shadows)."""
@@ -112,7 +118,36 @@ class TsfBenchmark:
             raise PrivacyParameterError(f"epsilons must be finite numbers > 0, got epsilons = {list(self.epsilons)}")
         if self.shadows < 0:
             raise SettingsError(f"shadows must be >= 0, got shadows = {self.shadows}")
+        if self.seeds < 1:
+            raise SettingsError(f"seeds must be >= 1, got seeds = {self.seeds}")
         return method_labels(self.methods, self.epsilons)
+
+
+#: the metrics the claims are checked on (lower is better: forecast error, attack AUC)
+PAIRED_METRICS = {"test_mse": LOWER, "loss_auc": LOWER, "lira_auc": LOWER}
+
+
+def claims(methods: Sequence[str], epsilons: Sequence[float]) -> list[Claim]:
+    """The paper's claims (Table 1): DP-SGD costs forecast error against the Baseline and lowers the attacks'
+    AUC; each augmentation defence lowers the attacks' AUC against the Baseline and keeps a lower error than
+    DP-SGD at the main epsilon (3 where the grid has it)."""
+    dp = [f"dp-sgd eps={e:g}" for e in epsilons] if "dp-sgd" in methods else []
+    main = f"dp-sgd eps={3.0 if 3.0 in epsilons else max(epsilons):g}" if dp else None
+    out = []
+    for label in dp:
+        out += [Claim("baseline", label, ("test_mse",)), Claim(label, "baseline", ("loss_auc", "lira_auc"))]
+    for d in (m for m in DEFENCES if m in methods):
+        out.append(Claim(d, "baseline", ("loss_auc", "lira_auc")))
+        if main:
+            out.append(Claim(d, main, ("test_mse",)))
+    return out
+
+
+def claim_differences(table: pd.DataFrame, bench: TsfBenchmark) -> pd.DataFrame:
+    """:func:`claims` seed by seed per data set (see :func:`dpcare.studies.paired.paired_differences`)."""
+    runs = table if "seed" in table else table.assign(seed=0)
+    return paired_differences(runs, claims(bench.methods, bench.epsilons), PAIRED_METRICS, epsilon_col=None,
+                              by=("data",))
 
 
 # --------------------------------------------------------------------------- training the table's models
@@ -276,23 +311,51 @@ class _Parts:
 
 def run_tsf_benchmark(bench: TsfBenchmark, out_dir: str | Path, progress: bool = True,
                       force: bool = False) -> pd.DataFrame:
-    """Train, attack and tabulate every method on every data set; a run folder with run.json."""
+    """Train, attack and tabulate every method on every data set, for every seed (seed s > 0 in
+    ``<data>/seed<s>/``; run.json, its attack files and the ROC plots hold seed 0's models); the paired
+    differences of :func:`claims` in paired.csv and table.md; a run folder with run.json."""
     labels = bench.validate()
     run = RunFolder(out_dir, "study:tsf", bench.config(), force=force, command="dpcare benchmark tsf")
     run.write_json("config.json", bench.config())
     rows, parts = [], _Parts()
+    for s in range(bench.seeds):
+        rows += _one_seed(bench.at_seed(s), s, labels, run, parts, progress)
+    table = pd.DataFrame(rows)
+    if bench.seeds == 1:
+        table = table.drop(columns="seed")
+    diffs = claim_differences(table, bench)
+    run.write_text("table.csv", table.to_csv(index=False))
+    run.write_text("paired.csv", diffs.to_csv(index=False))
+    run.write_text("table.md", markdown(table, bench, diffs))
+    m = _manifest(parts, run)
+    m.files["paired"] = "paired.csv"
+    if bench.seeds > 1:
+        m.notes.append(f"Models, metrics and attacks above are seed {bench.seed}'s; the other {bench.seeds - 1} "
+                       "seed(s) are in table.csv (column seed) and <data>/seed<s>/, their paired differences in "
+                       "paired.csv.")
+    run.finish(m)
+    return table
+
+
+def _one_seed(bench: TsfBenchmark, s: int, labels: list[str], run: RunFolder, parts: _Parts,
+              progress: bool) -> list[dict]:
+    """The table rows of the one-seed ``bench`` (the study's seed ``s``) on every data set, its files in
+    ``<data>/`` (s = 0, the published layout) or ``<data>/seed<s>/``; seed 0 also fills ``parts`` (run.json)."""
+    rows = []
     for dataset in bench.datasets:
         data = prepare_tsf(dataset, seed=bench.seed)
         name = data.name
-        run.write_json(f"{name}/data.json", data.summary())
-        targets = _target(data, labels, bench, run.path(f"{name}/target"), Path(run.checkpoint_dir) / name, progress)
+        where = name if s == 0 else f"{name}/seed{s}"
+        run.write_json(f"{where}/data.json", data.summary())
+        targets = _target(data, labels, bench, run.path(f"{where}/target"), Path(run.checkpoint_dir) / where,
+                          progress)
         lira = {}
         train_patients, test_patients = data.part("train").patient, data.part("test").patient
         patient_ci = {lab: {"loss": clustered_auc_interval(t["roc"]["members"], train_patients, t["roc"]["nonmembers"],
                                                            test_patients, bench.patient_draws)}
                       for lab, t in targets.items()}
         if bench.shadows >= 2:
-            shadow_losses, shadow_in = _shadows(data, labels, bench, run.path(f"{name}/shadows"), progress)
+            shadow_losses, shadow_in = _shadows(data, labels, bench, run.path(f"{where}/shadows"), progress)
             pop, target_in, _ = _population(data)
             lira = {lab: lira_report(np.array(targets[lab]["population_losses"]), target_in, shadow_losses[lab],
                                      shadow_in, bench.bootstrap) for lab in labels}
@@ -300,22 +363,21 @@ def run_tsf_benchmark(bench: TsfBenchmark, out_dir: str | Path, progress: bool =
                 patient_ci[lab]["lira"] = clustered_auc_interval(r["scores"]["members"], pop.patient[target_in],
                                                                  r["scores"]["nonmembers"], pop.patient[~target_in],
                                                                  bench.patient_draws)
-            run.write_json(f"{name}/lira.json", {lab: {k: v for k, v in r.items() if k != "scores"}
-                                                  for lab, r in lira.items()})
-        run.write_json(f"{name}/patient_intervals.json", patient_ci)
+            run.write_json(f"{where}/lira.json", {lab: {k: v for k, v in r.items() if k != "scores"}
+                                                   for lab, r in lira.items()})
+        run.write_json(f"{where}/patient_intervals.json", patient_ci)
         verdicts = _verdicts(data, targets, bench.seed)
         for lab in labels:
-            rows.append(_row(data, targets[lab], lira.get(lab), patient_ci[lab]) | {"verdict": _word(verdicts[lab])})
+            rows.append(_row(data, targets[lab], lira.get(lab), patient_ci[lab])
+                        | {"verdict": _word(verdicts[lab]), "seed": s})
         baselines = verdicts[labels[0]]["baselines"]
-        rows += [{"data": name, "method": SHORT[e["name"]], "test_mse": e["metrics"]["test MSE"]} for e in baselines]
-        _plots(data.name, targets, lira, run)
-        _gather(parts, data, [targets[lab] for lab in labels], lira, patient_ci)
-        _gather_baselines(parts.manifest, name, labels, verdicts)
-    table = pd.DataFrame(rows)
-    run.write_text("table.csv", table.to_csv(index=False))
-    run.write_text("table.md", markdown(table, bench))
-    run.finish(_manifest(parts, run))
-    return table
+        rows += [{"data": name, "method": SHORT[e["name"]], "test_mse": e["metrics"]["test MSE"], "seed": s}
+                 for e in baselines]
+        if s == 0:
+            _plots(data.name, targets, lira, run)
+            _gather(parts, data, [targets[lab] for lab in labels], lira, patient_ci)
+            _gather_baselines(parts.manifest, name, labels, verdicts)
+    return rows
 
 
 def _gather(parts: _Parts, data: TsfData, targets: list[dict], lira: dict[str, dict], patient_ci: dict) -> None:
@@ -404,11 +466,32 @@ def _plots(name: str, targets: dict[str, dict], lira: dict[str, dict], run: RunF
                   for lab, r in lira.items()}, run.path(f"roc-lira-{name}.png"), title=f"LiRA (online), {name}")
 
 
-def markdown(table: pd.DataFrame, bench: TsfBenchmark) -> str:
+def _over_seeds(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (data, method): 'mean ± sd' over the seeds of the numbers, the verdicts counted ('2/3
+    beats'); the per-seed intervals stay in table.csv."""
+    rows = []
+    for (data, method), g in table.groupby(["data", "method"], sort=False):
+        row = {"data": data, "method": method, "seeds": len(g)}
+        for c in ("epsilon", "test_mse", "priv", "loss_auc", "loss_tpr_1pct", "lira_auc", "lira_tpr_1pct"):
+            v = pd.to_numeric(g[c], errors="coerce").dropna() if c in g else pd.Series(dtype=float)
+            row[c] = "" if v.empty else f"{v.mean():.4g}" + ("" if len(v) < 2 else f" ± {round(v.std(ddof=1), 12):.2g}")
+        if "verdict" in g and g["verdict"].notna().any():
+            row["verdict"] = f"{int((g['verdict'] == 'beats').sum())}/{len(g)} beats"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def markdown(table: pd.DataFrame, bench: TsfBenchmark, diffs: pd.DataFrame | None = None) -> str:
+    """table.md: one row per (data, method), mean ± sd over seeds when there are several (a seed column in
+    ``table``), the notes and, with ``diffs``, the paired differences of :func:`claims`."""
     cols = ["data", "method", "epsilon", "test_mse", "verdict", "priv", "loss_auc", "loss_auc_patient_ci", "loss_tpr_1pct",
             "lira_auc", "lira_auc_patient_ci", "lira_tpr_1pct"]
+    if "seed" in table:
+        table = _over_seeds(table)
+        cols = ["data", "method", "seeds", *(c for c in cols[2:] if not c.endswith("patient_ci"))]
     cols = [c for c in cols if c in table]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines = [f"# Time-series forecasting: membership-inference defences {seeds_label(bench.seeds)}", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in table.iterrows():
         lines.append("| " + " | ".join(_fmt(r[c]) for c in cols) + " |")
     note = (f"\nverdict: against BOTH public baselines on the same test windows (last observation carried forward, "
@@ -418,6 +501,8 @@ def markdown(table: pd.DataFrame, bench: TsfBenchmark) -> str:
             f"Shadows per LiRA: {bench.shadows}. AUC intervals: 95% bootstrap over PATIENTS (a patient's windows "
             "are correlated). epsilon: patient-level (add/remove one patient with all windows), "
             "from the run's ledger; empty = no formal guarantee (augmentation gives none).\n")
+    if diffs is not None:
+        note += "\n".join(paired_markdown(diffs, bench.seeds, by=("data",)))
     return "\n".join(lines) + note
 
 
