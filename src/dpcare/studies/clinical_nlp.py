@@ -53,7 +53,14 @@ from dpcare.runs import MANIFEST, Manifest, RunFolder, is_run_folder, read_manif
 from dpcare.runs.folder import CHECKPOINTS, PARTIAL, staging_path
 from dpcare.runs.journal import append_run, check_settings, read_journal
 from dpcare.studies.grid import parallel_results
-from dpcare.studies.paired import HIGHER, LOWER, Claim, paired_differences, paired_markdown, seeds_label
+from dpcare.studies.paired import (
+    HIGHER,
+    LOWER,
+    Claim,
+    paired_differences,
+    paired_markdown,
+    seeds_label,
+)
 from dpcare.text.lm.finetune import CLIP_VARIANTS, FinetuneMode, adaptive_clip
 from dpcare.text.spans import ENTITY_LABELS, Note
 
@@ -260,8 +267,8 @@ def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: st
     if task == "token-ner":
         return {**row, **_token_ner_cell(split, mode, epsilon, seed, bench)}
     from dpcare.lm import load_causal_lm
-    from dpcare.text.lm.attacks import insert_canaries, loss_attack_lm, make_note_canaries
     from dpcare.text.evaluation import perplexity
+    from dpcare.text.lm.attacks import insert_canaries, loss_attack_lm, make_note_canaries
     from dpcare.text.lm.finetune import finetune
 
     rows = {"task": task, "labels": ENTITY_LABELS, "window": bench.window, "stride": bench.window}

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dpcare.exceptions import DataError, UnknownNameError
+from dpcare.exceptions import DataError, SettingsError, UnknownNameError
 from dpcare.images.blur import GaussianBlur
 from dpcare.images.data import ImageSet, load_digits, load_mnist, split_images
 from dpcare.images.fid import FidEvaluator, fid_per_class, train_feature_net
@@ -95,7 +95,7 @@ class DiffusionStudy:
     def at_seed(self, s: int) -> DiffusionStudy:
         """The one-seed study of seed ``s`` (seed + s); ``at_seed(0)`` is the published seed-0 study."""
         if self.seeds < 1:
-            raise ValueError(f"seeds must be >= 1, got {self.seeds}")
+            raise SettingsError(f"seeds must be >= 1, got {self.seeds}")
         return replace(self, seed=self.seed + s, seeds=1)
 
     def runs(self) -> list[tuple[str, str, float | None]]:

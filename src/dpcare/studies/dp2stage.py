@@ -23,11 +23,19 @@ import numpy as np
 import pandas as pd
 
 from dpcare.data import TableSchema, load_dataset, split_table
+from dpcare.exceptions import SettingsError
 from dpcare.io import new_figure, save_figure, write_json
 from dpcare.privacy import legacy_delta
 from dpcare.runs import Manifest, RunFolder
 from dpcare.settings import DPSettings, to_dict
-from dpcare.studies.paired import HIGHER, LOWER, Claim, paired_differences, paired_markdown, seeds_label
+from dpcare.studies.paired import (
+    HIGHER,
+    LOWER,
+    Claim,
+    paired_differences,
+    paired_markdown,
+    seeds_label,
+)
 from dpcare.synth.evaluate import summary
 from dpcare.synth.sampling import METHODS
 from dpcare.synth.settings import LMSettings, Stage2Settings, StageSettings, SynthSettings
@@ -117,7 +125,7 @@ class Dp2StageBenchmark:
     def at_seed(self, s: int) -> Dp2StageBenchmark:
         """The one-seed benchmark of seed ``s`` (``settings.dp.seed`` + s); ``at_seed(0)`` is the published one."""
         if self.seeds < 1:
-            raise ValueError(f"seeds must be >= 1, got {self.seeds}")
+            raise SettingsError(f"seeds must be >= 1, got {self.seeds}")
         return replace(self, seeds=1, settings=self.settings.replace(dp=self.settings.dp.replace(seed=self.seed + s)))
 
     def to_dict(self) -> dict:

@@ -38,8 +38,8 @@ from dpcare.io import epsilon_curves, new_figure, save_figure, write_json, write
 from dpcare.privacy import legacy_delta
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder
-from dpcare.settings import DPSettings
 from dpcare.runs.journal import append_run, check_settings, read_journal
+from dpcare.settings import DPSettings
 from dpcare.studies.grid import parallel_results
 from dpcare.studies.paired import HIGHER, paired_differences, paired_markdown, seeds_label
 from dpcare.text.classify.data import TextViews

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dpcare.exceptions import SettingsError
+
 HIGHER, LOWER = "higher", "lower"
 HOLDS, NOT_SHOWN, ONE_SEED = "holds", "not shown", "one seed: not tested"
 MIN_INTERVAL_SEEDS = 3
@@ -55,7 +57,7 @@ def as_claim(claim: Claim | Sequence) -> Claim:
         return Claim(claim[0], claim[1])
     if len(claim) == 3:
         return Claim(claim[0], claim[1], epsilon=claim[2])
-    raise ValueError(f"a claim is (better, worse) or (better, worse, epsilon), got {claim!r}")
+    raise SettingsError(f"a claim is (better, worse) or (better, worse, epsilon), got {claim!r}")
 
 
 def seeds_label(seeds: int) -> str:
@@ -67,7 +69,7 @@ def oriented(better: np.ndarray, worse: np.ndarray, direction: str) -> np.ndarra
     """Per-seed differences, positive when ``better`` is better: better - worse (higher is better) or
     worse - better (lower is better)."""
     if direction not in (HIGHER, LOWER):
-        raise ValueError(f"direction must be {HIGHER!r} or {LOWER!r}, got {direction!r}")
+        raise SettingsError(f"direction must be {HIGHER!r} or {LOWER!r}, got {direction!r}")
     better, worse = np.asarray(better, float), np.asarray(worse, float)
     return better - worse if direction == HIGHER else worse - better
 
@@ -127,7 +129,7 @@ def paired_differences(runs: pd.DataFrame, claims: Iterable[Claim | Sequence], m
                 continue
             for metric in claim.metrics or tuple(metrics):
                 if metric not in metrics:
-                    raise ValueError(f"claim {claim.text}: metric {metric!r} has no direction in {dict(metrics)}")
+                    raise SettingsError(f"claim {claim.text}: metric {metric!r} has no direction in {dict(metrics)}")
                 if metric not in a or metric not in b:
                     continue
                 x = pd.to_numeric(a.loc[common, metric], errors="coerce").to_numpy(float)
