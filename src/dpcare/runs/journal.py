@@ -69,7 +69,7 @@ def journaled_map(fn: Callable[..., Any], tasks: Sequence[tuple], keys: Sequence
     results are read back through ``decode``, e.g. ``np.asarray``). ``journal=None``: no journal.
     ``on_result(i, result)`` is called for every task, journaled ones first."""
     if len(keys) != len(tasks) or len(set(keys)) != len(keys):
-        raise ValueError("journaled_map needs one distinct key per task")
+        raise TypeError("journaled_map needs one distinct key per task")
     if journal is None:
         return map_tasks(fn, tasks, workers, on_result)
     rows = read_journal(journal)
