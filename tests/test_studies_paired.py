@@ -153,3 +153,108 @@ def test_clinical_nlp_writes_its_paired_section(seeds):
     assert ("(one seed)" in text.splitlines()[0]) == (seeds == 1)
     assert ("not a test" in text) == (seeds == 1)
     assert ("| holds |" in text) == (seeds == 3)
+
+
+def _diffusion_results(seed: int, epsilons) -> list[dict]:
+    fid = {"non-private": 4.0, "public": 100.0, "dp": 350.0, "fdp-dpsgd": 11.0, "fdp-alg1": 80.0}
+    out = []
+    for label, kind, eps in [("non-private", "non-private", None), ("public", "public", None),
+                             *((f"{k} eps={e:g}", k, e) for e in epsilons for k in ("dp", "fdp-dpsgd", "fdp-alg1"))]:
+        info = {"guarantee": {"epsilon": eps, "unit": "example" if kind == "dp" else "features"}} if eps else {}
+        r = {"label": label, "kind": kind, "epsilon_target": eps, "info": info, "seconds": 1.0,
+             "images_per_second": 10.0, "fid": fid[kind] + seed, "fid_per_class": {"0": fid[kind] * 2, "1": None}}
+        if kind == "fdp-alg1":
+            r["rejection"] = {"acceptance_rate": 0.2, "fid": fid[kind] - 10 + seed, "fid_per_class": {"0": 1.0}}
+        out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("seeds", [1, 3])
+def test_diffusion_writes_its_paired_section(seeds):
+    from dpcare.studies import diffusion as df
+
+    study = df.DiffusionStudy(epsilons=(8.0, 1.0), seeds=seeds)
+    assert ("seeds" in study.config()) == (seeds > 1) and study.at_seed(2).seed == 2
+    per_seed = [_diffusion_results(s, study.epsilons) for s in range(seeds)]
+    table, diffs = df.tables(per_seed, study)
+    assert ("seed" in table) == (seeds > 1) and len(table) == 10 * seeds
+    fid = diffs[diffs["metric"] == "fid"].set_index(["claim", "epsilon"])
+    assert fid.loc[("fdp-dpsgd > dp", 8.0), "mean_diff"] == pytest.approx(339.0)  # FID: lower is better
+    assert fid.loc[("fdp-dpsgd > public", 1.0), "mean_diff"] == pytest.approx(89.0)
+    ref = {"label": "real", "fid": 1.8, "file": "public.png"}
+    text = df._markdown(table, ref, {**ref, "fid": 110.0}, study, 3.0, diffs)
+    assert ("(one seed)" in text.splitlines()[0]) == (seeds == 1)
+    assert ("not a test" in text) == (seeds == 1)
+    assert ("| holds |" in text) == (seeds == 3)
+    assert ("| fdp-dpsgd eps=8 | 8 | detail beyond blur | 12.0 ± 1.0 |" in text) == (seeds == 3)
+
+
+def _dp2stage_records(seeds: int) -> list[dict]:
+    level = {"dp-standard": 0.3, "dp-2stage-u": 0.4, "dp-2stage-o": 0.35, "mst": 0.45}
+    return [{"dataset": d, "method": m, "epsilon": e, "seed": s, "fit_seconds": 1.0,
+             "perplexity": {"value": 10 - 10 * v + _noise(s, 1)},
+             "metrics": {"ml_efficacy": {"xgboost": {"f1_minority": v + _noise(s, 2), "auc": v}},
+                         "hist": {"bins_20": v + 0.4 + _noise(s, 3)}}}
+            for s in range(seeds) for d in ("adult", "support2") for e in (1.0, 8.0) for m, v in level.items()]
+
+
+@pytest.mark.parametrize("seeds", [1, 3])
+def test_dp2stage_writes_its_paired_section(seeds, tmp_path):
+    from dpcare.studies import dp2stage as ds
+
+    bench = ds.Dp2StageBenchmark(seeds=seeds)
+    assert ("seeds" in bench.to_dict()) == (seeds > 1) and bench.at_seed(1).seed == bench.seed + 1
+    table, diffs = ds.tables(_dp2stage_records(seeds), bench)
+    assert ("seed" in table) == (seeds > 1)
+    assert set(diffs["metric"]) == set(ds.PAIRED_METRICS) and set(diffs["dataset"]) == {"adult", "support2"}
+    ppl = diffs[(diffs["metric"] == "ppl value") & (diffs["claim"] == "dp-2stage-u > dp-standard")]
+    assert list(ppl["mean_diff"]) == pytest.approx([1.0] * 4)  # perplexity: lower is better
+    text = ds.table_markdown(table, tmp_path, seeds, diffs)
+    assert ("(one seed)" in text.splitlines()[0]) == (seeds == 1)
+    assert ("not a test" in text) == (seeds == 1)
+    assert ("| holds |" in text) == (seeds == 3)
+
+
+def _tsf_rows(seeds: int) -> list[dict]:
+    mse = {"baseline": 1.0, "dp-sgd eps=3": 1.5, "zoo": 1.1, "mixup": 1.2}
+    auc = {"baseline": 0.7, "dp-sgd eps=3": 0.5, "zoo": 0.55, "mixup": 0.6}
+    rows = []
+    for s in range(seeds):
+        for data in ("mimic_demo", "pbcseq"):
+            rows += [{"data": data, "method": m, "epsilon": 3.0 if "eps" in m else None, "seed": s,
+                      "test_mse": v + _noise(s, 1), "verdict": "beats", "priv": 0.1, "loss_auc": auc[m] + _noise(s, 2),
+                      "loss_auc_patient_ci": "[0.40, 0.60]", "lira_auc": auc[m] + _noise(s, 3)} for m, v in mse.items()]
+            rows.append({"data": data, "method": "LOCF", "test_mse": 2.0, "seed": s})
+    return rows
+
+
+@pytest.mark.parametrize("seeds", [1, 3])
+def test_tsf_writes_its_paired_section(seeds):
+    from dpcare.studies import tsf
+
+    bench = tsf.TsfBenchmark(methods=("baseline", "dp-sgd", "zoo", "mixup"), epsilons=(3.0,), seeds=seeds)
+    assert ("seeds" in bench.config()) == (seeds > 1) and bench.at_seed(2).seed == 2
+    table = pd.DataFrame(_tsf_rows(seeds))
+    if seeds == 1:
+        table = table.drop(columns="seed")
+    diffs = tsf.claim_differences(table, bench)
+    mse = diffs[(diffs["metric"] == "test_mse")].set_index(["data", "claim"])
+    assert mse.loc[("pbcseq", "baseline > dp-sgd eps=3"), "mean_diff"] == pytest.approx(0.5)  # MSE: lower is better
+    assert mse.loc[("pbcseq", "zoo > dp-sgd eps=3"), "mean_diff"] == pytest.approx(0.4)
+    auc = diffs[diffs["metric"] == "loss_auc"].set_index(["data", "claim"])
+    assert auc.loc[("mimic_demo", "mixup > baseline"), "mean_diff"] == pytest.approx(0.1)
+    text = tsf.markdown(table, bench, diffs)
+    assert ("(one seed)" in text.splitlines()[0]) == (seeds == 1)
+    assert ("not a test" in text) == (seeds == 1)
+    assert ("| holds |" in text) == (seeds == 3)
+    assert ("3/3 beats" in text) == (seeds == 3)
+
+
+@pytest.mark.parametrize("study", ["fusiondp", "fusiondp-text", "clinical-nlp", "dp2stage", "tsf", "diffusion"])
+def test_every_benchmark_takes_seeds(study):
+    from typer.testing import CliRunner
+
+    from dpcare.cli import app
+
+    r = CliRunner().invoke(app, ["benchmark", study, "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert r.exit_code == 0 and "--seeds" in r.output
