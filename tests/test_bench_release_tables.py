@@ -1,0 +1,80 @@
+"""The release-table aggregation of benchmarks/bench_release_tables.py on fabricated run.json records (no training)."""
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_release_tables.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_release_tables", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def comparison(metric, model, baseline, low, high, higher=True, name="a constant prediction"):
+    diff = (model - baseline) if higher else (baseline - model)
+    return {"metric": metric, "model": model, "baseline_name": name, "baseline": baseline, "difference": diff,
+            "low": low, "high": high, "higher_is_better": higher, "units": 100, "resamples": 1000,
+            "beats": low > 0, "verdict": "..."}
+
+
+def run_json(*comparisons, name="a constant prediction"):
+    return {"kind": "tabular", "baselines": [{"name": name, "metrics": {}, "comparisons": list(comparisons)}]}
+
+
+def row_of(text, method, eps):
+    return next(line for line in text.splitlines() if line.startswith(f"| {method} | {eps} |"))
+
+
+def test_mean_sd_beats_and_intervals(bench):
+    cells = {("dp-sgd", 1.0, s): run_json(comparison("test AUPRC", m, 0.66, lo, lo + 0.1))
+             for s, m, lo in ((0, 0.80, 0.10), (1, 0.82, 0.12), (2, 0.84, -0.01))}
+    text = bench.build_tables(cells, ["dp-sgd"], [1.0], [0, 1, 2])
+    row = row_of(text, "dp-sgd", 1)
+    cols = [c.strip() for c in row.strip("|").split("|")]
+    assert cols[2] == "0.820 ± 0.020"  # mean, sample sd (ddof 1) of 0.80, 0.82, 0.84
+    assert cols[3] == "0.660 ± 0.000"
+    assert "seed 0: +0.140 [+0.100, +0.200]" in cols[4] and "seed 2: +0.180 [-0.010, +0.090]" in cols[4]
+    assert cols[5] == "2/3 seeds"
+    assert "#### test AUPRC" in text and "- public baseline of dp-sgd: a constant prediction" in text
+
+
+def test_missing_cells_are_shown_as_missing(bench):
+    cells = {("feature-dp", 3.0, 0): run_json(comparison("test AUROC", 0.75, 0.70, 0.01, 0.09)),
+             ("feature-dp", 3.0, 1): None, ("feature-dp", 3.0, 2): None,
+             ("feature-dp", 8.0, 0): None, ("feature-dp", 8.0, 1): None, ("feature-dp", 8.0, 2): None}
+    text = bench.build_tables(cells, ["feature-dp"], [3.0, 8.0], [0, 1, 2])
+    row = row_of(text, "feature-dp", 3)
+    assert "0.750 ± 0.000 (1 of 3 seeds)" in row
+    assert "seed 1: missing; seed 2: missing" in row
+    assert row.rstrip(" |").endswith("1/3 seeds (2 missing)")
+    empty = row_of(text, "feature-dp", 8)
+    assert empty.count("missing") >= 4 and "0/3 seeds (3 missing)" in empty
+
+
+def test_lower_is_better_and_undefined(bench):
+    fid = comparison("test FID", 30.0, 40.0, 5.0, 15.0, higher=False)
+    undefined = {"metric": "test FID", "model": None, "baseline_name": "b", "baseline": 41.0, "beats": False,
+                 "undefined": True, "verdict": "undefined"}
+    cells = {("fdp-dpsgd", 8.0, 0): run_json(fid), ("fdp-dpsgd", 8.0, 1): run_json(undefined)}
+    text = bench.build_tables(cells, ["fdp-dpsgd"], [8.0], [0, 1])
+    assert "lower is better" in text and "baseline - DP" in text
+    row = row_of(text, "fdp-dpsgd", 8)
+    assert "seed 0: +10.000 [+5.000, +15.000]" in row and "seed 1: undefined" in row
+    assert "30.000 ± 0.000 (1 of 2 seeds)" in row and "40.500 ± 0.707" in row and "1/2 seeds" in row
+
+
+def test_several_metrics_and_nothing_finished(bench):
+    cells = {("m", 1.0, 0): run_json(comparison("AUC XGB", 0.6, 0.5, 0.01, 0.2),
+                                     comparison("AUC LR", 0.55, 0.5, -0.1, 0.2))}
+    text = bench.build_tables(cells, ["m"], [1.0], [0])
+    assert text.index("#### AUC XGB") < text.index("#### AUC LR")
+    assert bench.build_tables({("m", 1.0, 0): None}, ["m"], [1.0], [0]).startswith("no finished run")
+    assert bench._mean_sd([None, float("nan")]) is None
+    assert bench._mean_sd([1.0])[1] == 0.0 and math.isclose(bench._mean_sd([1.0, 3.0])[1], math.sqrt(2))
