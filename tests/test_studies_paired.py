@@ -155,6 +155,30 @@ def test_clinical_nlp_writes_its_paired_section(seeds):
     assert ("| holds |" in text) == (seeds == 3)
 
 
+@pytest.mark.parametrize("seeds", [1, 3])
+def test_fusiondp_writes_its_paired_section(seeds):
+    from types import SimpleNamespace
+
+    from dpcare.studies import fusiondp as fd
+
+    bench = fd.FusionBenchmark(seeds=seeds, epsilons=(0.5, 2.0))
+    level = {"sgd-org": 0.86, "sgd-hybrid": 0.85, "sgd-pub": 0.84, "dp-sgd": 0.80, "naive-fusion": 0.81,
+             "naive-fusion-pub": 0.80, "feature-dp": 0.82, "calibrated-fusion": 0.83, "fusiondp": 0.845}
+    chosen = pd.DataFrame([{"method": m, "target_epsilon": e, "epsilon": e or math.inf, "seed": s,
+                            "test_auprc": v + _noise(s, 1), "test_auroc": v - 0.1 + _noise(s, 2)}
+                           for m, v in level.items() for e in ([None] if m in fd.NONPRIVATE else bench.epsilons)
+                           for s in range(seeds)])
+    diffs = fd.claim_differences(chosen, bench)
+    assert len(diffs) == len(fd.CLAIMS) * 2 * len(fd.PAIRED_METRICS)  # every claim at both epsilons
+    assert set(diffs["epsilon"]) == {0.5, 2.0}
+    text = fd.markdown(fd.summarize(chosen), SimpleNamespace(private_columns=("age",)), bench,
+                       fd.PreparedSplits({}), diffs)
+    assert "## Paired differences over seeds" in text
+    assert ("(one seed)" in text.splitlines()[0]) == (seeds == 1)
+    assert ("not a test" in text) == (seeds == 1)
+    assert ("| holds |" in text) == (seeds == 3)
+
+
 def _diffusion_results(seed: int, epsilons) -> list[dict]:
     fid = {"non-private": 4.0, "public": 100.0, "dp": 350.0, "fdp-dpsgd": 11.0, "fdp-alg1": 80.0}
     out = []

@@ -43,6 +43,7 @@ from dpcare.privacy import (
 )
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder
+from dpcare.studies.paired import HIGHER, paired_differences, paired_markdown, seeds_label
 from dpcare.tabular.recipe import evaluate
 
 FRACTIONS = {"public": 0.1, "train": 0.7, "val": 0.1, "test": 0.1}
@@ -54,6 +55,12 @@ TUNING_NOTE = ("Hyperparameters were chosen on the private validation split; tha
 CHARGED_NOTE = ("Tuning was private and is counted: each seed trained all grid candidates under one calibrated "
                 "noise multiplier and picked one by a Gaussian-noised validation count; the epsilon covers all of it "
                 "(train + validation rows).")
+
+#: (better, worse) pairs behind the paper's claims (Zeng et al., Figure 2), compared seed by seed at every epsilon
+CLAIMS = (("fusiondp", "dp-sgd"), ("fusiondp", "feature-dp"), ("fusiondp", "calibrated-fusion"),
+          ("sgd-hybrid", "sgd-pub"))
+#: the test metrics the claims are checked on
+PAIRED_METRICS = {"auprc": HIGHER, "auroc": HIGHER}
 
 
 @dataclass
@@ -187,9 +194,11 @@ def run_benchmark(df: pd.DataFrame, schema: TableSchema, bench: FusionBenchmark,
     else:
         runs, chosen, best = uncharged_runs(methods, eps_of, prepared, bench, progress)
     table = summarize(chosen)
+    diffs = claim_differences(chosen, bench)
     folder.write_text("runs.csv", runs.to_csv(index=False))
     folder.write_text("table.csv", table.to_csv(index=False))
-    folder.write_text("table.md", markdown(table, schema, bench, prepared[0]))
+    folder.write_text("paired.csv", diffs.to_csv(index=False))
+    folder.write_text("table.md", markdown(table, schema, bench, prepared[0], diffs))
     folder.write_json("imputation.json", {s: p.imputation for s, p in prepared.items()})
     folder.write_json("settings.json", {**asdict(bench), "chosen": best})
     plot(table, folder.path("auprc_vs_epsilon.png"), schema)
@@ -202,7 +211,8 @@ def manifest(table: pd.DataFrame, schema: TableSchema, bench: FusionBenchmark) -
     ledger lines), test AUPRC / AUROC, what is not protected."""
     cols = ", ".join(schema.private_columns)
     m = Manifest(headline=["test AUPRC", "test AUROC"], figures=[["test AUPRC against epsilon", "auprc_vs_epsilon.png"]],
-                 files={"table": "table.md", "runs": "runs.csv", "imputation": "imputation.json"})
+                 files={"table": "table.md", "runs": "runs.csv", "paired": "paired.csv",
+                        "imputation": "imputation.json"})
     for r in table.to_dict("records"):
         finite = math.isfinite(r["target_epsilon"])
         model = f"{r['method']} eps={r['target_epsilon']:g}" if finite else r["method"]
@@ -308,10 +318,21 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
             .reset_index())
 
 
-def markdown(table: pd.DataFrame, schema: TableSchema, bench: FusionBenchmark, prep: PreparedSplits) -> str:
+def claim_differences(chosen: pd.DataFrame, bench: FusionBenchmark) -> pd.DataFrame:
+    """:data:`CLAIMS` seed by seed at every epsilon of ``bench`` on the test metrics (the chosen runs; see
+    :func:`dpcare.studies.paired.paired_differences`)."""
+    test = chosen.rename(columns={f"test_{m}": m for m in PAIRED_METRICS})
+    parts = [paired_differences(test, CLAIMS, PAIRED_METRICS, e) for e in bench.epsilons]
+    return pd.concat(parts, ignore_index=True) if parts else paired_differences(test, (), PAIRED_METRICS)
+
+
+def markdown(table: pd.DataFrame, schema: TableSchema, bench: FusionBenchmark, prep: PreparedSplits,
+             diffs: pd.DataFrame | None = None) -> str:
+    """The study's table.md; ``diffs``: its :func:`claim_differences` (the "Paired differences" section)."""
     eps = sorted(e for e in table["target_epsilon"].unique() if math.isfinite(e))
     head = "| method | " + " | ".join(f"eps={e:g}" for e in eps) + " | non-private |"
-    lines = [f"# FusionDP comparison: private columns {', '.join(schema.private_columns)}", "",
+    lines = [f"# FusionDP comparison: private columns {', '.join(schema.private_columns)} {seeds_label(bench.seeds)}",
+             "",
              f"Test AUPRC, mean ± sd over {bench.seeds} seed(s); {bench.epochs:g} epochs; imputer {bench.imputer}.",
              "", head, "|" + "---|" * (len(eps) + 2)]
     for method in table["method"].unique():
@@ -322,6 +343,8 @@ def markdown(table: pd.DataFrame, schema: TableSchema, bench: FusionBenchmark, p
               "any guarantee.", ""]
     if prep.dp_sgd_note:
         lines += [prep.dp_sgd_note, ""]
+    if diffs is not None:
+        lines += paired_markdown(diffs, bench.seeds)
     return "\n".join(lines)
 
 
