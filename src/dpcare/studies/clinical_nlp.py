@@ -110,6 +110,9 @@ class ClinicalNLPBenchmark:
     seeds: int = 1
     workers: int = 2
     physical_batch: int = 2  # rows per forward/backward pass (memory only: the gradients are the same)
+    # dp-prefix's start: the task's public instruction ("text", the default since issue 23) or peft's random
+    # prefix ("random": the published table's DP-Prefix cells); in the resume fingerprint, so journals never mix
+    prefix_init: str = "text"
 
     @classmethod
     def quick(cls) -> ClinicalNLPBenchmark:
@@ -282,7 +285,7 @@ def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: st
         return finetune(notes, task, mode, epsilon=epsilon, delta=DELTA if private else None, model=bench.model,
                         layers=bench.layers, epochs=bench.epochs, batch_size=bench.batch_size,
                         clip_norm=bench.clip_norm, seed=seed, noise_seed=seed, window=bench.window,
-                        stride=bench.window,
+                        stride=bench.window, prefix_init=bench.prefix_init,
                         adaptive_clip=adaptive_clip(variant), max_physical_batch=bench.physical_batch)
 
     t0 = time.perf_counter()

@@ -14,6 +14,7 @@ validation data is itself a release that the per-run guarantee does not count.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -32,7 +33,6 @@ from dpcare.io import new_figure, save_figure
 from dpcare.methods import DPSGD, NonPrivate
 from dpcare.methods.fusion import HYBRID_METHODS
 from dpcare.models import TabularMLP
-from dpcare.parallel import map_tasks
 from dpcare.privacy import (
     PrivacyLedger,
     ProtectedUnit,
@@ -42,10 +42,12 @@ from dpcare.privacy import (
     secret_rng,
 )
 from dpcare.progress import progress as tqdm
-from dpcare.runs import Manifest, RunFolder
+from dpcare.runs import Manifest, RunFolder, fingerprint
+from dpcare.runs.journal import journaled_map
 from dpcare.studies.paired import HIGHER, paired_differences, paired_markdown, seeds_label
 from dpcare.tabular.recipe import evaluate
 
+JOURNAL = "trainings.jsonl"  # every finished training of the study (resume)
 FRACTIONS = {"public": 0.1, "train": 0.7, "val": 0.1, "test": 0.1}
 #: non-private references: which view of the training rows they train on
 NONPRIVATE = {"sgd-org": "x", "sgd-hybrid": "x_hyb", "sgd-pub": "x_pub"}
@@ -189,10 +191,11 @@ def run_benchmark(df: pd.DataFrame, schema: TableSchema, bench: FusionBenchmark,
     prepared = {s: prepare_splits(df, schema, s, bench.imputer, bench.imputer_options) for s in range(bench.seeds)}
     methods = [m for m in bench.methods if not (m == "dp-sgd" and prepared[0].dp_sgd_note)]
     eps_of = {m: [None] if m in NONPRIVATE else list(bench.epsilons) for m in methods}
+    journal = folder.path(JOURNAL)  # in the staging folder: an interrupted study resumes its finished trainings
     if bench.charge_tuning:
-        runs, chosen, best = charged_runs(methods, eps_of, prepared, bench, progress)
+        runs, chosen, best = charged_runs(methods, eps_of, prepared, bench, progress, journal)
     else:
-        runs, chosen, best = uncharged_runs(methods, eps_of, prepared, bench, progress)
+        runs, chosen, best = uncharged_runs(methods, eps_of, prepared, bench, progress, journal)
     table = summarize(chosen)
     diffs = claim_differences(chosen, bench)
     folder.write_text("runs.csv", runs.to_csv(index=False))
@@ -230,10 +233,10 @@ def manifest(table: pd.DataFrame, schema: TableSchema, bench: FusionBenchmark) -
     return m
 
 
-def uncharged_runs(methods, eps_of, prepared, bench, progress):
+def uncharged_runs(methods, eps_of, prepared, bench, progress, journal=None):
     """The paper's protocol: grid on seed 0's validation split, chosen setting on every seed."""
     tuning = [(m, e, p, 0, prepared[0].tensors, bench) for m in methods for e in eps_of[m] for p in bench.grid(m)]
-    rows = _map(tuning, bench.workers, progress, "tuning on validation (seed 0)")
+    rows = _map(tuning, bench.workers, progress, "tuning on validation (seed 0)", journal)
     tuned = pd.DataFrame(rows)
     best = {}
     for (m, e), group in tuned.groupby(["method", tuned["target_epsilon"].fillna(-1)], sort=False):
@@ -241,13 +244,13 @@ def uncharged_runs(methods, eps_of, prepared, bench, progress):
         best[(m, e)] = {k: top[k] for k in ("clip_norm", "alpha", "beta") if k in top and pd.notna(top[k])}
     final = [(m, e, best[(m, -1 if e is None else e)], s, prepared[s].tensors, bench)
              for m in methods for e in eps_of[m] for s in range(1, bench.seeds)]
-    rows += _map(final, bench.workers, progress, "other seeds")
+    rows += _map(final, bench.workers, progress, "other seeds", journal)
     runs = pd.DataFrame(rows)
     chosen = runs[runs.apply(lambda r: r["seed"] > 0 or _is_best(r, best), axis=1)]
     return runs, chosen, {f"{m}@{e}": v for (m, e), v in best.items()}
 
 
-def charged_runs(methods, eps_of, prepared, bench, progress):
+def charged_runs(methods, eps_of, prepared, bench, progress, journal=None):
     """Private tuning whose cost is inside the reported epsilon, on every seed.
 
     For K grid points, one Gaussian release of the K validation counts of correct
@@ -282,7 +285,7 @@ def charged_runs(methods, eps_of, prepared, bench, progress):
                 else:
                     groups.append((m, e, seed, len(tasks), 1, None, math.inf))
                 tasks += [(m, e, {**p, **extra}, seed, data, bench) for p in grid]
-    rows = _map(tasks, bench.workers, progress, "private tuning (all seeds)")
+    rows = _map(tasks, bench.workers, progress, "private tuning (all seeds)", journal)
     for m, e, seed, start, k, sel_sigma, eps in groups:
         cands = rows[start:start + k]
         if sel_sigma is None:
@@ -300,12 +303,15 @@ def _is_best(row, best) -> bool:
     return all(row.get(k) == v for k, v in best[key].items())
 
 
-def _map(tasks, workers: int, progress: bool, desc: str) -> list[dict[str, Any]]:
-    """:func:`train_one` of every task, in task order (Ray tasks with ``workers`` > 1, see dpcare.parallel)."""
+def _map(tasks, workers: int, progress: bool, desc: str, journal: Path | None = None) -> list[dict[str, Any]]:
+    """:func:`train_one` of every task, in task order (Ray tasks with ``workers`` > 1, see dpcare.parallel); with a
+    ``journal``, each finished training is recorded and a rerun trains only the missing ones."""
     if not tasks:
         return []
     bar = tqdm(total=len(tasks), desc=desc, disable=not progress)
-    results = map_tasks(train_one, tasks, workers, on_result=lambda i, r: bar.update())
+    keys = [json.dumps([desc, m, e, params, seed], sort_keys=True) for m, e, params, seed, _, _ in tasks]
+    settings = fingerprint(asdict(tasks[0][-1]))
+    results = journaled_map(train_one, tasks, keys, journal, settings, workers, on_result=lambda i, r: bar.update())
     bar.close()
     return results
 
