@@ -282,3 +282,15 @@ def test_every_benchmark_takes_seeds(study):
 
     r = CliRunner().invoke(app, ["benchmark", study, "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert r.exit_code == 0 and "--seeds" in r.output
+
+
+def test_a_multi_seed_study_says_whose_models_its_run_json_lists():
+    from dpcare.runs import Manifest
+    from dpcare.studies.paired import note_seeds
+
+    one, three = Manifest(), Manifest()
+    note_seeds(one, 0, 1)
+    note_seeds(three, 5, 3, "table.csv (column seed) and seed<s>/")
+    assert one.files["paired"] == three.files["paired"] == "paired.csv" and one.notes == []
+    assert three.notes == ["Models and metrics above are seed 5's; the other 2 seed(s) are in table.csv (column seed) "
+                           "and seed<s>/, their paired differences in paired.csv."]

@@ -49,7 +49,7 @@ from dpcare.privacy import legacy_delta
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder, is_run_folder
 from dpcare.settings import DPSettings
-from dpcare.studies.paired import LOWER, Claim, paired_differences, paired_markdown, seeds_label
+from dpcare.studies.paired import LOWER, Claim, note_seeds, paired_differences, paired_markdown, seeds_label
 
 LOADERS = {"mnist": load_mnist, "digits": load_digits}
 PUBLIC_NOTE = "NO formal guarantee: trained on blurred private images, which this model does not protect."
@@ -170,10 +170,7 @@ def run_diffusion_study(study: DiffusionStudy, out_dir: str | os.PathLike, progr
     run.write_text("table.md", _markdown(table, reference, blurred, study, feature_seconds, diffs))
     _figure(grids, run.path("samples.png"))
     m = manifest(results, reference, blurred, study, feature_seconds)
-    m.files["paired"] = "paired.csv"
-    if study.seeds > 1:
-        m.notes.append(f"Models and metrics above are seed {study.seed}'s; the other {study.seeds - 1} seed(s) are "
-                       "in table.csv (column seed) and seed<s>/, their paired differences in paired.csv.")
+    note_seeds(m, study.seed, study.seeds, "table.csv (column seed) and seed<s>/")
     run.finish(m)
     return table
 

@@ -32,6 +32,7 @@ from dpcare.studies.paired import (
     HIGHER,
     LOWER,
     Claim,
+    note_seeds,
     paired_differences,
     paired_markdown,
     seeds_label,
@@ -253,10 +254,7 @@ def run_benchmark(bench: Dp2StageBenchmark, out: Path | str, force: bool = False
     run.write_text("table.md", table_markdown(table, work, bench.seeds, diffs))
     plot(table[first], run.path("dp2stage.png"))
     m = manifest([r for r in records if r["seed"] == 0], table[first], work)
-    m.files["paired"] = "paired.csv"
-    if bench.seeds > 1:
-        m.notes.append(f"Models and metrics above are seed {bench.seed}'s; the other {bench.seeds - 1} seed(s) are in "
-                       "table.csv (column seed), their paired differences in paired.csv.")
+    note_seeds(m, bench.seed, bench.seeds)
     run.finish(m)
     return table
 

@@ -65,6 +65,16 @@ def seeds_label(seeds: int) -> str:
     return "(one seed)" if seeds == 1 else f"(mean ± sd over {seeds} seeds)"
 
 
+def note_seeds(manifest, first_seed: int, seeds: int, where: str = "table.csv (column seed)",
+               what: str = "Models and metrics") -> None:
+    """run.json of a study: its ``paired.csv`` and, with several seeds, a note that ``what`` it lists are
+    ``first_seed``'s and where the other seeds' are (``where``)."""
+    manifest.files["paired"] = "paired.csv"
+    if seeds > 1:
+        manifest.notes.append(f"{what} above are seed {first_seed}'s; the other {seeds - 1} seed(s) are in "
+                              f"{where}, their paired differences in paired.csv.")
+
+
 def oriented(better: np.ndarray, worse: np.ndarray, direction: str) -> np.ndarray:
     """Per-seed differences, positive when ``better`` is better: better - worse (higher is better) or
     worse - better (lower is better)."""
@@ -177,5 +187,5 @@ def paired_markdown(diffs: pd.DataFrame, seeds: int, by: Sequence[str] = (), tit
     return lines + [""]
 
 
-__all__ = ["COLUMNS", "HIGHER", "HOLDS", "LOWER", "NOT_SHOWN", "ONE_SEED", "Claim", "as_claim", "oriented",
+__all__ = ["COLUMNS", "HIGHER", "HOLDS", "LOWER", "NOT_SHOWN", "ONE_SEED", "Claim", "as_claim", "note_seeds", "oriented",
            "paired_differences", "paired_markdown", "seeds_label", "summarize_differences"]

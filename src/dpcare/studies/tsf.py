@@ -34,7 +34,7 @@ from dpcare.privacy import legacy_delta
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder
 from dpcare.settings import DPSettings
-from dpcare.studies.paired import LOWER, Claim, paired_differences, paired_markdown, seeds_label
+from dpcare.studies.paired import LOWER, Claim, note_seeds, paired_differences, paired_markdown, seeds_label
 from dpcare.timeseries import Standardizer, TimeSeriesDataset, WindowSet, windows_for
 from dpcare.timeseries.attacks import (
     LIRA_TITLE,
@@ -328,11 +328,7 @@ def run_tsf_benchmark(bench: TsfBenchmark, out_dir: str | Path, progress: bool =
     run.write_text("paired.csv", diffs.to_csv(index=False))
     run.write_text("table.md", markdown(table, bench, diffs))
     m = _manifest(parts, run)
-    m.files["paired"] = "paired.csv"
-    if bench.seeds > 1:
-        m.notes.append(f"Models, metrics and attacks above are seed {bench.seed}'s; the other {bench.seeds - 1} "
-                       "seed(s) are in table.csv (column seed) and <data>/seed<s>/, their paired differences in "
-                       "paired.csv.")
+    note_seeds(m, bench.seed, bench.seeds, "table.csv (column seed) and <data>/seed<s>/", "Models, metrics and attacks")
     run.finish(m)
     return table
 
