@@ -166,3 +166,16 @@ def test_test_images_of_another_class_or_too_few_are_refused(tmp_path):
     (folder / "digit0").rename(folder / "cat")
     with pytest.raises(UnknownNameError, match="cat"):
         fit(train, tiny("dp"), test_images=folder, progress=False)
+
+
+def test_a_run_without_a_verdict_holds_no_image_out(tmp_path):
+    """Held-out images serve only the comparison of a private model with its baseline: a public run, or a
+    private one with --no-baseline, trains on every image of the folder."""
+    train = write_folder(tmp_path / "train", per_class=15)
+    for method, extra in (("public", []), ("dp", ["--no-baseline"])):
+        out = tmp_path / method
+        r = runner.invoke(app, ["images", "fit", str(train), "--out", str(out), "--method", method, *TINY_ARGS, *extra])
+        assert r.exit_code == 0, r.output
+        m = read_manifest(out)
+        assert m.data["training_images"] == 30 and "held_out" not in m.data and m.baselines == []
+    assert read_manifest(tmp_path / "dp").models[0]["guarantee"]["n"] == 30

@@ -177,3 +177,14 @@ def test_a_non_private_run_stays_reproducible_from_the_public_seed():
         Trainer(model, NonPrivate(), TrainConfig(batch_size=8, steps=5, seed=3, progress=False)).fit(d)
         runs.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     assert torch.equal(*runs)
+
+
+def test_a_shifted_run_moves_a_pinned_noise_seed_with_its_seed_and_keeps_fresh_noise_fresh():
+    import warnings
+
+    from dpcare.settings import DPSettings
+
+    assert DPSettings(seed=3).shifted(2) == DPSettings(seed=5)  # noise_seed None: still fresh OS entropy
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert DPSettings(seed=3, noise_seed=10).shifted(2) == DPSettings(seed=5, noise_seed=12)

@@ -223,6 +223,12 @@ class DPSettings(Settings):
 
         warn_if_reproducible(self.noise_seed, stacklevel=1)
 
+    def shifted(self, offset: int) -> DPSettings:
+        """The settings of a run that must draw apart from this one (another stage, another tuning candidate):
+        the seed moved by ``offset``, and a pinned noise_seed with it (None stays fresh OS entropy)."""
+        noise = None if self.noise_seed is None else self.noise_seed + offset
+        return self.replace(seed=self.seed + offset, noise_seed=noise)
+
 
 # --------------------------------------------------------------------------- where to compute
 PRECISIONS = ("fp32", "bf16")

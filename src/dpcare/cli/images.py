@@ -45,9 +45,9 @@ def images_fit(
         help="a folder of held-out images (not in FOLDER, same classes): a private model is scored on them (test "
              "FID) against its public baseline, with a paired bootstrap interval and a verdict")] = None,
     holdout: Annotated[float, typer.Option(
-        help="without --test-images: this fraction of FOLDER's images (drawn with --seed from their count alone) "
-             "is held out as the test images of the public-baseline comparison and does not train; 0: every image "
-             "trains and there is no verdict")] = 0.1,
+        help="a private method without --test-images: this fraction of FOLDER's images (drawn with --seed from "
+             "their count alone) is held out as the test images of the public-baseline comparison and does not "
+             "train; 0 (or --no-baseline): every image trains and there is no verdict")] = 0.1,
     baseline: Annotated[bool, typer.Option(
         help="with test images (--test-images or --holdout): train/score the public baseline (the same U-Net without privacy on the public "
              "view only); --no-baseline skips it for speed")] = True,
@@ -65,13 +65,14 @@ def images_fit(
     names = _names(classes)
     start = load_init(settings, init)
     n = count_images(folder, labels, names)  # file names only: no pixel is read
+    if not (settings.private and baseline):
+        holdout = 0.0  # held-out images only where they score a private model against its baseline
     n_train = training_count(n, holdout, settings.dp.seed, test_images is not None)
     planned = plan(settings, n_train)
     run = RunFolder(out, KIND, settings.to_dict(), force=force, command="dpcare images fit")
     with guard_run(budget, planned, run_id=run.run_id, command="images fit", data=folder) as held:
         model = fit(folder, settings, init=start, labels=labels, classes=names, public_images=public_images,
-                    checkpoint_dir=run.checkpoint_dir, test_images=test_images, baseline=baseline,
-                    holdout=0.0 if test_images is not None else holdout)
+                    checkpoint_dir=run.checkpoint_dir, test_images=test_images, baseline=baseline, holdout=holdout)
         if held is not None:
             held.actual = model.ledger
     held_out = {"held_out": {"fraction": holdout, "images": n - n_train, "seed": settings.dp.seed}} if n > n_train else {}

@@ -180,11 +180,8 @@ class Synthesizer:
         """The engine's config of stage 2: the DP settings (seed + 2, so that stage 1 and 2 draw apart; a pinned
         noise_seed + 2 too, as the noise was drawn before it was split from the seed) and stage 2's own knobs."""
         s = self.settings
-        config = TrainConfig.from_dp(s.dp.replace(seed=s.dp.seed + 2), private=s.private, lr=s.stage2.lr,
-                                     max_physical_batch=s.stage2.max_physical_batch, **s.compute.engine(), **engine)
-        if s.dp.noise_seed is not None:
-            config.noise_seed = s.dp.noise_seed + 2
-        return config
+        return TrainConfig.from_dp(s.dp.shifted(2), private=s.private, lr=s.stage2.lr,
+                                   max_physical_batch=s.stage2.max_physical_batch, **s.compute.engine(), **engine)
 
     def fit(self, df: pd.DataFrame, ledger: PrivacyLedger | None = None, checkpoint_dir: str | None = None,
             stage1_cache: str | Path | None = None, estimate: bool = True,

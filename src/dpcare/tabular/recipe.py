@@ -348,11 +348,9 @@ def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: T
     frame, parts = read_and_split(data, schema, settings.dp.seed, holdout)
     imp = fit_imputer(schema, settings, public_data, imputer)  # public rows only
     train = frame.iloc[parts["train"]].reset_index(drop=True)
-    trained = settings
-    if engine_seed is not None:  # a pinned noise_seed moves with the engine's seed (each candidate its own noise)
-        dp = settings.dp
-        noise = None if dp.noise_seed is None else dp.noise_seed + engine_seed - dp.seed
-        trained = settings.replace(dp=dp.replace(seed=engine_seed, noise_seed=noise))
+    trained = settings  # with engine_seed: each candidate its own draws (a pinned noise_seed moves with the seed)
+    if engine_seed is not None:
+        trained = settings.replace(dp=settings.dp.shifted(engine_seed - settings.dp.seed))
     model, encoder, result, train = train_rows(train, schema, trained, imp, checkpoint_dir, progress)
     metrics, baseline = {}, None
     if holdout:
