@@ -188,3 +188,22 @@ def test_a_shifted_run_moves_a_pinned_noise_seed_with_its_seed_and_keeps_fresh_n
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert DPSettings(seed=3, noise_seed=10).shifted(2) == DPSettings(seed=5, noise_seed=12)
+
+
+def test_each_noisy_statistic_draws_from_its_own_stream_not_the_engines_root(monkeypatch, tmp_path):
+    # the DP bounds and the engine take one root (noise_seed, or the drawn root kept for a resume); two
+    # generators seeded alike would repeat one noise sequence in two releases, which composition does not allow
+    import numpy as np
+
+    seen = bounds_draws(monkeypatch)
+    train = toy_table(300)
+    with pytest.warns(ReproducibleNoiseWarning):
+        settings = TabularSettings(method="dp-sgd", hidden=8, stats_epsilon=0.5, dp=DPSettings(
+            epsilon=2.0, epochs=1, batch_size=64, accountant="rdp", seed=0, noise_seed=4))
+    train_rows(train, SCHEMA_NO_AGE_BOUNDS, settings, progress=False)
+    assert seen[0] != repr(np.random.default_rng(4).bit_generator.state)  # not the root's own stream
+    assert randomness.secret_seed(4, purpose="table bounds") != randomness.secret_seed(4, purpose="tuning selection")
+    assert randomness.secret_seed(4, purpose="table bounds") == randomness.sub_root(4, "table bounds")
+    kept = randomness.secret_seed(None, tmp_path)  # the engine's root, kept in the checkpoint folder
+    assert randomness.secret_seed(None, tmp_path, purpose="table bounds") not in (kept, kept + 2)
+    assert randomness.secret_seed(None, tmp_path, purpose="table bounds") == randomness.sub_root(kept, "table bounds")

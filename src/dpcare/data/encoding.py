@@ -100,7 +100,7 @@ class TableEncoder:
                             "declare bounds in the spec, or give a DP budget for their estimate (--stats-epsilon "
                             "on the command line, stats_epsilon= in Python)")
         sigma = self._stats_sigma(len(need_dp), ledger, stats_epsilon, stats_noise_multiplier) if need_dp else None
-        rng = secret_rng(noise_seed, keep) if need_dp else None
+        rng = secret_rng(noise_seed, keep, purpose="table bounds") if need_dp else None
         self.stats = {}
         for c in feats:  # the data are read only for columns whose statistics are not declared
             st: dict[str, Any] = {"missing": c.nullable}

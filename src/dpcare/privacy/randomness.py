@@ -13,6 +13,10 @@ comes from :func:`secret_seed` of ``DPSettings.noise_seed``:
   for tests and for reproducing published numbers only.
 
 In a torch.distributed run every rank takes rank 0's root (the same Poisson draw, one noise vector).
+
+Two mechanisms of one run never share a stream: each use other than the engine's names its ``purpose`` and
+gets its own sub-root, derived from the root and the purpose through NumPy's ``SeedSequence`` (composition
+assumes independent noise; two generators seeded alike would repeat one noise sequence in two releases).
 """
 
 from __future__ import annotations
@@ -48,9 +52,10 @@ def warn_if_reproducible(noise_seed: int | None, stacklevel: int = 2) -> None:
         warnings.warn(note, ReproducibleNoiseWarning, stacklevel=stacklevel + 1)
 
 
-def secret_seed(noise_seed: int | None, keep: str | os.PathLike | None = None) -> int:
+def secret_seed(noise_seed: int | None, keep: str | os.PathLike | None = None, purpose: str | None = None) -> int:
     """The root of the run's secret randomness: ``noise_seed``, or fresh OS entropy when None (kept in the
-    folder ``keep`` when given, and read back from it on resume). Rank 0's root in a distributed run."""
+    folder ``keep`` when given, and read back from it on resume). Rank 0's root in a distributed run.
+    Given ``purpose`` (a name per use: "table bounds", "tuning selection"), a sub-root of it for that use."""
     if noise_seed is not None:
         root = int(noise_seed)
     elif keep is None:
@@ -68,13 +73,23 @@ def secret_seed(noise_seed: int | None, keep: str | os.PathLike | None = None) -
         from dpcare.engine import distributed
 
         root = distributed.from_main(root)
-    return root
+    return root if purpose is None else sub_root(root, purpose)
 
 
-def secret_rng(noise_seed: int | None, keep: str | os.PathLike | None = None) -> np.random.Generator:
-    """A NumPy generator for the noise of a statistic, rooted at :func:`secret_seed`."""
-    return np.random.default_rng(secret_seed(noise_seed, keep))
+def sub_root(root: int, purpose: str) -> int:
+    """The root of one use's stream: ``SeedSequence`` of ``root`` with ``purpose`` (as bytes) as spawn key."""
+    key = tuple(purpose.encode())
+    if not key:
+        raise TypeError("purpose must be a non-empty name")
+    state = np.random.SeedSequence(root, spawn_key=key).generate_state(1, np.uint64)
+    return int(state[0]) >> 2  # 62 bits, as the drawn roots (torch generators take up to 64)
+
+
+def secret_rng(noise_seed: int | None, keep: str | os.PathLike | None = None, *,
+               purpose: str) -> np.random.Generator:
+    """A NumPy generator for the noise of one statistic (``purpose`` names it), from :func:`secret_seed`."""
+    return np.random.default_rng(secret_seed(noise_seed, keep, purpose))
 
 
 __all__ = ["ROOT_FILE", "ReproducibleNoiseWarning", "reproducible_noise_note", "secret_rng", "secret_seed",
-           "warn_if_reproducible"]
+           "sub_root", "warn_if_reproducible"]

@@ -157,7 +157,7 @@ def tune(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: 
     truth = val[schema.target].map(category_text).to_numpy()
     # the selection's noise is secret (noise_seed, OS entropy by default): a draw seeded by the published seed
     # could be regenerated and subtracted from the published noisy counts
-    rng = secret_rng(settings.dp.noise_seed)
+    rng = secret_rng(settings.dp.noise_seed, purpose="tuning selection")
     fitted, noisy = [], []
     for i, point in enumerate(points):
         # each candidate its own initialisation, Poisson samples and noise (the K x T composition assumes
