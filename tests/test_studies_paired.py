@@ -294,3 +294,14 @@ def test_a_multi_seed_study_says_whose_models_its_run_json_lists():
     assert one.files["paired"] == three.files["paired"] == "paired.csv" and one.notes == []
     assert three.notes == ["Models and metrics above are seed 5's; the other 2 seed(s) are in table.csv (column seed) "
                            "and seed<s>/, their paired differences in paired.csv."]
+
+
+def test_a_studys_seeds_are_checked_and_left_out_of_its_resume_key_when_one():
+    from dpcare.exceptions import SettingsError
+    from dpcare.studies.paired import check_seeds, seeds_key
+
+    for bad in (0, -1, 1.5, True, "3"):
+        with pytest.raises(SettingsError, match="seeds must be"):
+            check_seeds(bad)
+    assert seeds_key({"a": 1, "seeds": 1}, 1) == {"a": 1}  # the published one-seed key
+    assert seeds_key({"a": 1}, 3) == {"a": 1, "seeds": 3}

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dpcare.exceptions import DataError, SettingsError, UnknownNameError
+from dpcare.exceptions import DataError, UnknownNameError
 from dpcare.images.blur import GaussianBlur
 from dpcare.images.data import ImageSet, load_digits, load_mnist, split_images
 from dpcare.images.fid import FidEvaluator, fid_per_class, train_feature_net
@@ -49,7 +49,16 @@ from dpcare.privacy import legacy_delta
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder, is_run_folder
 from dpcare.settings import DPSettings
-from dpcare.studies.paired import LOWER, Claim, note_seeds, paired_differences, paired_markdown, seeds_label
+from dpcare.studies.paired import (
+    LOWER,
+    Claim,
+    check_seeds,
+    note_seeds,
+    paired_differences,
+    paired_markdown,
+    seeds_key,
+    seeds_label,
+)
 
 LOADERS = {"mnist": load_mnist, "digits": load_digits}
 PUBLIC_NOTE = "NO formal guarantee: trained on blurred private images, which this model does not protect."
@@ -87,15 +96,11 @@ class DiffusionStudy:
     def config(self) -> dict:
         """The run folder's settings (its resume key): every field, ``seeds`` only when not 1 (so that the
         published one-seed study keeps its key)."""
-        out = asdict(self)
-        if self.seeds == 1:
-            out.pop("seeds")
-        return out
+        return seeds_key(asdict(self), self.seeds)
 
     def at_seed(self, s: int) -> DiffusionStudy:
         """The one-seed study of seed ``s`` (seed + s); ``at_seed(0)`` is the published seed-0 study."""
-        if self.seeds < 1:
-            raise SettingsError(f"seeds must be >= 1, got {self.seeds}")
+        check_seeds(self.seeds)
         return replace(self, seed=self.seed + s, seeds=1)
 
     def runs(self) -> list[tuple[str, str, float | None]]:

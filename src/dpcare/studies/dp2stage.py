@@ -23,7 +23,6 @@ import numpy as np
 import pandas as pd
 
 from dpcare.data import TableSchema, load_dataset, split_table
-from dpcare.exceptions import SettingsError
 from dpcare.io import new_figure, save_figure, write_json
 from dpcare.privacy import legacy_delta
 from dpcare.runs import Manifest, RunFolder
@@ -32,9 +31,11 @@ from dpcare.studies.paired import (
     HIGHER,
     LOWER,
     Claim,
+    check_seeds,
     note_seeds,
     paired_differences,
     paired_markdown,
+    seeds_key,
     seeds_label,
 )
 from dpcare.synth.evaluate import summary
@@ -125,17 +126,13 @@ class Dp2StageBenchmark:
 
     def at_seed(self, s: int) -> Dp2StageBenchmark:
         """The one-seed benchmark of seed ``s`` (``settings.dp.seed`` + s); ``at_seed(0)`` is the published one."""
-        if self.seeds < 1:
-            raise SettingsError(f"seeds must be >= 1, got {self.seeds}")
+        check_seeds(self.seeds)
         return replace(self, seeds=1, settings=self.settings.replace(dp=self.settings.dp.replace(seed=self.seed + s)))
 
     def to_dict(self) -> dict:
         """The settings (the run folder's resume key); ``seeds`` only when not 1, so that the published one-seed
         study keeps its key."""
-        out = to_dict(self)
-        if self.seeds == 1:
-            out.pop("seeds", None)
-        return out
+        return seeds_key(to_dict(self), self.seeds)
 
 
 def prepare(name: str, bench: Dp2StageBenchmark) -> tuple[pd.DataFrame, pd.DataFrame, TableSchema]:

@@ -27,7 +27,7 @@ import torch
 
 from dpcare.data import TableEncoder, TableSchema, public_view, replace_private, split_table
 from dpcare.engine import TrainConfig, Trainer
-from dpcare.exceptions import PrivacyParameterError, SettingsError, UnknownNameError
+from dpcare.exceptions import PrivacyParameterError, UnknownNameError
 from dpcare.fusion import imputation_quality, make_imputer
 from dpcare.io import new_figure, save_figure
 from dpcare.methods import DPSGD, NonPrivate
@@ -44,7 +44,7 @@ from dpcare.privacy import (
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder, fingerprint
 from dpcare.runs.journal import journaled_map
-from dpcare.studies.paired import HIGHER, paired_differences, paired_markdown, seeds_label
+from dpcare.studies.paired import HIGHER, check_seeds, paired_differences, paired_markdown, seeds_label
 from dpcare.tabular.recipe import evaluate
 
 JOURNAL = "trainings.jsonl"  # every finished training of the study (resume)
@@ -94,8 +94,7 @@ class FusionBenchmark:
             raise UnknownNameError(f"unknown methods {unknown}; choose from {list(METHODS)}")
         if not self.epsilons or any(not (e > 0 and math.isfinite(e)) for e in self.epsilons):
             raise PrivacyParameterError(f"epsilons must be finite and > 0, got {self.epsilons}")
-        if self.seeds < 1:
-            raise SettingsError(f"seeds must be >= 1, got {self.seeds}")
+        check_seeds(self.seeds)
 
     def grid(self, method: str) -> list[dict[str, float]]:
         if method in NONPRIVATE:

@@ -60,6 +60,19 @@ def as_claim(claim: Claim | Sequence) -> Claim:
     raise SettingsError(f"a claim is (better, worse) or (better, worse, epsilon), got {claim!r}")
 
 
+def check_seeds(seeds: int) -> int:
+    """A study's number of seeds, checked: an integer >= 1."""
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise SettingsError(f"seeds must be an integer >= 1, got seeds = {seeds!r}")
+    return seeds
+
+
+def seeds_key(config: dict, seeds: int) -> dict:
+    """A study's resume key with ``seeds`` only when not 1, so that a published one-seed study keeps its key."""
+    out = {k: v for k, v in config.items() if k != "seeds"}
+    return out if check_seeds(seeds) == 1 else {**out, "seeds": seeds}
+
+
 def seeds_label(seeds: int) -> str:
     """The words a table heading carries about its seeds: '(one seed)' or '(mean ± sd over N seeds)'."""
     return "(one seed)" if seeds == 1 else f"(mean ± sd over {seeds} seeds)"

@@ -34,7 +34,16 @@ from dpcare.privacy import legacy_delta
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder
 from dpcare.settings import DPSettings
-from dpcare.studies.paired import LOWER, Claim, note_seeds, paired_differences, paired_markdown, seeds_label
+from dpcare.studies.paired import (
+    LOWER,
+    Claim,
+    check_seeds,
+    note_seeds,
+    paired_differences,
+    paired_markdown,
+    seeds_key,
+    seeds_label,
+)
 from dpcare.timeseries import Standardizer, TimeSeriesDataset, WindowSet, windows_for
 from dpcare.timeseries.attacks import (
     LIRA_TITLE,
@@ -107,9 +116,9 @@ class TsfBenchmark:
     def config(self) -> dict[str, Any]:
         """What decides the results (the run folder's settings: a rerun with the same ones resumes)."""
         names = [d.name if isinstance(d, TimeSeriesDataset) else d for d in self.datasets]
-        return {"datasets": names, "methods": list(self.methods), "epsilons": list(self.epsilons),
-                "shadows": self.shadows, "bootstrap": self.bootstrap, "patient_draws": self.patient_draws,
-                "settings": self.settings.to_dict(), **({"seeds": self.seeds} if self.seeds != 1 else {})}
+        return seeds_key({"datasets": names, "methods": list(self.methods), "epsilons": list(self.epsilons),
+                          "shadows": self.shadows, "bootstrap": self.bootstrap, "patient_draws": self.patient_draws,
+                          "settings": self.settings.to_dict()}, self.seeds)
 
     def validate(self) -> list[str]:
         """The labels of the models to train (checks methods, epsilons and shadows)."""
@@ -118,8 +127,7 @@ class TsfBenchmark:
             raise PrivacyParameterError(f"epsilons must be finite numbers > 0, got epsilons = {list(self.epsilons)}")
         if self.shadows < 0:
             raise SettingsError(f"shadows must be >= 0, got shadows = {self.shadows}")
-        if self.seeds < 1:
-            raise SettingsError(f"seeds must be >= 1, got seeds = {self.seeds}")
+        check_seeds(self.seeds)
         return method_labels(self.methods, self.epsilons)
 
 
