@@ -20,5 +20,9 @@ def test_demo_study_writes_runs_baselines_and_its_manifest(tmp_path):
         assert read_manifest(out / "runs" / name).kind == "tabular"
     table = (out / "results.md").read_text()
     assert "public baseline AUPRC" in table and "seeds |" in table
+    # the paired section: the one pair of this run (feature-dp vs dp-sgd), one seed, so not a test
+    assert "Paired differences over seeds" in table and "one seed: not tested" in table
+    paired = (out / "paired.csv").read_text().splitlines()
+    assert len(paired) == 3 and all(line.startswith("feature-dp > dp-sgd,") for line in paired[1:])
     with pytest.raises(SettingsError, match="is not empty"):
         run_demo(out, seeds=1, epochs=0.2, methods=("dp-sgd",), progress=False)
