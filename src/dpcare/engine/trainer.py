@@ -81,6 +81,8 @@ class TrainConfig:
     backend: str = "auto"  # auto | fast | functorch
     seed: int | None = 0  # public: initialisation, public sampling, dropout (None: fresh OS randomness)
     noise_seed: int | None = None  # SECRET: private sampling and noise (None: OS entropy, privacy.randomness)
+    # resume point: checkpoint.pt and (noise_seed None) the secret root; both determine the noise, so delete the
+    # folder, or keep it as private as the data, once the run is done (a RunFolder's finish() deletes it)
     checkpoint_dir: str | None = None
     checkpoint_every: int = 100
     progress: bool = True
