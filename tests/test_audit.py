@@ -165,9 +165,12 @@ class SkipClip(Trainer):
 @pytest.mark.parametrize("method, options", [("dp-sgd", {}), ("feature-dp", {}),
                                              ("dp-sgd", {"design": "flipped", "bound": "pure", "clip_norm": 1.0})])
 def test_one_run_audit_never_exceeds_a_correct_runs_epsilon(method, options):
+    # a 95% lower bound exceeds a correct claim in up to 5% of runs: the noise is pinned so that the test sees
+    # the same draws every time (docs/auditing.md has the rate measured with fresh noise)
     df, schema = small_support2(1500)
     for seed in (0, 1):
-        r = audit_tabular(df, schema, CanaryAuditSettings(method=method, epsilon=0.5, seed=seed, **options))
+        settings = CanaryAuditSettings(method=method, epsilon=0.5, seed=seed, noise_seed=seed, **options)
+        r = audit_tabular(df, schema, settings)
         assert r["epsilon_lower_bound"] <= r["claimed_epsilon"] <= 0.5
         assert r["canaries"] == 749 and r["bound"] == options.get("bound", "gdp")
 

@@ -104,7 +104,8 @@ class CanaryAuditSettings:
     clip_norm: float | None = None  # None: CLIP_NORMS[method]
     lr: float = 3e-3
     hidden: int = 256
-    seed: int = 0
+    seed: int = 0  # the canaries, inclusion bits, split and initialisation
+    noise_seed: int | None = None  # the training's sampling and noise: None, secret OS entropy as in every run
     confidence: float = 0.95
     design: str = "extreme"  # extreme | flipped (dpcare.audit.canaries)
     bound: str = "gdp"  # gdp | pure (dpcare.audit.one_run)
@@ -181,7 +182,8 @@ def audit_tabular(df: pd.DataFrame, schema: TableSchema, settings: CanaryAuditSe
                            protected_columns=tuple(schema.private_columns) if objective.unit is ProtectedUnit.FEATURES else ())
     clip = CLIP_NORMS[s.method] if s.clip_norm is None else s.clip_norm
     config = TrainConfig(batch_size=rate * n, public_batch_size=s.batch_size, steps=math.ceil(s.epochs / rate),
-                         lr=s.lr, clip_norm=clip, target_epsilon=s.epsilon, seed=s.seed, progress=False)
+                         lr=s.lr, clip_norm=clip, target_epsilon=s.epsilon, seed=s.seed,
+                         noise_seed=s.noise_seed, progress=False)
     trainer = trainer_cls(model, objective, config, ledger=ledger)
     trainer.fit(private, public)
     if s.method == "dp-sgd":
