@@ -6,6 +6,7 @@ seed drove both, so anyone holding a run folder could regenerate the noise and s
 import copy
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -180,10 +181,6 @@ def test_a_non_private_run_stays_reproducible_from_the_public_seed():
 
 
 def test_a_shifted_run_moves_a_pinned_noise_seed_with_its_seed_and_keeps_fresh_noise_fresh():
-    import warnings
-
-    from dpcare.settings import DPSettings
-
     assert DPSettings(seed=3).shifted(2) == DPSettings(seed=5)  # noise_seed None: still fresh OS entropy
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -193,8 +190,6 @@ def test_a_shifted_run_moves_a_pinned_noise_seed_with_its_seed_and_keeps_fresh_n
 def test_each_noisy_statistic_draws_from_its_own_stream_not_the_engines_root(monkeypatch, tmp_path):
     # the DP bounds and the engine take one root (noise_seed, or the drawn root kept for a resume); two
     # generators seeded alike would repeat one noise sequence in two releases, which composition does not allow
-    import numpy as np
-
     seen = bounds_draws(monkeypatch)
     train = toy_table(300)
     with pytest.warns(ReproducibleNoiseWarning):

@@ -9,13 +9,16 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from dpcare.exceptions import SettingsError
 from dpcare.studies.paired import (
     HOLDS,
     NOT_SHOWN,
     ONE_SEED,
     Claim,
+    check_seeds,
     paired_differences,
     paired_markdown,
+    seeds_key,
     seeds_label,
 )
 
@@ -297,9 +300,6 @@ def test_a_multi_seed_study_says_whose_models_its_run_json_lists():
 
 
 def test_a_studys_seeds_are_checked_and_left_out_of_its_resume_key_when_one():
-    from dpcare.exceptions import SettingsError
-    from dpcare.studies.paired import check_seeds, seeds_key
-
     for bad in (0, -1, 1.5, True, "3"):
         with pytest.raises(SettingsError, match="seeds must be"):
             check_seeds(bad)

@@ -39,12 +39,17 @@ from dpcare.privacy import (
     calibrate_noise_multiplier,
     gaussian_event,
     legacy_delta,
-    secret_seed,
 )
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder, fingerprint
 from dpcare.runs.journal import journaled_map
-from dpcare.studies.paired import HIGHER, check_seeds, paired_differences, paired_markdown, seeds_label
+from dpcare.studies.paired import (
+    HIGHER,
+    check_seeds,
+    paired_differences,
+    paired_markdown,
+    seeds_label,
+)
 from dpcare.tabular.recipe import evaluate
 
 JOURNAL = "trainings.jsonl"  # every finished training of the study (resume)
@@ -262,8 +267,8 @@ def charged_runs(methods, eps_of, prepared, bench, progress, journal=None):
     rows, chosen, best = [], [], {}
     tasks, groups = [], []
     # the selection's noise pinned, as the trainings' (noise_seed = seed): the published numbers stay reproducible
-    # (the root itself, as drawn when they were measured; the trainings' torch streams start from other roots)
-    rng = np.random.default_rng(secret_seed(12345))
+    # (NumPy's stream of 12345, as drawn when they were measured; the trainings' torch streams are other roots)
+    rng = np.random.default_rng(12345)
     for m in methods:
         for e in eps_of[m]:
             for seed in range(bench.seeds):
