@@ -114,6 +114,26 @@ def test_lora_trains_only_adapters_and_head_with_fast_clipping(llama_folder):
             torch.testing.assert_close(got[n], want[n], rtol=1e-6, atol=1e-8)
 
 
+def test_lora_initialisation_follows_the_seed_not_the_global_generator(llama_folder):
+    def adapters(seed, global_seed):
+        torch.manual_seed(global_seed)  # what ran before the fit in this process
+        settings = SynthSettings.for_device("cpu", lm={"model": str(llama_folder), "layers": None}, seed=seed)
+        synth = Synthesizer(SCHEMA, settings=settings, progress=False)
+        synth._build()
+        return {n: p.detach().clone() for n, p in synth.model.named_parameters() if "lora_" in n}
+
+    first = adapters(seed=0, global_seed=1)
+    assert first
+    again = adapters(seed=0, global_seed=2)
+    other = adapters(seed=1, global_seed=1)
+    assert all(torch.equal(first[n], again[n]) for n in first)
+    assert any(not torch.equal(first[n], other[n]) for n in first)
+    adapters(seed=0, global_seed=3)  # and the build leaves the global generator where it was
+    after_build = torch.random.get_rng_state()
+    torch.manual_seed(3)
+    assert torch.equal(after_build, torch.random.get_rng_state())
+
+
 def test_stage2_loss_is_eq6_and_trimming_changes_nothing(gpt2_folder):
     model, tok = build_lm(LMSettings(model=str(gpt2_folder)), vocab_texts())
     _, data = encoded(model, tok, n=5)

@@ -53,6 +53,7 @@ from dpcare.privacy import (
     check_delta,
     default_delta,
 )
+from dpcare.privacy.randomness import sub_root
 from dpcare.runs import MANIFEST, Manifest, RunFolder, read_manifest
 from dpcare.settings import to_dict
 from dpcare.synth.lm_model import build_lm, trainable_state
@@ -163,7 +164,11 @@ class Synthesizer:
         return texts
 
     def _build(self) -> None:
-        self.model, self.tokenizer = build_lm(self.settings.lm, self._vocab_texts())
+        """Build the model; its new parameters (the LoRA adapters) are drawn from the settings' seed, not from
+        torch's global generator, so a fit does not depend on what drew from that generator before it."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(sub_root(self.settings.dp.seed, "model initialisation"))
+            self.model, self.tokenizer = build_lm(self.settings.lm, self._vocab_texts())
         self.rows = RowTokenizer(self.serializer, self.tokenizer)
 
     def _encode(self, rows: RowTokenizer, df: pd.DataFrame) -> dict[str, torch.Tensor]:
