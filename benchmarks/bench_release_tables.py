@@ -29,7 +29,8 @@ Modalities and their commands (``dpcare <cmd> --help``):
   ``dpcare datasets --export DATASET`` (methods dp-sgd, feature-dp, label-dp); ``--rows N`` keeps N random rows
   (seed 0; default all).
 - synth: ``dpcare synth fit DATA --spec SPEC --mode dp-2stage-u --epsilon E --seed S --out RUN`` on ``--rows``
-  random rows (seed 0; default 2,000, as docs/dp2stage.md measured) of the DP-2Stage benchmark's 10 columns.
+  random rows (seed 0; default 2,000, as docs/dp2stage.md measured) of the DP-2Stage benchmark's 10 columns;
+  ``--holdout F`` passes ``--holdout F`` (the held-out share; default the command's 0.1).
 - notes: ``dpcare text classify NOTES --method M --epsilon E --seed S --split-seed S --no-impute --out RUN`` on
   ``dpcare text generate --n-notes N --seed 0`` (default 600, as docs/text-fusiondp.md measured; ``--no-impute``
   as there, ``--impute`` to impute with the LM); a method other than fusiondp gets the paper's Table 3 C and
@@ -259,8 +260,9 @@ def cell_command(a: argparse.Namespace, files: dict[str, Any], method: str, eps:
         return [*dpcare(), "train", files["data"], "--spec", files["spec"], "--method", method, "--epsilon", f"{eps:g}",
                 "--seed", seed, "--out", run]
     if a.modality == "synth":
+        holdout = [] if a.holdout is None else ["--holdout", f"{a.holdout:g}"]
         return [*dpcare(), "synth", "fit", files["data"], "--spec", files["spec"], "--mode", method, "--epsilon",
-                f"{eps:g}", "--seed", seed, "--out", run]
+                f"{eps:g}", *holdout, "--seed", seed, "--out", run]
     if a.modality == "notes":
         from dpcare.text.classify.settings import PAPER_SETTINGS
 
@@ -333,6 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="results folder (data/, runs/, logs/, tables.md)")
     p.add_argument("--rows", type=int, default=None, help="tabular: random rows kept (default all); synth: random "
                                                           "rows of the 10 columns (default 2000)")
+    p.add_argument("--holdout", type=float, default=None, help="synth: the share of --rows held out as the real "
+                                                                  "test rows (`synth fit --holdout`; default its 0.1)")
     p.add_argument("--n-notes", type=int, default=600, help="notes: generated notes (default 600)")
     p.add_argument("--impute", action="store_true", help="notes: impute the masked spans with the LM (slow; the "
                                                          "docs' measurement used --no-impute, the default here)")

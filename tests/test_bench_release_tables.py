@@ -78,3 +78,13 @@ def test_several_metrics_and_nothing_finished(bench):
     assert bench.build_tables({("m", 1.0, 0): None}, ["m"], [1.0], [0]).startswith("no finished run")
     assert bench._mean_sd([None, float("nan")]) is None
     assert bench._mean_sd([1.0])[1] == 0.0 and math.isclose(bench._mean_sd([1.0, 3.0])[1], math.sqrt(2))
+
+
+def test_synth_cells_pass_the_held_out_share_only_when_given(bench):
+    import argparse
+
+    files = {"data": "t.csv", "spec": "t.yaml"}
+    given = bench.cell_command(argparse.Namespace(modality="synth", holdout=0.33), files, "dp-2stage-u", 8.0, 1, "r")
+    assert given[given.index("--holdout") + 1] == "0.33"
+    default = bench.cell_command(argparse.Namespace(modality="synth", holdout=None), files, "dp-2stage-u", 8.0, 1, "r")
+    assert "--holdout" not in default
