@@ -305,3 +305,13 @@ def test_a_studys_seeds_are_checked_and_left_out_of_its_resume_key_when_one():
             check_seeds(bad)
     assert seeds_key({"a": 1, "seeds": 1}, 1) == {"a": 1}  # the published one-seed key
     assert seeds_key({"a": 1}, 3) == {"a": 1, "seeds": 3}
+
+
+def test_every_seeded_study_checks_its_seeds_before_it_picks_one():
+    from dataclasses import replace
+
+    from dpcare.studies import diffusion, dp2stage, tsf
+
+    for study in (tsf.TsfBenchmark(), diffusion.DiffusionStudy(), dp2stage.Dp2StageBenchmark()):
+        with pytest.raises(SettingsError, match="seeds must be"):
+            replace(study, seeds=0).at_seed(0)

@@ -103,6 +103,7 @@ class TsfBenchmark:
 
     def at_seed(self, s: int) -> TsfBenchmark:
         """The one-seed study of seed ``s`` (dp.seed + s); ``at_seed(0)`` is the published seed-0 study."""
+        check_seeds(self.seeds)
         return replace(self, seeds=1, settings=replace(self.settings, dp=self.settings.dp.replace(seed=self.seed + s)))
 
     @classmethod
