@@ -51,6 +51,33 @@ def test_the_address_comes_from_the_option_then_the_environment(monkeypatch):
     assert parallel.ray_address() is None
 
 
+def test_gpus_per_task_come_from_configure_then_the_environment_and_are_checked(monkeypatch):
+    monkeypatch.setattr(parallel, "_gpus", None)
+    monkeypatch.delenv(parallel.GPUS_ENV, raising=False)
+    assert parallel.gpus_per_task() == 0  # default: CPU tasks
+    monkeypatch.setenv(parallel.GPUS_ENV, "0.5")
+    assert parallel.gpus_per_task() == 0.5
+    parallel.configure(None, gpus_per_task=1)
+    assert parallel.gpus_per_task() == 1
+    parallel.configure(None)
+    for bad in ("x", "-1", "inf", "nan"):
+        monkeypatch.setenv(parallel.GPUS_ENV, bad)
+        with pytest.raises(SettingsError, match=parallel.GPUS_ENV):
+            parallel.gpus_per_task()
+    with pytest.raises(SettingsError, match="gpus_per_task"):
+        parallel.configure(None, gpus_per_task=-0.5)
+
+
+def test_tasks_asking_for_gpus_ray_does_not_have_are_refused_not_left_waiting(local_ray, monkeypatch):
+    if local_ray.cluster_resources().get("GPU", 0):
+        pytest.skip("this machine's Ray instance has a GPU")
+    monkeypatch.setenv(parallel.GPUS_ENV, "1")
+    with pytest.raises(SettingsError, match="has 0"):
+        parallel.map_tasks(_square, [(2,), (3,)], workers=2)
+    monkeypatch.setenv(parallel.GPUS_ENV, "0")
+    assert parallel.map_tasks(_square, [(2,), (3,)], workers=2) == [4, 9]
+
+
 def test_ray_address_without_workers_is_refused():
     from dpcare.cli import app
 

@@ -2,7 +2,7 @@
 
 :func:`run_tasks` calls ``fn(*task)`` for every task: in this process, one after the other, when ``workers``
 <= 1 (Ray is not imported), else as Ray tasks, at most ``workers`` at a time, each on one CPU with one torch
-thread. Where Ray runs:
+thread (and :func:`gpus_per_task` GPUs: none by default, so Ray hides the GPUs from the tasks). Where Ray runs:
 
 * on this machine by default: a private local Ray instance with ``workers`` CPUs, started on first use (about
   10 s) and kept for the rest of the process; nothing to set up;
@@ -33,16 +33,38 @@ from dpcare.exceptions import MissingDependencyError, SettingsError
 from dpcare.runtime import FAST_ALLOCATOR, THREADS
 
 RAY_VERSION = "2.60.0"  # the version pyproject.toml pins
+GPUS_ENV = "DPCARE_RAY_GPUS_PER_TASK"
 _address: str | None = None  # set by configure(); None: RAY_ADDRESS, else a local instance
+_gpus: float | None = None  # set by configure(); None: DPCARE_RAY_GPUS_PER_TASK, else 0
 _remote = None  # the Ray remote function, made once per process
 
 
-def configure(address: str | None = None) -> None:
-    """Run later Ray tasks on the cluster at ``address`` (None: ``RAY_ADDRESS``, else this machine).
+def configure(address: str | None = None, gpus_per_task: float | None = None) -> None:
+    """Run later Ray tasks on the cluster at ``address`` (None: ``RAY_ADDRESS``, else this machine), each asking
+    Ray for ``gpus_per_task`` GPUs (None: ``DPCARE_RAY_GPUS_PER_TASK``, else 0; a fraction shares a GPU).
 
-    Takes effect when Ray is started, i.e. before the first parallel call of the process."""
-    global _address
+    The address takes effect when Ray is started, i.e. before the first parallel call of the process."""
+    global _address, _gpus
     _address = address or None
+    _gpus = None if gpus_per_task is None else _checked_gpus(gpus_per_task, "gpus_per_task")
+
+
+def _checked_gpus(value: Any, name: str) -> float:
+    try:
+        gpus = float(value)
+    except (TypeError, ValueError):
+        gpus = float("nan")
+    if not 0 <= gpus < float("inf"):
+        raise SettingsError(f"{name} must be a number of GPUs >= 0 (a fraction shares one), got {name} = {value!r}")
+    return gpus
+
+
+def gpus_per_task() -> float:
+    """GPUs each Ray task asks for: :func:`configure`'s, else ``DPCARE_RAY_GPUS_PER_TASK``, else 0. With 0, Ray
+    hides every GPU from the task, so a model in it trains on the CPU whatever its ``device``."""
+    if _gpus is not None:
+        return _gpus
+    return _checked_gpus(os.environ.get(GPUS_ENV, "0"), GPUS_ENV)
 
 
 def ray_address() -> str | None:
@@ -100,6 +122,11 @@ def _ray(workers: int):
                                 f"{e}{hint}") from e
     if _remote is None:
         _remote = ray.remote(num_cpus=1, max_retries=0)(_call)
+    gpus = gpus_per_task()
+    have = ray.cluster_resources().get("GPU", 0)
+    if gpus > 0 and have < gpus:  # Ray would wait for them forever
+        raise SettingsError(f"each task asks for {gpus:g} GPU(s) ({GPUS_ENV}), but the Ray instance has {have:g}: "
+                            f"unset {GPUS_ENV} to run the tasks on CPUs")
     return ray
 
 
@@ -129,6 +156,7 @@ def run_tasks(fn: Callable[..., Any], tasks: Iterable[tuple], workers: int = 1) 
     ray = _ray(workers)
     from ray.exceptions import RayTaskError
 
+    gpus = gpus_per_task()
     fn_ref = ray.put(fn)
     shared = _shared_refs(ray, [(fn, *t) for t in tasks])
     args = [[shared.get(id(a), a) for a in t] for t in tasks]
@@ -137,7 +165,7 @@ def run_tasks(fn: Callable[..., Any], tasks: Iterable[tuple], workers: int = 1) 
     try:
         while nxt < len(tasks) or pending:
             while nxt < len(tasks) and len(pending) < workers:
-                pending[_remote.remote(fn_ref, *args[nxt])] = nxt
+                pending[_remote.options(num_gpus=gpus).remote(fn_ref, *args[nxt])] = nxt
                 nxt += 1
             (ref,), _ = ray.wait(list(pending), num_returns=1)
             i = pending.pop(ref)
@@ -174,4 +202,4 @@ def map_tasks(fn: Callable[..., Any], tasks: Iterable[tuple], workers: int = 1,
     return results
 
 
-__all__ = ["configure", "map_tasks", "ray_address", "run_tasks"]
+__all__ = ["GPUS_ENV", "configure", "gpus_per_task", "map_tasks", "ray_address", "run_tasks"]
