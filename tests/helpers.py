@@ -1,4 +1,5 @@
-"""Small generated clinical-like tables for tests (no download, no real patients)."""
+"""Small generated clinical-like tables for tests (no download, no real patients), and benchmark scripts loaded
+as modules."""
 
 from __future__ import annotations
 
@@ -42,3 +43,15 @@ def crash_at_step(trainer, step: int) -> None:
         return original(*args, **kwargs)
 
     trainer.private_step = crashing
+
+
+def benchmark_script(name: str):
+    """The module of ``benchmarks/<name>.py`` (benchmarks are scripts, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

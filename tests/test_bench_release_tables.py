@@ -1,20 +1,15 @@
 """The release-table aggregation of benchmarks/bench_release_tables.py on fabricated run.json records (no training)."""
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_release_tables.py"
+from helpers import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_release_tables", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("bench_release_tables")
 
 
 def comparison(metric, model, baseline, low, high, higher=True, name="a constant prediction"):

@@ -2,20 +2,14 @@
 tables' samples) and by no published study cell (the dp2stage study's seed-0 test part), so no default is tuned
 on a reported number."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "synth_tuning_rows.py"
+from helpers import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def module():
-    spec = importlib.util.spec_from_file_location("synth_tuning_rows", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_script("synth_tuning_rows")
 
 
 def test_tuning_rows_avoid_release_samples_and_the_study_test_rows(module):
