@@ -23,8 +23,8 @@ import pandas as pd
 RELEASE_SAMPLE = 5000  # the largest release sample; the smaller ones are inside it
 
 
-def excluded_rows(table: pd.DataFrame, dataset: str) -> set:
-    """Index labels of ``table`` (the study's columns of ``dataset``) that a release cell or the study reads."""
+def excluded_rows(table: pd.DataFrame) -> set:
+    """Index labels of ``table`` (a data set's study columns) that a release cell or the dp2stage study reads."""
     from dpcare.data.splits import split_table
     from dpcare.studies.dp2stage import Dp2StageBenchmark
 
@@ -44,7 +44,7 @@ def tuning_rows(dataset: str, train: int, validation: int) -> tuple[pd.DataFrame
     df, schema = load_dataset(dataset)
     keep = COLUMNS[dataset]
     table = df[keep]
-    rest = table.loc[~table.index.isin(excluded_rows(table, dataset))]
+    rest = table.loc[~table.index.isin(excluded_rows(table))]
     if len(rest) < train + validation:
         raise SystemExit(f"{dataset}: only {len(rest)} rows outside the release and study rows, asked for "
                          f"{train} + {validation}")
