@@ -91,8 +91,9 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
         raise SettingsError(f"no Ray cluster answers at {address!r} (--ray-address / RAY_ADDRESS): {e}") from e
 
 
-def _ray(workers: int):
-    """The ray module, started (locally with ``workers`` CPUs, or connected to the configured cluster)."""
+def _ray(workers: int, gpus: float = 0.0):
+    """The ray module, started (locally with ``workers`` CPUs, or connected to the configured cluster), checked to
+    have the ``gpus`` a task asks for."""
     global _remote
     try:
         import ray
@@ -122,7 +123,6 @@ def _ray(workers: int):
                                 f"{e}{hint}") from e
     if _remote is None:
         _remote = ray.remote(num_cpus=1, max_retries=0)(_call)
-    gpus = gpus_per_task()
     have = ray.cluster_resources().get("GPU", 0)
     if gpus > 0 and have < gpus:  # Ray would wait for them forever
         raise SettingsError(f"each task asks for {gpus:g} GPU(s) ({GPUS_ENV}), but the Ray instance has {have:g}: "
@@ -153,10 +153,10 @@ def run_tasks(fn: Callable[..., Any], tasks: Iterable[tuple], workers: int = 1) 
         for i, task in enumerate(tasks):
             yield i, fn(*task)
         return
-    ray = _ray(workers)
+    gpus = gpus_per_task()  # checked before Ray starts
+    ray = _ray(workers, gpus)
     from ray.exceptions import RayTaskError
 
-    gpus = gpus_per_task()
     fn_ref = ray.put(fn)
     shared = _shared_refs(ray, [(fn, *t) for t in tasks])
     args = [[shared.get(id(a), a) for a in t] for t in tasks]
