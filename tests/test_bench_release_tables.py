@@ -1,5 +1,6 @@
 """The release-table aggregation of benchmarks/bench_release_tables.py on fabricated run.json records (no training)."""
 
+import argparse
 import math
 
 import pytest
@@ -76,10 +77,43 @@ def test_several_metrics_and_nothing_finished(bench):
 
 
 def test_synth_cells_pass_the_held_out_share_only_when_given(bench):
-    import argparse
 
     files = {"data": "t.csv", "spec": "t.yaml"}
     given = bench.cell_command(argparse.Namespace(modality="synth", holdout=0.33), files, "dp-2stage-u", 8.0, 1, "r")
     assert given[given.index("--holdout") + 1] == "0.33"
     default = bench.cell_command(argparse.Namespace(modality="synth", holdout=None), files, "dp-2stage-u", 8.0, 1, "r")
     assert "--holdout" not in default
+
+
+
+def _png_rows(part):
+    """Each image of an ImageSet as (label, 8-bit pixels) bytes, sorted: the split's content, order aside."""
+    import numpy as np
+
+    pixels = ((part.images.flatten(1).numpy() + 1.0) / 2.0 * 255.0).round().astype(np.uint8)
+    return sorted(bytes([int(y)]) + row.tobytes() for y, row in zip(part.labels.numpy(), pixels, strict=True))
+
+
+def test_images_keep_n_per_digit_and_split_each_seed_apart(bench, tmp_path):
+    """--images-per-class keeps that many of each digit; each seed writes its own disjoint public / train / test
+    PNG folders that read back as that seed's split (8-bit pixels and labels)."""
+    import numpy as np
+
+    from dpcare.images.data import load_image_folder, load_mnist, split_images
+
+    a = argparse.Namespace(modality="images", seeds=[0, 1], images_per_class=5)
+    folders = bench.prepare(a, tmp_path, [])["folders"]
+    mnist = load_mnist()
+    labels = mnist.labels.numpy()
+    kept = mnist.subset(np.sort(np.concatenate([np.flatnonzero(labels == k)[:5] for k in range(10)])))
+    for seed in (0, 1):
+        expected = split_images(kept, seed=seed)
+        read = {k: load_image_folder(path, grayscale=True) for k, path in folders[seed].items()}
+        assert {k: len(v) for k, v in read.items()} == {"train": 30, "test": 10, "public": 10}
+        for name, part in read.items():
+            assert np.bincount(part.labels.numpy(), minlength=10).tolist() == [len(part) // 10] * 10
+            assert _png_rows(part) == _png_rows(expected[name])
+        assert len({r for part in read.values() for r in _png_rows(part)}) == 50  # disjoint
+        assert (tmp_path / f"split-seed{seed}" / "done").exists()
+    assert _png_rows(load_image_folder(folders[0]["train"], grayscale=True)) != \
+        _png_rows(load_image_folder(folders[1]["train"], grayscale=True))  # each seed its own split
