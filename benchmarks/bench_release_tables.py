@@ -21,7 +21,7 @@ when its command is rerun: dpcare keeps the staging folder). ``--tables-only`` o
     OMP_NUM_THREADS=1 python benchmarks/bench_release_tables.py --modality notes --n-notes 250 \\
         --out results/release/notes
     OMP_NUM_THREADS=1 python benchmarks/bench_release_tables.py --modality images \\
-        --images-per-class 250 --out results/release/images    # 7.5 min a run on 2 CPU cores (15 with all 500)
+        --images-per-class 250 --out results/release/images    # 7.5 min a run on one CPU core (15 with all 500)
 
 Modalities and their commands (``dpcare <cmd> --help``):
 
