@@ -91,7 +91,7 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
         raise SettingsError(f"no Ray cluster answers at {address!r} (--ray-address / RAY_ADDRESS): {e}") from e
 
 
-def _ray(workers: int, gpus: float = 0.0):
+def _ray(workers: int, gpus: float):
     """The ray module, started (locally with ``workers`` CPUs, or connected to the configured cluster), checked to
     have the ``gpus`` a task asks for."""
     global _remote
