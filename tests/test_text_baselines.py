@@ -4,6 +4,8 @@ resampling patients, and the verdict flipping when the fine-tuned model is repla
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -98,3 +100,61 @@ def test_the_commands_report_no_better_when_the_model_is_the_base_model(task, gp
         assert f"  vs {lead_name()}: ROUGE-L F1" in r.output and f"over {patients} test units" in r.output
     r = runner.invoke(app, [*args, "--no-baseline", "--out", str(tmp_path / "p.jsonl")])
     assert r.exit_code == 0 and BASE_MODEL not in r.output
+
+
+def _split_by_patient(notes_file, tmp_path):
+    """The notes file cut into a training and a held-out file with disjoint patients."""
+    notes = read_jsonl(notes_file)
+    patients = sorted({n.patient_id for n in notes})
+    held = set(patients[: len(patients) // 2])
+    train = write_jsonl([n for n in notes if n.patient_id not in held], tmp_path / "train.jsonl")
+    test = write_jsonl([n for n in notes if n.patient_id in held], tmp_path / "test.jsonl")
+    return train, test, held
+
+
+@pytest.mark.parametrize("task", ["ner", "summarisation"])
+def test_finetune_test_scores_the_held_out_notes_beside_the_base_model(task, gpt2_folder, notes_file, tmp_path):
+    """`text finetune --test`: the model and its public baselines are scored on the held-out patients only, in
+    run.json, on the console and in the report; a model that is the base model (non-private, learning rate
+    1e-12: greedy decoding unchanged) gets an improvement of exactly 0 and the verdict 'do not release'."""
+    from dpcare.runs import read_manifest
+
+    train, test, held = _split_by_patient(notes_file, tmp_path)
+    args = ["text", "finetune", str(train), "--test", str(test), "--task", task, "--mode", "non-private",
+            "--lr", "1e-12", "--model", gpt2_folder, "--epochs", "1", "--batch-size", "4", "--window", "64",
+            "--stride", "64", "--out", str(tmp_path / "m")]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "non-private no better than the public baseline: do not release" in r.output
+    m = read_manifest(tmp_path / "m")
+    record = m.baselines[0]
+    assert record["patients"] == len(held) and record["notes"] == len(read_jsonl(test))  # the held-out notes only
+    names = [c["baseline_name"] for c in record["comparisons"]]
+    assert names == ([BASE_MODEL] if task == "ner" else [lead_name(), BASE_MODEL])
+    base = next(c for c in record["comparisons"] if c["baseline_name"] == BASE_MODEL)
+    assert base["difference"] == 0 and base["units"] == len(held) and not record["beats"]
+    assert m.data["test patients"] == len(held) and m.headline == [f"test {record['comparisons'][0]['metric']}"]
+    assert any(n.endswith("do not release") or "do not release" in n for n in m.notes)
+    r = runner.invoke(app, ["report", str(tmp_path / "m"), "--out", str(tmp_path / "r.html")])
+    assert r.exit_code == 0 and "do not release" in (tmp_path / "r.html").read_text()
+
+
+def test_finetune_test_is_checked_before_training(gpt2_folder, notes_file, tmp_path, monkeypatch):
+    """--test sharing a patient with the training notes, or without gold annotations, is refused before any
+    training note is read and leaves no run folder."""
+    train, test, held = _split_by_patient(notes_file, tmp_path)
+    mixed = write_jsonl(read_jsonl(test) + read_jsonl(train)[:1], tmp_path / "mixed.jsonl")
+    bare = write_jsonl([replace(n, entities=(), phi=(), summary_target="") for n in read_jsonl(test)],
+                       tmp_path / "bare.jsonl")
+
+    def no_training(*a, **k):
+        raise AssertionError("training started before --test was checked")
+
+    monkeypatch.setattr("dpcare.text.lm.finetune.finetune_with", no_training)
+    base = ["text", "finetune", str(train), "--model", gpt2_folder, "--epochs", "1", "--batch-size", "4"]
+    for path, task, message in [(mixed, "ner", "also in the training notes"), (bare, "ner", "no note has a gold span"),
+                                (bare, "summarisation", "no note has a reference summary"),
+                                (tmp_path / "none.jsonl", "ner", "no such file")]:
+        r = runner.invoke(app, [*base, "--task", task, "--test", str(path), "--out", str(tmp_path / "m")])
+        assert r.exit_code == 2 and message in r.output, r.output
+        assert not (tmp_path / "m").exists()

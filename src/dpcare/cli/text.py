@@ -81,6 +81,11 @@ def finetune(
     notes: NotesArg,
     out: Annotated[Path, typer.Option(help="run folder: weights.safetensors, finetune.json, guarantee.json, run.json; "
                                            "rerun the same command to resume an interrupted run")],
+    test: Annotated[Path | None, typer.Option(
+        help="held-out notes with gold annotations (patients NOT in NOTES, the same --format): after training the "
+             "model is scored on them beside its public baselines (the base model without fine-tuning; LEAD-3 for "
+             "summarisation), with a paired interval and a verdict, in run.json, on the console and in `dpcare "
+             "report`")] = None,
     physical_batch: Annotated[int, typer.Option(help="rows per forward/backward pass (memory only)")] = 8,
     format: FormatOption = "jsonl",
     force: ForceOption = False,
@@ -88,28 +93,43 @@ def finetune(
     settings: FinetuneSettings = None,
 ) -> None:
     """Fine-tune a causal LM on notes, the PATIENT as the privacy unit (every window of every note of a
-    patient clipped together); save the trained weights as a run folder and print the guarantee."""
+    patient clipped together); save the trained weights as a run folder and print the guarantee; with --test,
+    score it against the public baselines on held-out patients' notes."""
     from dpcare.privacy import PrivacyLedger, guard_run
     from dpcare.runs import RunFolder
     from dpcare.text.lm.finetune import finetune_with, plan
     from dpcare.text.lm.saved import WEIGHTS, finetune_manifest, save_finetuned
-    from dpcare.text.readers import count_patients, read_notes
+    from dpcare.text.lm.scoring import read_test_notes
+    from dpcare.text.readers import read_notes, read_patient_ids
 
     if settings.model != "smollm2" and not Path(settings.model).is_dir():
         raise MissingFileError(f"unknown model path {settings.model!r}: not a folder (use 'smollm2' or a local "
                                "Hugging Face causal-LM folder)")
-    patients = count_patients(notes, format)  # the n that every ledger states; no note text is read before the budget
-    planned = plan(settings, patients)
+    ids = read_patient_ids(notes, format)  # the n that every ledger states; no note text is read before the budget
+    planned = plan(settings, len(ids))
     recorded = settings.to_dict()
     run = RunFolder(out, "text-finetune", recorded, force=force, command="dpcare text finetune")
+    held_out = read_test_notes(test, format, settings.task, ids) if test is not None else None
     with guard_run(budget, planned, run_id=run.run_id, command="text finetune", data=notes) as held:
-        net, _, info = finetune_with(read_notes(notes, format), settings, checkpoint_dir=run.checkpoint_dir, progress=True,
-                                     max_physical_batch=physical_batch)
+        net, tokenizer, info = finetune_with(read_notes(notes, format), settings, checkpoint_dir=run.checkpoint_dir,
+                                             progress=True, max_physical_batch=physical_batch)
         if held is not None:
             held.actual = PrivacyLedger.from_state_dict(info["ledger"])
+    scores = None
+    if held_out is not None:
+        from dpcare.text.lm.saved import RECIPE
+        from dpcare.text.lm.scoring import comparison_lines, score_notes
+
+        scores = score_notes(net.eval(), tokenizer, {k: info[k] for k in RECIPE}, held_out)
+        typer.echo(f"{scores.metric} {scores.value:.3f} on {scores.scored} held-out notes of {test}")
+        for line in comparison_lines(scores):
+            typer.echo(line)
+        typer.echo(f"{info['mode']} {scores.result['verdict']}")
     save_finetuned(net, info, run.path(WEIGHTS).parent)  # into the run's staging folder
-    run.finish(finetune_manifest(info, recorded, data={"path": str(notes), "patients": info["patients"],
-                                                       "notes": info["notes"], "rows": info["rows"]}))
+    data = {"path": str(notes), "patients": info["patients"], "notes": info["notes"], "rows": info["rows"]}
+    if held_out is not None:
+        data |= {"test": str(test), "test notes": len(held_out), "test patients": len({n.patient_id for n in held_out})}
+    run.finish(finetune_manifest(info, recorded, data=data, scores=scores))
     typer.echo(f"{info['mode']} {settings.task}: {info['patients']} patients, {info['notes']} notes, {info['rows']} "
                f"rows, {info['steps']} steps, {info['trainable_parameters']:,} trainable parameters")
     typer.echo(info["guarantee_text"])
@@ -132,9 +152,8 @@ def ner(
     from dataclasses import replace
 
     from dpcare.text import write_jsonl
-    from dpcare.text.evaluation import span_scores
-    from dpcare.text.lm.generative_ner import extract_entities_many
     from dpcare.text.lm.saved import load_finetuned
+    from dpcare.text.lm.scoring import score_ner
     from dpcare.text.readers import read_notes
 
     net, tokenizer, meta = load_finetuned(model_dir)
@@ -142,24 +161,13 @@ def ner(
     if r["task"] != "ner":
         raise SettingsError(f"{model_dir} was fine-tuned for {r['task']!r}, not ner")
     corpus = read_notes(notes, format)
-    labels = tuple(r["labels"])
-    predicted = extract_entities_many(net, tokenizer, [n.text for n in corpus], labels, r["window"], r["stride"],
-                                      max_tokens, batch_size, progress=True)
+    scores = score_ner(net, tokenizer, r, corpus, max_tokens, batch_size, baseline)
+    predicted = scores.outputs
     write_jsonl([replace(n, entities=tuple(p)) for n, p in zip(corpus, predicted)], out)
-    gold = [[s for s in (*n.entities, *n.phi) if s.label in labels] for n in corpus]
-    if any(gold):
-        typer.echo(span_scores(gold, predicted).round(3).to_string())
-        if baseline:  # the public baseline: the pre-trained model, never fine-tuned, decoded the same way
-            from dpcare.lm import load_causal_lm
-            from dpcare.text.baselines import BASE_MODEL, compare_on_notes, span_counts
-
-            base, base_tokenizer = load_causal_lm(r["model"], r["layers"])
-            base_predicted = extract_entities_many(base.eval(), base_tokenizer, [n.text for n in corpus], labels,
-                                                   r["window"], r["stride"], max_tokens, batch_size, progress=True)
-            result = compare_on_notes("ner F1", span_counts(gold, predicted),
-                                      {BASE_MODEL: span_counts(gold, base_predicted)},
-                                      [n.patient_id for n in corpus])
-            typer.echo(f"{r['mode']} {result['verdict']}")
+    if scores.table is not None:
+        typer.echo(scores.table.round(3).to_string())
+    if scores.result is not None:
+        typer.echo(f"{r['mode']} {scores.result['verdict']}")
     typer.echo(f"{sum(map(len, predicted))} entities in {len(corpus)} notes written to {out}")
 
 
@@ -181,24 +189,21 @@ def summarise(
     intervals and a verdict. The model copies identifiers from the notes into its summaries: they are masked
     unless --keep-identifiers."""
     from dpcare.io import write_json_lines
-    from dpcare.progress import progress
-    from dpcare.text.evaluation import rouge_l
     from dpcare.text.lm.saved import load_finetuned
-    from dpcare.text.lm.summaries import write_summary
+    from dpcare.text.lm.scoring import comparison_lines, score_summaries
     from dpcare.text.readers import read_notes
 
     net, tokenizer, meta = load_finetuned(model_dir)
     if meta["recipe"]["task"] != "summarisation":
         raise SettingsError(f"{model_dir} was fine-tuned for {meta['recipe']['task']!r}, not summarisation")
     corpus = read_notes(notes, format)
-    written = [write_summary(net, tokenizer, n.summary_source or n.text, max_tokens)
-               for n in progress(corpus, desc="summaries")]
-    scored = [(n.summary_target, s) for n, s in zip(corpus, written) if n.summary_target.strip()]
-    if scored:  # the summaries as generated, against the references
-        scores = rouge_l(*map(list, zip(*scored)))
-        typer.echo(f"ROUGE-L F1 {scores['fmeasure']:.3f} over {len(scored)} notes with a reference summary")
-        _summary_verdict(meta["recipe"], [n for n in corpus if n.summary_target.strip()],
-                         [s for n, s in zip(corpus, written) if n.summary_target.strip()], max_tokens, baseline)
+    scores = score_summaries(net, tokenizer, meta["recipe"], corpus, max_tokens, baseline)
+    written = scores.outputs
+    if scores.result is not None:  # the summaries as generated, against the references
+        typer.echo(f"ROUGE-L F1 {scores.value:.3f} over {scores.scored} notes with a reference summary")
+        for line in comparison_lines(scores):
+            typer.echo(line)
+        typer.echo(f"{meta['recipe']['mode']} {scores.result['verdict']}")
     if keep_identifiers:
         typer.echo("warning: the summaries are written as generated: they may copy names, dates, record numbers "
                    "and phone numbers from the notes", err=True)
@@ -211,36 +216,6 @@ def summarise(
                    "docs/text-masking.md)")
     write_json_lines(out, ({"note_id": n.note_id, "summary": s} for n, s in zip(corpus, written)))
     typer.echo(f"{len(written)} summaries written to {out}")
-
-
-def _summary_verdict(recipe: dict, notes: list, written: list[str], max_tokens: int, base_model: bool) -> None:
-    """Print the summaries' ROUGE-L against LEAD-3 (and the base model without fine-tuning) on the same notes,
-    paired intervals resampling patients, and the verdict."""
-    from dpcare.progress import progress
-    from dpcare.text.baselines import (
-        BASE_MODEL,
-        compare_on_notes,
-        lead,
-        lead_name,
-        rouge_l_per_note,
-    )
-
-    references = [n.summary_target for n in notes]
-    sources = [n.summary_source or n.text for n in notes]
-    baselines = {lead_name(): rouge_l_per_note(references, [lead(s) for s in sources])}
-    if base_model:
-        from dpcare.lm import load_causal_lm
-        from dpcare.text.lm.summaries import write_summary
-
-        base, tokenizer = load_causal_lm(recipe["model"], recipe["layers"])
-        baselines[BASE_MODEL] = rouge_l_per_note(references, [
-            write_summary(base, tokenizer, s, max_tokens) for s in progress(sources, desc="base-model summaries")])
-    result = compare_on_notes("ROUGE-L F1", rouge_l_per_note(references, written), baselines,
-                              [n.patient_id for n in notes])
-    for c in result["comparisons"]:
-        typer.echo(f"  vs {c['baseline_name']}: ROUGE-L F1 {c['baseline']:.3f}, improvement {c['difference']:+.3f} "
-                   f"[{c['low']:+.3f}, {c['high']:+.3f}]")
-    typer.echo(f"{recipe['mode']} {result['verdict']}")
 
 
 @app.command("classify")

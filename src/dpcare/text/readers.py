@@ -505,12 +505,17 @@ def read_notes(path: str | os.PathLike, format: str = "jsonl") -> list[Note]:
 
 
 def count_patients(path: str | os.PathLike, format: str = "jsonl") -> int:
+    """The number of :func:`read_patient_ids` of the notes at ``path``."""
+    return len(read_patient_ids(path, format))
+
+
+def read_patient_ids(path: str | os.PathLike, format: str = "jsonl") -> set[str]:
     """Distinct patient ids of the notes at ``path`` in ``format``, from the ids alone where the format allows:
     the JSONL lines' patient_id, NOTEEVENTS' SUBJECT_ID column, the file names of a folder format (a note per
     .txt, an i2b2 2014 record per patient-record stem). The notes are checked when they are read."""
     path = Path(path)
     if format != "jsonl":
-        return _count_patients_of(path, format)
+        return _patient_ids_of(path, format)
     if not path.is_file():
         raise MissingFileError(f"no such file: {path}")
     ids = set()
@@ -524,10 +529,10 @@ def count_patients(path: str | os.PathLike, format: str = "jsonl") -> int:
                 ids.add(str(patient))  # as read_jsonl keeps it
     if not ids:
         raise DataError(f"{path}: no notes")
-    return len(ids)
+    return ids
 
 
-def _count_patients_of(path: Path, format: str) -> int:
+def _patient_ids_of(path: Path, format: str) -> set[str]:
     if format not in NOTE_FORMATS:
         raise UnknownNameError(f"unknown notes format {format!r}; choose one of {list(NOTE_FORMATS)}")
     what, kind, _ = NOTE_FORMATS[format]
@@ -543,7 +548,7 @@ def _count_patients_of(path: Path, format: str) -> int:
         ids = {n.patient_id for n in read_notes(path, format)}
     if not ids:
         raise DataError(f"{path}: no notes (--format {format} reads {what})")
-    return len(ids)
+    return {str(i) for i in ids}
 
 
 def _noteevents_subjects(path: Path) -> set[str]:

@@ -56,16 +56,29 @@ def save_finetuned(model: nn.Module, info: dict[str, Any], folder: str | os.Path
 
 
 def finetune_manifest(info: dict[str, Any], settings: dict[str, Any] | None = None,
-                      data: dict[str, Any] | None = None) -> Manifest:
+                      data: dict[str, Any] | None = None, scores=None) -> Manifest:
     """run.json of a fine-tuning run: the fine-tuned model with its guarantee and ledger (none: non-private),
-    the recipe and training figures in ``settings["info"]``, the files."""
+    the recipe and training figures in ``settings["info"]``, the files; with ``scores``
+    (:class:`~dpcare.text.lm.scoring.NoteScores` of held-out notes), its metric, the public baselines' and the
+    verdict."""
     m = Manifest(settings=dict(settings or {}), data=data or {}, files={"weights": WEIGHTS, "recipe": META})
-    m.add_model(f"{info['task']} {info['mode']}", info.get("guarantee"), info.get("ledger"),
+    name = f"{info['task']} {info['mode']}"
+    m.add_model(name, info.get("guarantee"), info.get("ledger"),
                 note="" if info.get("guarantee") else "NO differential privacy guarantee (non-private fine-tuning).")
     m.settings["info"] = {k: info.get(k) for k in (*RECIPE, "patients", "notes", "rows", "steps", "sampling_rate",
                                                    "noise_multiplier", "clip_norm", "trainable_parameters")}
-    m.notes.append("No utility or attack is measured at fine-tuning: `dpcare text ner` / `summarise` score notes "
-                   "with gold annotations; the clinical-nlp study attacks its models.")
+    if scores is None or scores.result is None:
+        m.notes.append("No utility is measured at fine-tuning without --test: `dpcare text ner` / `summarise` "
+                       "score notes with gold annotations; the clinical-nlp study attacks its models.")
+        return m
+    m.metrics = [{"model": name, f"test {scores.metric}": scores.value, "test notes": scores.scored}]
+    m.metrics += [{"model": f"public baseline: {c['baseline_name']}", f"test {scores.metric}": c["baseline"],
+                   "test notes": scores.scored} for c in scores.result["comparisons"]]
+    m.headline = [f"test {scores.metric}"]
+    m.baselines = [scores.record(name)]
+    m.notes.append(f"{name}: {scores.result['verdict']}")
+    m.not_protected.append("The held-out notes (--test) are scored, not trained on: their scores in this file are "
+                           "outside the guarantee.")
     return m
 
 
