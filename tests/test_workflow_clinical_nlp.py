@@ -261,3 +261,8 @@ def test_every_fine_tuned_model_is_judged_against_the_public_baselines(tiny_fold
     better = {**clone, "per_note": {**clone["per_note"], "rougeL": [1.0] * len(base["per_note"]["rougeL"]),
                                     "lead_rougeL": [0.0] * len(base["per_note"]["rougeL"])}}
     assert cnb.baseline_verdicts([base, better])[0]["beats"]
+    # every seed's run, against the base run of its own seed
+    (one,) = cnb.baseline_verdicts([{**base, "seed": 1}, {**better, "seed": 1}])
+    assert one["name"] == "summarisation|dp-lora@3.0 seed 1" and len(one["comparisons"]) == 2 and one["beats"]
+    (alone,) = cnb.baseline_verdicts([base, {**better, "seed": 1}])  # seed 0's base is not seed 1's
+    assert [c["baseline_name"] for c in alone["comparisons"]] == [lead_name()]

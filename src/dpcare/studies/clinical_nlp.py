@@ -507,28 +507,30 @@ def write_tables(bench: ClinicalNLPBenchmark, done: list[dict], folder: Path, ru
 
 
 def baseline_verdicts(runs: list[dict]) -> list[dict[str, Any]]:
-    """Every fine-tuned NER and summarisation model (its seed-0 run) against the public baselines on the same
+    """Every fine-tuned NER and summarisation model (each seed's run) against the public baselines on the same
     held-out notes (:mod:`dpcare.text.baselines`): the base model without fine-tuning (the ``base`` run of
-    the task, when the grid has it) and, for summarisation, LEAD-3; a paired bootstrap over the held-out
-    patients, the verdict from the binding comparison. Runs journalled without per-note values are left out."""
+    the task and seed, when the grid has it) and, for summarisation, LEAD-3; a paired bootstrap over the
+    held-out patients, the verdict from the binding comparison. A run of seed s > 0 is named with
+    `` seed s``. Runs journalled without per-note values are left out."""
     from dpcare.text.baselines import BASE_MODEL, compare_on_notes, lead_name
 
     key = {"ner": ("ner F1", "counts"), "summarisation": ("ROUGE-L F1", "rougeL")}
-    base = {r["task"]: r["per_note"] for r in runs if r["mode"] == BASE and r["seed"] == 0 and r.get("per_note")}
+    base = {(r["task"], r["seed"]): r["per_note"] for r in runs if r["mode"] == BASE and r.get("per_note")}
     out = []
     for r in runs:
         p = r.get("per_note")
-        if r["mode"] == BASE or r["seed"] != 0 or r["task"] not in key or not p:
+        if r["mode"] == BASE or r["task"] not in key or not p:
             continue
         metric, field = key[r["task"]]
         baselines = {lead_name(): np.array(p["lead_rougeL"])} if r["task"] == "summarisation" else {}
-        b = base.get(r["task"])
+        b = base.get((r["task"], r["seed"]))
         if b is not None and b["patients"] == p["patients"]:  # the same held-out notes
             baselines[BASE_MODEL] = np.array(b[field])
         if baselines:
             result = compare_on_notes(metric, np.array(p[field]), baselines, p["patients"])
-            out.append({"name": _label(r), "task": r["task"], "mode": r["mode"],
-                        "target_epsilon": r["target_epsilon"], "variant": r.get("variant", "fixed"), **result})
+            out.append({"name": _label(r) + (f" seed {r['seed']}" if r["seed"] else ""), "task": r["task"],
+                        "mode": r["mode"], "target_epsilon": r["target_epsilon"], "seed": r["seed"],
+                        "variant": r.get("variant", "fixed"), **result})
     return out
 
 
@@ -536,8 +538,10 @@ def verdict_markdown(verdicts: list[dict[str, Any]]) -> str:
     """The verdicts as a markdown section (empty without any)."""
     if not verdicts:
         return ""
-    lines = ["", "", ("Against the public baselines (seed-0 runs, the same held-out notes; 95% paired bootstrap "
-                      "intervals over held-out patients; a model beats them only if it beats each):"), "",
+    seeds = len({v.get("seed", 0) for v in verdicts})
+    lines = ["", "", (f"Against the public baselines ({'each seed' if seeds > 1 else 'seed 0'}: the same held-out "
+                      "notes; 95% paired bootstrap intervals over held-out patients; a model beats them only if it "
+                      "beats each):"), "",
              "| model | baseline | metric | model | baseline | improvement [95% interval] |", "|---|---|---|---|---|---|"]
     for v in verdicts:
         for c in v["comparisons"]:
