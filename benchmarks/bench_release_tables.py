@@ -9,7 +9,7 @@ improvement with its 95% paired-bootstrap interval, and "beats: k/N seeds". Noth
 read once, after the runs.
 
 Seeds: each seed is its own split (``--seed`` draws the split in ``train`` and ``synth fit``; ``--split-seed`` in
-``text classify``; the images' split is drawn here), initialisation and noise (``--seed``; where the command
+``text classify``; the images' and the fine-tuning notes' splits are drawn here), initialisation and noise (``--seed``; where the command
 has ``--noise-seed``, it is pinned to the seed too, so that the table is reproducible). The data file itself
 (the table, the SUPPORT2 rows of the synth run, the generated notes) is made once, with seed 0.
 
@@ -20,6 +20,8 @@ when its command is rerun: dpcare keeps the staging folder). ``--tables-only`` o
     OMP_NUM_THREADS=1 python benchmarks/bench_release_tables.py --modality synth --rows 1000 --out results/release/synth
     OMP_NUM_THREADS=1 python benchmarks/bench_release_tables.py --modality notes --n-notes 250 \\
         --out results/release/notes
+    OMP_NUM_THREADS=1 python benchmarks/bench_release_tables.py --modality finetune --methods dp-lora,dp-prefix \\
+        --out results/release/finetune    # SmolLM2-135M on the CPU: about an hour a run
     OMP_NUM_THREADS=1 python benchmarks/bench_release_tables.py --modality images \\
         --images-per-class 250 --out results/release/images    # 7.5 min a run on one CPU core (15 with all 500)
 
@@ -35,6 +37,11 @@ Modalities and their commands (``dpcare <cmd> --help``):
   ``dpcare text generate --n-notes N --seed 0`` (default 600, as docs/text-fusiondp.md measured; ``--no-impute``
   as there, ``--impute`` to impute with the LM); a method other than fusiondp gets the paper's Table 3 C and
   alpha (``--clip``, ``--alpha``), as the docs' dp-sgd example.
+- finetune: ``dpcare text finetune TRAIN --test TEST --task T --mode M --epsilon E --seed S --out RUN`` on
+  ``dpcare text generate --n-notes N --seed 0`` (default 48, the clinical-nlp study's corpus), split per seed by
+  patient as that study splits it (25% of the patients held out): the model's NER F1 (``--task ner``, default) or
+  ROUGE-L F1 on the held-out patients' notes beside the base model without fine-tuning (and LEAD-3); methods are
+  the modes (default dp-lora).
 - images: ``dpcare images fit TRAIN --method fdp-dpsgd --epsilon E --seed S --color gray --public-images PUB
   --test-images TEST --out RUN`` on the bundled MNIST subset written as PNG folders, split per seed as the
   study splits it (public 20% / train 60% / test 20%); ``--images-per-class N`` keeps N images of each digit.
@@ -54,10 +61,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-MODALITIES = ("tabular", "synth", "notes", "images")
-DEFAULT_DATASET = {"tabular": "support2", "synth": "support2", "notes": "generated", "images": "mnist"}
+MODALITIES = ("tabular", "synth", "notes", "finetune", "images")
+DEFAULT_DATASET = {"tabular": "support2", "synth": "support2", "notes": "generated", "finetune": "generated",
+                   "images": "mnist"}
 DEFAULT_METHODS = {"tabular": ("dp-sgd", "feature-dp", "label-dp"), "synth": ("dp-2stage-u",),
-                   "notes": ("fusiondp", "dp-sgd"), "images": ("fdp-dpsgd",)}
+                   "notes": ("fusiondp", "dp-sgd"), "finetune": ("dp-lora",), "images": ("fdp-dpsgd",)}
+DEFAULT_NOTES = {"notes": 600, "finetune": 48}  # generated notes (finetune: the clinical-nlp study's corpus size)
+HELD_OUT = 0.25  # finetune: the share of patients held out per seed (the clinical-nlp study's)
 RUN_JSON = "run.json"
 
 
@@ -211,12 +221,12 @@ def prepare(a: argparse.Namespace, data: Path, commands: list[str]) -> dict[str,
             print(f"wrote {csv} ({min(a.rows, len(df))} random rows, seed 0, of the DP-2Stage benchmark's columns "
                   f"{keep}) and {spec}", flush=True)
         return {"data": csv, "spec": spec}
-    if a.modality == "notes":
+    if a.modality in ("notes", "finetune"):
         notes = data / f"notes-{a.n_notes}.jsonl"
         if not notes.exists():
             run_command([*dpcare(), "text", "generate", "--n-notes", a.n_notes, "--seed", 0, "--out", notes],
                         data / "generate.log", commands)
-        return {"data": notes}
+        return {"data": notes} if a.modality == "notes" else {"splits": split_notes(notes, a.seeds, data)}
     # images: the bundled MNIST subset as PNG folders, one split per seed
     from dpcare.images.data import load_mnist, split_images
 
@@ -239,6 +249,26 @@ def prepare(a: argparse.Namespace, data: Path, commands: list[str]) -> dict[str,
         write_image_folders(split_images(images, seed=seed), root)
         (root / "done").write_text("")
     return {"folders": folders}
+
+
+def split_notes(notes: Path, seeds: Sequence[int], data: Path) -> dict[int, dict[str, Path]]:
+    """finetune: per seed, the notes split by PATIENT (the clinical-nlp study's split, ``HELD_OUT`` of the
+    patients held out) into ``split-seed<s>/train.jsonl`` and ``test.jsonl`` (written once)."""
+    from dpcare.studies.clinical_nlp import split_patients
+    from dpcare.text import read_jsonl, write_jsonl
+
+    out = {}
+    for seed in seeds:
+        root = data / f"split-seed{seed}"
+        out[seed] = {"train": root / "train.jsonl", "test": root / "test.jsonl"}
+        if (root / "done").exists():
+            continue
+        root.mkdir(parents=True, exist_ok=True)
+        split = split_patients(read_jsonl(notes), HELD_OUT, seed)
+        write_jsonl(split.train, out[seed]["train"])
+        write_jsonl(split.held_out, out[seed]["test"])
+        (root / "done").write_text("")
+    return out
 
 
 def write_image_folders(parts: dict, root: Path) -> None:
@@ -272,6 +302,10 @@ def cell_command(a: argparse.Namespace, files: dict[str, Any], method: str, eps:
             extra = ["--clip", f"{clip:g}", "--alpha", f"{alpha:g}"]
         return [*dpcare(), "text", "classify", files["data"], "--method", method, "--epsilon", f"{eps:g}", *extra,
                 "--seed", seed, "--split-seed", seed, "--impute" if a.impute else "--no-impute", "--out", run]
+    if a.modality == "finetune":
+        f = files["splits"][seed]
+        return [*dpcare(), "text", "finetune", f["train"], "--test", f["test"], "--task", a.task, "--mode", method,
+                "--epsilon", f"{eps:g}", "--seed", seed, "--out", run]
     f = files["folders"][seed]
     return [*dpcare(), "images", "fit", f["train"], "--method", method, "--epsilon", f"{eps:g}", "--seed", seed,
             "--color", "gray", "--public-images", f["public"], "--test-images", f["test"], "--out", run]
@@ -329,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dataset", default=None, help="tabular/synth: a bundled table (default support2)")
     p.add_argument("--methods", default=None,
                    help="comma-separated (default per modality: tabular dp-sgd,feature-dp,label-dp; synth "
-                        "dp-2stage-u; notes fusiondp,dp-sgd; images fdp-dpsgd)")
+                        "dp-2stage-u; notes fusiondp,dp-sgd; finetune dp-lora; images fdp-dpsgd)")
     p.add_argument("--epsilons", default="1,3,8")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--out", type=Path, required=True, help="results folder (data/, runs/, logs/, tables.md)")
@@ -337,7 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                           "rows of the 10 columns (default 2000)")
     p.add_argument("--holdout", type=float, default=None, help="synth: the share of --rows held out as the real "
                                                                   "test rows (`synth fit --holdout`; default its 0.1)")
-    p.add_argument("--n-notes", type=int, default=600, help="notes: generated notes (default 600)")
+    p.add_argument("--n-notes", type=int, default=None, help="notes, finetune: generated notes (default 600; "
+                                                              "finetune 48)")
+    p.add_argument("--task", default="ner", choices=("ner", "summarisation"), help="finetune: the task (default ner)")
     p.add_argument("--impute", action="store_true", help="notes: impute the masked spans with the LM (slow; the "
                                                          "docs' measurement used --no-impute, the default here)")
     p.add_argument("--images-per-class", type=int, default=None, help="images: images kept per digit (default all "
@@ -347,6 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a.dataset = a.dataset or DEFAULT_DATASET[a.modality]
     if a.modality == "synth" and a.rows is None:
         a.rows = 2000
+    a.n_notes = a.n_notes or DEFAULT_NOTES.get(a.modality)
     methods = tuple(a.methods.split(",")) if a.methods else DEFAULT_METHODS[a.modality]
     epsilons = [float(e) for e in a.epsilons.split(",")]
     a.seeds = [int(s) for s in a.seeds.split(",")]
@@ -358,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     walls: dict[str, float] = json.loads(walls_path.read_text()) if walls_path.exists() else {}
     files = {} if a.tables_only else prepare(a, out / "data", commands)
     subcommand = {"tabular": ["train"], "synth": ["synth", "fit"], "notes": ["text", "classify"],
-                  "images": ["images", "fit"]}[a.modality]
+                  "finetune": ["text", "finetune"], "images": ["images", "fit"]}[a.modality]
     pin_noise = not a.tables_only and noise_seed_option([*dpcare(), *subcommand])
     cells: Cells = {}
     started = time.time()

@@ -116,3 +116,26 @@ def test_images_keep_n_per_digit_and_split_each_seed_apart(bench, tmp_path):
         assert len({r for part in read.values() for r in _png_rows(part)}) == 50  # disjoint
         assert (tmp_path / f"split-seed{seed}" / "done").exists()
     assert trains[0] != trains[1]  # each seed its own split
+
+
+def test_finetune_splits_each_seed_by_patient_and_passes_the_held_out_notes(bench, tmp_path):
+    """finetune: each seed splits the generated notes by patient (the clinical-nlp study's split), the two sides
+    share no patient and together are every note; the cell trains on its seed's train file and scores --test."""
+    from dpcare.studies.clinical_nlp import split_patients
+    from dpcare.text import read_jsonl
+
+    a = argparse.Namespace(modality="finetune", seeds=[0, 1], n_notes=12, task="ner")
+    files = bench.prepare(a, tmp_path, [])
+    every = read_jsonl(tmp_path / "notes-12.jsonl")
+    held = []
+    for seed in (0, 1):
+        train, test = (read_jsonl(files["splits"][seed][k]) for k in ("train", "test"))
+        assert not {n.patient_id for n in train} & {n.patient_id for n in test}
+        assert sorted(n.note_id for n in train + test) == sorted(n.note_id for n in every)
+        assert [n.note_id for n in test] == [n.note_id for n in split_patients(every, bench.HELD_OUT, seed).held_out]
+        held.append({n.patient_id for n in test})
+        cmd = [str(c) for c in bench.cell_command(a, files, "dp-lora", 8.0, seed, tmp_path / "run")]
+        assert cmd[cmd.index("finetune") + 1] == str(files["splits"][seed]["train"])
+        assert cmd[cmd.index("--test") + 1] == str(files["splits"][seed]["test"])
+        assert cmd[cmd.index("--seed") + 1] == str(seed) and cmd[cmd.index("--mode") + 1] == "dp-lora"
+    assert held[0] != held[1]  # each seed its own split
