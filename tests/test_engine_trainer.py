@@ -117,12 +117,12 @@ def test_ledger_is_charged_once_per_private_step_and_calibration_meets_target():
     assert result.guarantee.epsilon == pytest.approx(ledger.epsilon())
 
 
-def run(steps, ckpt_dir, crash_at=None, ema_decay=None, noise_seed=11):
+def run(steps, ckpt_dir, crash_at=None, ema_decay=None, noise_seed=11, **checkpoints):
     torch.manual_seed(0)
     model = TabularMLP(6, hidden=16)  # dropout on: the RNG state must resume too
     cfg = TrainConfig(batch_size=8, steps=steps, noise_multiplier=1.1, public_pretrain_steps=3, progress=False,
-                      checkpoint_dir=str(ckpt_dir), checkpoint_every=4, seed=11, noise_seed=noise_seed,
-                      ema_decay=ema_decay)
+                      checkpoint_dir=str(ckpt_dir), seed=11, noise_seed=noise_seed,
+                      ema_decay=ema_decay, **({"checkpoint_every": 4} | checkpoints))
     trainer = Trainer(model, FeatureDP(), cfg, ledger=PrivacyLedger(64))
     if crash_at is not None:
         crash_at_step(trainer, crash_at)
@@ -140,6 +140,22 @@ def test_killed_run_resumes_to_the_same_model_and_epsilon(tmp_path, ema_decay):
     for (n, p), (_, q) in zip(ref_model.state_dict().items(), model.state_dict().items()):
         assert torch.equal(p, q), n
     assert resumed.ledger.epsilon() == pytest.approx(ref.ledger.epsilon(), rel=1e-12)
+
+
+def test_long_steps_are_checkpointed_by_time_too(tmp_path):
+    """checkpoint_seconds: a run of few, long steps (an LM on a CPU) is checkpointed when that much time has
+    passed, not only every checkpoint_every steps; killed at step 14, it resumes from there to the same model."""
+    from dpcare.engine import checkpoint as ckpt
+    from dpcare.engine.trainer import CHECKPOINT_NAME
+
+    ref_model, _ = run(20, tmp_path / "a")
+    timed = {"checkpoint_every": 1000, "checkpoint_seconds": 1e-9}
+    with pytest.raises(KeyboardInterrupt):
+        run(20, tmp_path / "b", crash_at=14, **timed)
+    assert ckpt.load(tmp_path / "b" / CHECKPOINT_NAME)["step"] == 14  # none without the time rule (every 1000)
+    model, _ = run(20, tmp_path / "b", **timed)
+    for (n, p), (_, q) in zip(ref_model.state_dict().items(), model.state_dict().items()):
+        assert torch.equal(p, q), n
 
 
 def test_resume_refuses_a_checkpoint_of_another_run(tmp_path):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -85,6 +86,7 @@ class TrainConfig:
     # folder, or keep it as private as the data, once the run is done (a RunFolder's finish() deletes it)
     checkpoint_dir: str | None = None
     checkpoint_every: int = 100
+    checkpoint_seconds: float = 600.0  # and when this long has passed since the last one (long steps: an LM on a CPU)
     progress: bool = True
     ema_decay: float | None = None  # keep an exponential moving average of the weights; fit() ends with it
     adaptive_clip: AdaptiveClip | None = None  # private adaptive clipping; clip_norm is then the initial C
@@ -103,7 +105,8 @@ class TrainConfig:
 
     def validate(self, objective: Objective) -> None:
         positive = {"batch_size": self.batch_size, "lr": self.lr, "clip_norm": self.clip_norm,
-                    "max_physical_batch": self.max_physical_batch, "checkpoint_every": self.checkpoint_every}
+                    "max_physical_batch": self.max_physical_batch, "checkpoint_every": self.checkpoint_every,
+                    "checkpoint_seconds": self.checkpoint_seconds}
         for name, value in positive.items():
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise SettingsError(f"{name} must be a positive number, got {value!r}")
@@ -441,6 +444,7 @@ class Trainer:
         every = max(1, (pre + total) // 50)
         eps_every = max(10, (pre + total) // 10)  # the exact accountant: ~10 times a run, at most every 10 steps
         shown: dict[str, float] = {}
+        saved = time.monotonic()  # the last checkpoint (or the start)
         while self.step_count < pre + total:
             if self.step_count < pre:
                 rec = {"public_loss": self.public_step(public_data)}
@@ -459,8 +463,10 @@ class Trainer:
                 shown = {**shown, **{k: round(v, 4) for k, v in rec.items() if k != "step"}}
                 bar.set_postfix(shown)
             bar.update(1)
-            if c.checkpoint_dir and (self.step_count % c.checkpoint_every == 0 or self.step_count == pre + total):
+            if c.checkpoint_dir and (self.step_count % c.checkpoint_every == 0 or self.step_count == pre + total
+                                     or time.monotonic() - saved >= c.checkpoint_seconds):
                 self.save_checkpoint(total)
+                saved = time.monotonic()
             if on_step is not None:
                 on_step(self.step_count)
                 self.model.train()
@@ -510,7 +516,7 @@ class Trainer:
 
     # ---------------------------------------------------------------- checkpoints
     def _fingerprint(self, total: int) -> dict[str, Any]:
-        skip = {"progress", "checkpoint_dir", "checkpoint_every"}
+        skip = {"progress", "checkpoint_dir", "checkpoint_every", "checkpoint_seconds"}
         for key in ("adaptive_clip", "noise_seed"):  # fingerprints of runs from before these settings stay valid
             if getattr(self.config, key) is None:
                 skip.add(key)
