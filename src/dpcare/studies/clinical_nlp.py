@@ -398,8 +398,9 @@ def _utility(model, tokenizer, task: str, test: list[Note], bench: ClinicalNLPBe
                 "per_note": per_note}
     from dpcare.text.evaluation import MICRO, span_scores
     from dpcare.text.lm.generative_ner import extract_entities_many
+    from dpcare.text.lm.scoring import gold_spans
 
-    gold = [[s for s in (*n.entities, *n.phi) if s.label in ENTITY_LABELS] for n in test]
+    gold = gold_spans(test, ENTITY_LABELS)
     predicted = extract_entities_many(model, tokenizer, [n.text for n in test], ENTITY_LABELS, bench.window,
                                       bench.window, bench.ner_tokens)
     micro = span_scores(gold, predicted).loc[MICRO]

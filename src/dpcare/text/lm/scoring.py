@@ -126,14 +126,14 @@ def read_test_notes(path, format: str, task: str, training_patients: set[str]) -
     """The held-out notes of ``dpcare text finetune --test``, checked before any training note is read: the
     file reads, shares no patient with the training notes (a shared patient would be scored on what it trained
     on) and carries the task's gold annotations."""
-    from dpcare.text.readers import read_notes, read_patient_ids
+    from dpcare.text.readers import read_notes
     from dpcare.text.spans import ENTITY_LABELS
 
-    shared = sorted(read_patient_ids(path, format) & set(training_patients))
+    notes = read_notes(path, format)
+    shared = sorted({n.patient_id for n in notes} & set(training_patients))
     if shared:
         raise DataError(f"--test {path}: {len(shared)} patient(s) are also in the training notes, e.g. {shared[:3]}: "
                         "held-out notes must come from other patients")
-    notes = read_notes(path, format)
     check_gold(task, notes, ENTITY_LABELS, f"--test {path}")
     return notes
 
