@@ -201,6 +201,17 @@ def test_fit_errors_are_named(files, tmp_path):
     assert r.exit_code == 2 and "is a folder" in r.output
 
 
+def test_the_benchmark_refuses_unknown_methods_before_any_work(tmp_path):
+    out = tmp_path / "bench"
+    for flag, value in (("--methods", "dp-bogus"), ("--baselines", "ctgan"), ("--methods", "none")):
+        extra = ["--baselines", "none"] if value == "none" else []
+        r = runner.invoke(app, ["benchmark", "dp2stage", flag, value, *extra, "--out", str(out)])
+        assert r.exit_code == 2, r.output
+        assert ("unknown method" in r.stderr) == (value != "none") and not out.exists()
+    assert "at least one LM method" in r.stderr
+    assert not (tmp_path / ".bench.partial").exists()
+
+
 @pytest.mark.slow
 def test_quick_benchmark_writes_a_run_folder_and_resumes(files, tmp_path, monkeypatch):
     """The study writes run.json (read by dpcare report); killed after its runs, the same command resumes in the
@@ -219,12 +230,13 @@ def test_quick_benchmark_writes_a_run_folder_and_resumes(files, tmp_path, monkey
     assert r.exit_code != 0 and not out.exists()
     staged = tmp_path / ".bench.partial" / "runs"
     before = {p.name: p.stat().st_mtime for p in staged.iterdir()}
-    assert len(before) == 4  # three LM methods and MST at epsilon 8
+    assert len(before) == 5  # three LM methods and MST at epsilon 8, the public baseline
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     assert {p.name: p.stat().st_mtime for p in (out / "runs").iterdir()} == before  # resumed: nothing refitted
     table = pd.read_csv(out / "table.csv")
-    assert set(table["method"]) >= {"dp-standard", "dp-2stage-u", "dp-2stage-o"}
+    assert set(table["method"]) >= {"dp-standard", "dp-2stage-u", "dp-2stage-o", "public-support"}
+    assert [b["name"] for b in read_manifest(out).baselines] == ["independent sampling from the declared support"]
     assert (out / "dp2stage.png").exists() and (out / "sampling.json").exists()
     sampling = json.loads((out / "sampling.json").read_text())["models"]
     assert all(runs["constrained"]["valid_rate"] == 1.0 for runs in sampling.values())

@@ -222,21 +222,32 @@ def _dp2stage_records(seeds: int) -> list[dict]:
              "perplexity": {"value": 10 - 10 * v + _noise(s, 1)},
              "metrics": {"ml_efficacy": {"xgboost": {"f1_minority": v + _noise(s, 2), "auc": v}},
                          "hist": {"bins_20": v + 0.4 + _noise(s, 3)}}}
-            for s in range(seeds) for d in ("adult", "support2") for e in (1.0, 8.0) for m, v in level.items()]
+            for s in range(seeds) for d in ("adult", "support2") for e in (1.0, 8.0) for m, v in level.items()] + [
+        {"dataset": d, "method": "public-support", "epsilon": None, "seed": s, "fit_seconds": 0.0,
+         "metrics": {"ml_efficacy": {"xgboost": {"f1_minority": 0.5, "auc": 0.42}}, "hist": {"bins_20": 0.6}}}
+        for s in range(seeds) for d in ("adult", "support2")]
 
 
 @pytest.mark.parametrize("seeds", [1, 3])
 def test_dp2stage_writes_its_paired_section(seeds, tmp_path):
     from dpcare.studies import dp2stage as ds
 
-    bench = ds.Dp2StageBenchmark(seeds=seeds)
+    bench = ds.Dp2StageBenchmark(seeds=seeds, baselines=("mst",))
     assert ("seeds" in bench.to_dict()) == (seeds > 1) and bench.at_seed(1).seed == bench.seed + 1
     table, diffs = ds.tables(_dp2stage_records(seeds), bench)
     assert ("seed" in table) == (seeds > 1)
     assert set(diffs["metric"]) == set(ds.PAIRED_METRICS) and set(diffs["dataset"]) == {"adult", "support2"}
     ppl = diffs[(diffs["metric"] == "ppl value") & (diffs["claim"] == "dp-2stage-u > dp-standard")]
     assert list(ppl["mean_diff"]) == pytest.approx([1.0] * 4)  # perplexity: lower is better
+    # every method against the public baseline (no epsilon: it pairs at each one), on AUC XGB and HIST20 only
+    public = diffs[diffs["claim"].str.endswith("> public-support")]
+    assert set(public["metric"]) == set(ds.PUBLIC_METRICS)
+    assert len(public) == 4 * 2 * 2 * 2  # methods x data sets x epsilons x metrics
+    auc = public[public["metric"] == "AUC XGB"].set_index(["dataset", "claim", "epsilon"])["mean_diff"]
+    assert auc[("adult", "mst > public-support", 8.0)] == pytest.approx(0.45 - 0.42)
+    assert auc[("support2", "dp-standard > public-support", 1.0)] == pytest.approx(0.3 - 0.42)
     text = ds.table_markdown(table, tmp_path, seeds, diffs)
+    assert "| adult | none | public-support |" in text and "| nan |" not in text
     assert ("(one seed)" in text.splitlines()[0]) == (seeds == 1)
     assert ("not a test" in text) == (seeds == 1)
     assert ("| holds |" in text) == (seeds == 3)

@@ -171,6 +171,8 @@ def benchmark_clinical_nlp(
 def benchmark_dp2stage(
     datasets: Annotated[str, typer.Option(help="comma-separated: adult, support2, rhc")] = "adult,support2",
     epsilons: Annotated[str, typer.Option(help="comma-separated target epsilons")] = "1,8",
+    methods: Annotated[str, typer.Option(help="comma-separated LM methods (dp-standard, dp-2stage-u, dp-2stage-o) "
+                                              "or none")] = "dp-standard,dp-2stage-u,dp-2stage-o",
     baselines: Annotated[str, typer.Option(help="comma-separated SmartNoise baselines (mst, aim, dpctgan) or none")
                          ] = "mst,aim,dpctgan",
     model: Annotated[str, typer.Option(help="'smollm2' or a local causal-LM folder")] = "smollm2",
@@ -185,16 +187,19 @@ def benchmark_dp2stage(
     force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder when the study finishes")
                      ] = False,
 ) -> None:
-    """DP-Standard vs DP-2Stage-U vs DP-2Stage-O vs SmartNoise baselines (Afonja et al., Table 3)."""
-    from dpcare.studies.dp2stage import Dp2StageBenchmark, run_benchmark
+    """DP-Standard vs DP-2Stage-U vs DP-2Stage-O vs SmartNoise baselines (Afonja et al., Table 3), each beside
+    the public baseline (independent sampling from the declared support)."""
+    from dpcare.studies.dp2stage import Dp2StageBenchmark, check_methods, run_benchmark
 
     bench = Dp2StageBenchmark.quick(model) if quick else Dp2StageBenchmark(
         datasets=tuple(d.strip() for d in datasets.split(",")),
         epsilons=epsilon_list(epsilons))
-    chosen = () if baselines.strip() == "none" else tuple(b.strip() for b in baselines.split(","))
+    names = lambda text: () if text.strip() == "none" else tuple(x.strip() for x in text.split(",") if x.strip())
+    chosen = names(baselines)
     if not quick:
         lm = bench.settings.lm
-        bench = replace(bench, baselines=chosen, all_columns=all_columns,
+        check_methods(names(methods), chosen)
+        bench = replace(bench, methods=names(methods), baselines=chosen, all_columns=all_columns,
                         settings=bench.settings.replace(lm=replace(lm, model=model, layers=layers or lm.layers)))
         if n_train:
             bench = replace(bench, n_train=n_train)

@@ -7,7 +7,10 @@ the public recipe (:class:`~dpcare.synth.Synthesizer`) with the study's settings
 study writes a run folder (``run.json``: every model's guarantee and ledger state,
 quality metrics, timing); each finished run is saved as it finishes (``runs/*.json`` in
 the staging folder), so an interrupted study resumes when the same command is rerun.
-Also compares constrained decoding with rejection sampling on the same model.
+Also compares constrained decoding with rejection sampling on the same model, and puts every seed's public
+baseline beside the methods: a table of as many rows drawn independently from the spec's declared support
+(:mod:`dpcare.synth.support_baseline`, no private value read), evaluated as the methods are; the paired
+differences then check, seed by seed, whether each method beats it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ log = logging.getLogger(__name__)
 
 KIND = "study:dp2stage"
 LM_METHODS = ("dp-standard", "dp-2stage-u", "dp-2stage-o")
+#: the method name of the public baseline's rows (no epsilon: it pairs with every method at every epsilon)
+PUBLIC = "public-support"
 #: columns kept per data set (target first) and the unrelated public table used by DP-2Stage-O
 COLUMNS = {
     "adult": ["income", "age", "workclass", "education", "marital-status", "occupation", "relationship", "race",
@@ -56,12 +61,30 @@ COLUMNS = {
 }
 PUBLIC_FOR = {"adult": "support2", "support2": "adult", "rhc": "adult"}
 #: the metrics the claims are checked on: ML efficacy (the paper's headline), marginal fidelity, value perplexity
-PAIRED_METRICS = {"F1 XGB": HIGHER, "HIST20": HIGHER, "ppl value": LOWER}
+PAIRED_METRICS = {"F1 XGB": HIGHER, "AUC XGB": HIGHER, "HIST20": HIGHER, "ppl value": LOWER}
+#: what a method must beat the public baseline on: the ranking quality of the model trained on its table (the
+#: minority-class F1 is not used: random labels score a high one) and the marginals
+PUBLIC_METRICS = ("AUC XGB", "HIST20")
 
 
-def claims(epsilons) -> list[Claim]:
-    """The paper's claims (Table 3) at every epsilon: both DP-2Stage variants beat DP-Standard."""
-    return [Claim(m, "dp-standard", (), float(e)) for e in epsilons for m in ("dp-2stage-u", "dp-2stage-o")]
+def claims(epsilons, released: tuple[str, ...] = ()) -> list[Claim]:
+    """The paper's claims (Table 3) at every epsilon: both DP-2Stage variants beat DP-Standard; and each of the
+    ``released`` methods beats the public baseline (:data:`PUBLIC`) on :data:`PUBLIC_METRICS`."""
+    out = [Claim(m, "dp-standard", (), float(e)) for e in epsilons for m in ("dp-2stage-u", "dp-2stage-o")]
+    return out + [Claim(m, PUBLIC, PUBLIC_METRICS, float(e)) for e in epsilons for m in released]
+
+
+def check_methods(methods: tuple[str, ...], baselines: tuple[str, ...]) -> None:
+    """Refuse unknown LM methods or SmartNoise baselines, and a study with neither, before any data is read."""
+    from dpcare.exceptions import SettingsError
+    from dpcare.synth.baselines import BASELINES
+
+    unknown = [m for m in methods if m not in LM_METHODS] + [b for b in baselines if b not in BASELINES]
+    if unknown:
+        raise SettingsError(f"unknown method(s) {unknown}: the LM methods are {list(LM_METHODS)}, the SmartNoise "
+                            f"baselines {list(BASELINES)}")
+    if not methods and not baselines:
+        raise SettingsError("the study needs at least one LM method or SmartNoise baseline")
 
 
 NOT_PROTECTED = ("DP-2Stage-O's stage-1 table and the pseudo data of DP-2Stage-U (drawn from the spec's declared "
@@ -192,6 +215,20 @@ def run_one(dataset: str, method: str, eps: float, train: pd.DataFrame, test: pd
     return row
 
 
+def run_public(dataset: str, train: pd.DataFrame, test: pd.DataFrame, schema: TableSchema,
+               bench: Dp2StageBenchmark) -> dict:
+    """The public baseline of one data set at the benchmark's seed: ``n_synth`` rows drawn from the spec's
+    declared support (no private value read), evaluated exactly as every method's table is."""
+    from dpcare.synth.evaluate import evaluate_synthetic
+    from dpcare.synth.support_baseline import NAME, support_table
+
+    start = time.perf_counter()
+    fake = support_table(schema, bench.n_synth, seed=bench.seed)
+    return {"dataset": dataset, "method": PUBLIC, "epsilon": None, "n_train": len(train), "fit_seconds": 0.0,
+            "baseline": NAME, "metrics": evaluate_synthetic(fake, train, test, schema, seed=bench.seed),
+            "seconds": time.perf_counter() - start}
+
+
 def compare_sampling(train: pd.DataFrame, schema: TableSchema, bench: Dp2StageBenchmark, dataset: str,
                      stage1_cache: Path | None = None) -> dict:
     """Constrained decoding vs rejection vs imputation sampling on the same model, for a DP-Standard and a
@@ -238,7 +275,11 @@ def run_benchmark(bench: Dp2StageBenchmark, out: Path | str, force: bool = False
                                "error": f"{type(err).__name__}: {err}"}
                     write_json(path, row if s == 0 else {**row, "seed": s})
                     records.append({**row, "seed": s})
-    if bench.compare_sampling_rows:
+            path = work / "runs" / f"{dataset}-{PUBLIC}{tag}.json"
+            if not path.exists():
+                write_json(path, run_public(dataset, train, test, schema, one) | ({"seed": s} if s else {}))
+            records.append({**json.loads(path.read_text()), "seed": s})
+    if bench.compare_sampling_rows and bench.methods:  # the comparison samples LM models
         path = work / "sampling.json"
         if not path.exists():
             train, _, schema = prepare(bench.datasets[0], bench)
@@ -261,7 +302,8 @@ def tables(records: list[dict], bench: Dp2StageBenchmark) -> tuple[pd.DataFrame,
     data set) of the runs' ``records`` (each with its ``seed``: 0, 1, ...)."""
     table = summary_table(records)
     seeds = [r.get("seed", 0) for r in records]
-    diffs = paired_differences(table.assign(seed=seeds), claims(bench.epsilons), PAIRED_METRICS,
+    released = (*bench.methods, *bench.baselines)
+    diffs = paired_differences(table.assign(seed=seeds), claims(bench.epsilons, released), PAIRED_METRICS,
                                epsilon_col="epsilon", by=("dataset",))
     if bench.seeds > 1:
         table.insert(3, "seed", seeds)
@@ -290,6 +332,13 @@ def manifest(records: list[dict], table: pd.DataFrame, work: Path) -> Manifest:
     m = Manifest(headline=list(HEADLINE), files={"table": "table.md", "table (CSV)": "table.csv", "runs": "runs/"},
                  not_protected=[NOT_PROTECTED])
     for rec, row in zip(records, table.to_dict("records")):
+        metrics = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()
+                   if k in SUMMARY and k != "fit s"}
+        if rec["method"] == PUBLIC:
+            name = f"{rec['dataset']} public baseline"
+            m.baselines.append({"data": rec["dataset"], "name": rec.get("baseline"), "metrics": metrics})
+            m.metrics.append({"model": name, **metrics})
+            continue
         model = f"{rec['dataset']} {rec['method']} eps={rec['epsilon']:g}"
         if rec.get("error"):
             m.notes.append(f"{model} failed: {rec['error']}")
@@ -302,8 +351,7 @@ def manifest(records: list[dict], table: pd.DataFrame, work: Path) -> Manifest:
         else:
             m.add_model(model, None, note="whole rows (SmartNoise's own accounting, not dpcare's ledger)",
                         epsilon=rec.get("epsilon_spent"), delta=rec.get("delta"))
-        m.metrics.append({"model": model, **{k: None if isinstance(v, float) and math.isnan(v) else v
-                                             for k, v in row.items() if k in SUMMARY and k != "fit s"}})
+        m.metrics.append({"model": model, **metrics})
         m.timing.append({"model": model, "fit seconds": rec.get("fit_seconds"), "seconds": rec.get("seconds")})
     if (work / "sampling.json").exists():
         s = json.loads((work / "sampling.json").read_text())
@@ -322,7 +370,7 @@ def _num(v: float) -> str:
 def _over_seeds(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (dataset, epsilon, method): 'mean ± sd' over the seeds of every metric, the errors joined."""
     rows = []
-    for (dataset, eps, method), g in table.groupby(["dataset", "epsilon", "method"], sort=False):
+    for (dataset, eps, method), g in table.groupby(["dataset", "epsilon", "method"], sort=False, dropna=False):
         row = {"dataset": dataset, "epsilon": eps, "method": method, "seeds": len(g)}
         for c in SUMMARY:
             v = g[c].dropna()
@@ -341,6 +389,7 @@ def table_markdown(table: pd.DataFrame, out: Path, seeds: int = 1, diffs: pd.Dat
         shown = table.copy()
         for c in SUMMARY:
             shown[c] = shown[c].map(_num)
+    shown["epsilon"] = shown["epsilon"].map(lambda e: "none" if pd.isna(e) else f"{float(e):g}")  # none: public
     text = f"# DP-2Stage benchmark {seeds_label(seeds)}\n\n"
     text += "| " + " | ".join(shown.columns) + " |\n|" + "---|" * len(shown.columns) + "\n"
     text += "\n".join("| " + " | ".join(str(v) for v in r) + " |" for r in shown.itertuples(index=False))
