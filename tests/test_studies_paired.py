@@ -248,6 +248,8 @@ def test_dp2stage_writes_its_paired_section(seeds, tmp_path):
     assert auc[("support2", "dp-standard > public-support", 1.0)] == pytest.approx(0.3 - 0.42)
     text = ds.table_markdown(table, tmp_path, seeds, diffs)
     assert "| adult | none | public-support |" in text and "| nan |" not in text
+    ds.plot(table[table["seed"] == 0] if "seed" in table else table, tmp_path / "p.png")  # public bars beside each
+    assert (tmp_path / "p.png").stat().st_size > 0
     assert ("(one seed)" in text.splitlines()[0]) == (seeds == 1)
     assert ("not a test" in text) == (seeds == 1)
     assert ("| holds |" in text) == (seeds == 3)

@@ -410,7 +410,11 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     if ok.empty:
         return
     metrics = ["HIST20", "Pair", "CorAcc", "F1 XGB"]
-    groups = list(ok.groupby(["dataset", "epsilon"]))
+    public = ok[ok["method"] == PUBLIC]  # no epsilon: drawn beside the methods at every epsilon
+    groups = [((dataset, eps), pd.concat([g, public[public["dataset"] == dataset]]))
+              for (dataset, eps), g in ok[ok["method"] != PUBLIC].groupby(["dataset", "epsilon"])]
+    if not groups:
+        return
     fig, axes = new_figure((4.5 * len(groups), 3.6), ncols=len(groups))
     axes = np.atleast_1d(axes)
     for ax, ((dataset, eps), g) in zip(axes, groups):
