@@ -499,8 +499,9 @@ def markdown(table: pd.DataFrame, bench: TsfBenchmark, diffs: pd.DataFrame | Non
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in table.iterrows():
         lines.append("| " + " | ".join(_fmt(r[c]) for c in cols) + " |")
-    note = (f"\nverdict: against BOTH public baselines on the same test windows (last observation carried forward, "
-            "LOCF, and the declared mean), a paired bootstrap over test patients; 'beats' only if the 95% interval "
+    note = (f"\nverdict: against EVERY public baseline on the same test windows (last observation carried forward, "
+            "LOCF; the input window's mean; the declared mean), a paired bootstrap over test patients; 'beats' only "
+            "if the 95% interval "
             "of the test MSE improvement is above 0 against each. The pooled training mean reads the training "
             "windows: a reference, not a public baseline. "
             f"Shadows per LiRA: {bench.shadows}. AUC intervals: 95% bootstrap over PATIENTS (a patient's windows "
