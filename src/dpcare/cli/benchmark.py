@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from dpcare.cli.common import RayAddressOption, epsilon_list, table_and_spec, use_ray
+from dpcare.cli.common import RayAddressOption, epsilon_list, name_list, table_and_spec, use_ray
 from dpcare.exceptions import SettingsError
 
 app = typer.Typer(help="Reproduce the papers' comparisons on real data.", no_args_is_help=True)
@@ -149,13 +149,12 @@ def benchmark_clinical_nlp(
     use_ray(ray_address, workers)
     from dpcare.studies.clinical_nlp import ClinicalNLPBenchmark, run_clinical_nlp
 
-    split = lambda text: tuple(x.strip() for x in text.split(",") if x.strip())
     bench = ClinicalNLPBenchmark.quick() if quick else ClinicalNLPBenchmark(
         n_notes=n_notes, model=model, layers=layers or None, epochs=epochs, batch_size=batch_size,
         epsilons=epsilon_list(epsilons), main_epsilon=main_epsilon, eval_notes=eval_notes,
         seeds=seeds, canaries=canaries, shadows=shadows, clip_ablation=clip_ablation)
-    bench = replace(bench, modes=split(modes), sweep_modes=split(sweep_modes), tasks=split(tasks), workers=workers,
-                    physical_batch=physical_batch)
+    bench = replace(bench, modes=name_list(modes), sweep_modes=name_list(sweep_modes), tasks=name_list(tasks),
+                    workers=workers, physical_batch=physical_batch)
     corpus = None
     if notes is not None:
         from dpcare.text import read_jsonl
@@ -194,7 +193,7 @@ def benchmark_dp2stage(
     bench = Dp2StageBenchmark.quick(model) if quick else Dp2StageBenchmark(
         datasets=tuple(d.strip() for d in datasets.split(",")),
         epsilons=epsilon_list(epsilons))
-    names = lambda text: () if text.strip() == "none" else tuple(x.strip() for x in text.split(",") if x.strip())
+    names = lambda text: () if text.strip() == "none" else name_list(text)
     chosen = names(baselines)
     if not quick:
         lm = bench.settings.lm
@@ -243,7 +242,7 @@ def benchmark_tsf(
     from dpcare.timeseries import user_dataset
 
     bench = TsfBenchmark.quick() if quick else TsfBenchmark(shadows=shadows)
-    names = tuple(d.strip() for d in datasets.split(",") if d.strip())
+    names = name_list(datasets)
     if events is not None:
         if spec is None:
             raise SettingsError("--events needs --spec (declared center/scale per variable, step and window)")

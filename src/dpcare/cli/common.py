@@ -44,9 +44,14 @@ def table_and_spec(data: Path, spec: Path):
     return load_table(data, schema), schema
 
 
+def name_list(text: str) -> tuple[str, ...]:
+    """The entries of a comma-separated option such as ``--modes base,dp-lora``, stripped, empty ones dropped."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 def epsilon_list(text: str, flag: str = "--epsilons") -> tuple[float, ...]:
     """The numbers of a comma-separated option such as ``--epsilons 1,3,8`` (a SettingsError names a bad one)."""
-    parts = [e.strip() for e in text.split(",") if e.strip()]
+    parts = name_list(text)
     try:
         values = tuple(float(e) for e in parts)
     except ValueError:
