@@ -410,7 +410,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if pin_noise:
                         cmd[-2:-2] = ["--noise-seed", seed]
                     seconds = run_command(cmd, out / "logs" / f"{name}.log", commands)
-                    if seconds > 0:
+                    if seconds > 0:  # merged with the file: another process may fill other cells of --out
+                        walls = json.loads(walls_path.read_text()) if walls_path.exists() else {}
                         walls[name] = round(seconds, 1)
                         walls_path.write_text(json.dumps(walls, indent=1))
                     done = read_run(run)

@@ -201,7 +201,7 @@ def test_fit_errors_are_named(files, tmp_path):
     assert r.exit_code == 2 and "is a folder" in r.output
 
 
-def test_the_benchmark_refuses_unknown_methods_before_any_work(tmp_path):
+def test_the_benchmark_refuses_unknown_methods_and_data_sets_before_any_work(tmp_path):
     out = tmp_path / "bench"
     for flag, value in (("--methods", "dp-bogus"), ("--baselines", "ctgan"), ("--methods", "none")):
         extra = ["--baselines", "none"] if value == "none" else []
@@ -209,6 +209,9 @@ def test_the_benchmark_refuses_unknown_methods_before_any_work(tmp_path):
         assert r.exit_code == 2, r.output
         assert ("unknown method" in r.stderr) == (value != "none") and not out.exists()
     assert "at least one LM method" in r.stderr
+    for datasets in ("adult,mimic", ","):  # an unknown data set, or none (empty entries are dropped)
+        r = runner.invoke(app, ["benchmark", "dp2stage", "--datasets", datasets, "--out", str(out)])
+        assert r.exit_code == 2 and "--datasets must name one or more of" in r.stderr and not out.exists()
     assert not (tmp_path / ".bench.partial").exists()
 
 

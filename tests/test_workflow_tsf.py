@@ -248,6 +248,11 @@ def test_cli_names_a_bad_input(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dpcare.cli", "benchmark", "tsf", "--events", str(tmp_path / "x.csv"),
                         "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "--spec" in r.stderr
+    for flag in ("--datasets", "--methods"):  # empty entries are dropped: nothing left is refused before any work
+        r = subprocess.run([sys.executable, "-m", "dpcare.cli", "benchmark", "tsf", flag, " , ", "--out",
+                            str(tmp_path / "none")], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and "must each name at least one entry" in r.stderr
+        assert not (tmp_path / "none").exists()
 
 
 def test_the_study_keeps_its_published_settings():

@@ -188,16 +188,15 @@ def benchmark_dp2stage(
 ) -> None:
     """DP-Standard vs DP-2Stage-U vs DP-2Stage-O vs SmartNoise baselines (Afonja et al., Table 3), each beside
     the public baseline (independent sampling from the declared support)."""
-    from dpcare.studies.dp2stage import Dp2StageBenchmark, check_methods, run_benchmark
+    from dpcare.studies.dp2stage import Dp2StageBenchmark, check_choices, run_benchmark
 
     bench = Dp2StageBenchmark.quick(model) if quick else Dp2StageBenchmark(
-        datasets=tuple(d.strip() for d in datasets.split(",")),
-        epsilons=epsilon_list(epsilons))
+        datasets=name_list(datasets), epsilons=epsilon_list(epsilons))
     names = lambda text: () if text.strip() == "none" else name_list(text)
     chosen = names(baselines)
     if not quick:
         lm = bench.settings.lm
-        check_methods(names(methods), chosen)
+        check_choices(bench.datasets, names(methods), chosen)
         bench = replace(bench, methods=names(methods), baselines=chosen, all_columns=all_columns,
                         settings=bench.settings.replace(lm=replace(lm, model=model, layers=layers or lm.layers)))
         if n_train:
@@ -247,11 +246,14 @@ def benchmark_tsf(
         if spec is None:
             raise SettingsError("--events needs --spec (declared center/scale per variable, step and window)")
         names = (user_dataset(events, layout, spec),)
+    if not names or not name_list(methods):
+        raise SettingsError(f"--datasets and --methods must each name at least one entry, got --datasets "
+                            f"{datasets!r} --methods {methods!r}")
     s = bench.settings
     overrides = {k: v for k, v in {"baseline_epochs": epochs, "aug_epochs": aug_epochs, "alpha": alpha}.items()
                  if v is not None}
     dp = {"seed": seed} | ({"epochs": dp_epochs} if dp_epochs is not None else {})
-    bench = replace(bench, datasets=names, methods=tuple(m.strip() for m in methods.split(",")),
+    bench = replace(bench, datasets=names, methods=name_list(methods),
                     epsilons=bench.epsilons if quick else epsilon_list(epsilons),
                     workers=workers, settings=replace(s, **overrides, dp=s.dp.replace(**dp)), seeds=seeds)
     run_tsf_benchmark(bench, out, force=force)

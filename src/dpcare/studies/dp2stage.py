@@ -74,11 +74,14 @@ def claims(epsilons, released: tuple[str, ...] = ()) -> list[Claim]:
     return out + [Claim(m, PUBLIC, PUBLIC_METRICS, float(e)) for e in epsilons for m in released]
 
 
-def check_methods(methods: tuple[str, ...], baselines: tuple[str, ...]) -> None:
-    """Refuse unknown LM methods or SmartNoise baselines, and a study with neither, before any data is read."""
+def check_choices(datasets: tuple[str, ...], methods: tuple[str, ...], baselines: tuple[str, ...]) -> None:
+    """Refuse unknown data sets, LM methods or SmartNoise baselines, no data set, or a study with neither kind
+    of method, before any data is read."""
     from dpcare.exceptions import SettingsError
     from dpcare.synth.baselines import BASELINES
 
+    if not datasets or any(d not in COLUMNS for d in datasets):
+        raise SettingsError(f"--datasets must name one or more of {list(COLUMNS)}, got {list(datasets)}")
     unknown = [m for m in methods if m not in LM_METHODS] + [b for b in baselines if b not in BASELINES]
     if unknown:
         raise SettingsError(f"unknown method(s) {unknown}: the LM methods are {list(LM_METHODS)}, the SmartNoise "
