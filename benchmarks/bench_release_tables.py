@@ -14,7 +14,8 @@ has ``--noise-seed``, it is pinned to the seed too, so that the table is reprodu
 (the table, the SUPPORT2 rows of the synth run, the generated notes) is made once, with seed 0.
 
 Resumable: a cell whose run folder already holds a finished run.json is skipped (an interrupted cell resumes
-when its command is rerun: dpcare keeps the staging folder). ``--tables-only`` only reads what is there.
+when its command is rerun: dpcare keeps the staging folder). ``--tables-only`` only reads what is there. Two
+processes may fill one ``--out`` at once if their cells differ (e.g. ``--epsilons 8`` and ``--epsilons 1``).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_release_tables.py --modality tabular --out results/release/tabular
     OMP_NUM_THREADS=1 python benchmarks/bench_release_tables.py --modality synth --rows 1000 --out results/release/synth
@@ -41,7 +42,8 @@ Modalities and their commands (``dpcare <cmd> --help``):
   ``dpcare text generate --n-notes N --seed 0`` (default 48, the clinical-nlp study's corpus), split per seed by
   patient as that study splits it (25% of the patients held out): the model's NER F1 (``--task ner``, default) or
   ROUGE-L F1 on the held-out patients' notes beside the base model without fine-tuning (and LEAD-3); methods are
-  the modes (default dp-lora).
+  the modes (default dp-lora). ``--physical-batch N`` passes the command's memory-only option (its default 8
+  takes about 13.5 GB of RAM on the CPU; 4 lets two cells run at once in 24 GB).
 - images: ``dpcare images fit TRAIN --method fdp-dpsgd --epsilon E --seed S --color gray --public-images PUB
   --test-images TEST --out RUN`` on the bundled MNIST subset written as PNG folders, split per seed as the
   study splits it (public 20% / train 60% / test 20%); ``--images-per-class N`` keeps N images of each digit.
@@ -304,8 +306,9 @@ def cell_command(a: argparse.Namespace, files: dict[str, Any], method: str, eps:
                 "--seed", seed, "--split-seed", seed, "--impute" if a.impute else "--no-impute", "--out", run]
     if a.modality == "finetune":
         f = files["splits"][seed]
+        memory = [] if a.physical_batch is None else ["--physical-batch", a.physical_batch]
         return [*dpcare(), "text", "finetune", f["train"], "--test", f["test"], "--task", a.task, "--mode", method,
-                "--epsilon", f"{eps:g}", "--seed", seed, "--out", run]
+                "--epsilon", f"{eps:g}", *memory, "--seed", seed, "--out", run]
     f = files["folders"][seed]
     return [*dpcare(), "images", "fit", f["train"], "--method", method, "--epsilon", f"{eps:g}", "--seed", seed,
             "--color", "gray", "--public-images", f["public"], "--test-images", f["test"], "--out", run]
@@ -373,6 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                   "test rows (`synth fit --holdout`; default its 0.1)")
     p.add_argument("--n-notes", type=int, default=None, help="notes, finetune: generated notes (default 600; "
                                                               "finetune 48)")
+    p.add_argument("--physical-batch", type=int, default=None,
+                   help="finetune: rows per forward/backward pass (memory only: the same gradients; default the "
+                        "command's 8, about 13.5 GB of RAM for SmolLM2-135M on the CPU)")
     p.add_argument("--task", default="ner", choices=("ner", "summarisation"), help="finetune: the task (default ner)")
     p.add_argument("--impute", action="store_true", help="notes: impute the masked spans with the LM (slow; the "
                                                          "docs' measurement used --no-impute, the default here)")

@@ -124,7 +124,7 @@ def test_finetune_splits_each_seed_by_patient_and_passes_the_held_out_notes(benc
     from dpcare.studies.clinical_nlp import split_patients
     from dpcare.text import read_jsonl
 
-    a = argparse.Namespace(modality="finetune", seeds=[0, 1], n_notes=12, task="ner")
+    a = argparse.Namespace(modality="finetune", seeds=[0, 1], n_notes=12, task="ner", physical_batch=None)
     files = bench.prepare(a, tmp_path, [])
     every = read_jsonl(tmp_path / "notes-12.jsonl")
     held = []
@@ -139,3 +139,7 @@ def test_finetune_splits_each_seed_by_patient_and_passes_the_held_out_notes(benc
         assert cmd[cmd.index("--test") + 1] == str(files["splits"][seed]["test"])
         assert cmd[cmd.index("--seed") + 1] == str(seed) and cmd[cmd.index("--mode") + 1] == "dp-lora"
     assert held[0] != held[1]  # each seed its own split
+    assert "--physical-batch" not in cmd  # the command's default unless asked (memory only)
+    a.physical_batch = 4
+    cmd = [str(c) for c in bench.cell_command(a, files, "dp-lora", 8.0, 0, tmp_path / "run")]
+    assert cmd[cmd.index("--physical-batch") + 1] == "4"
