@@ -386,6 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                       "500)")
     p.add_argument("--tables-only", action="store_true", help="run nothing: print the tables of the finished runs")
     a = p.parse_args(argv)
+    if a.physical_batch is not None and (a.modality != "finetune" or a.physical_batch < 1):
+        p.error("--physical-batch is a positive number of rows, for --modality finetune only")
     a.dataset = a.dataset or DEFAULT_DATASET[a.modality]
     if a.modality == "synth" and a.rows is None:
         a.rows = 2000

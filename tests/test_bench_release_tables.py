@@ -143,3 +143,8 @@ def test_finetune_splits_each_seed_by_patient_and_passes_the_held_out_notes(benc
     a.physical_batch = 4
     cmd = [str(c) for c in bench.cell_command(a, files, "dp-lora", 8.0, 0, tmp_path / "run")]
     assert cmd[cmd.index("--physical-batch") + 1] == "4"
+    for wrong in (["--modality", "images", "--physical-batch", "4"], ["--modality", "finetune", "--physical-batch",
+                                                                       "0"]):
+        with pytest.raises(SystemExit):  # refused before any data is made
+            bench.main([*wrong, "--out", str(tmp_path / "refused")])
+        assert not (tmp_path / "refused").exists()
