@@ -418,10 +418,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if pin_noise:
                         cmd[-2:-2] = ["--noise-seed", seed]
                     seconds = run_command(cmd, out / "logs" / f"{name}.log", commands)
-                    if seconds > 0:  # merged with the file: another process may fill other cells of --out
+                    if seconds > 0:  # merged with the file (written atomically): another process may fill
+                        # other cells of --out
+                        from dpcare.io import write_json
+
                         walls = json.loads(walls_path.read_text()) if walls_path.exists() else {}
                         walls[name] = round(seconds, 1)
-                        walls_path.write_text(json.dumps(walls, indent=1))
+                        write_json(walls_path, walls)
                     done = read_run(run)
                 elif done is not None and not a.tables_only:
                     print(f"skip {name}: {run / RUN_JSON} is finished", flush=True)

@@ -246,14 +246,15 @@ def benchmark_tsf(
         if spec is None:
             raise SettingsError("--events needs --spec (declared center/scale per variable, step and window)")
         names = (user_dataset(events, layout, spec),)
-    if not names or not name_list(methods):
+    chosen = name_list(methods)
+    if not names or not chosen:
         raise SettingsError(f"--datasets and --methods must each name at least one entry, got --datasets "
                             f"{datasets!r} --methods {methods!r}")
     s = bench.settings
     overrides = {k: v for k, v in {"baseline_epochs": epochs, "aug_epochs": aug_epochs, "alpha": alpha}.items()
                  if v is not None}
     dp = {"seed": seed} | ({"epochs": dp_epochs} if dp_epochs is not None else {})
-    bench = replace(bench, datasets=names, methods=name_list(methods),
+    bench = replace(bench, datasets=names, methods=chosen,
                     epsilons=bench.epsilons if quick else epsilon_list(epsilons),
                     workers=workers, settings=replace(s, **overrides, dp=s.dp.replace(**dp)), seeds=seeds)
     run_tsf_benchmark(bench, out, force=force)
