@@ -418,8 +418,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if pin_noise:
                         cmd[-2:-2] = ["--noise-seed", seed]
                     seconds = run_command(cmd, out / "logs" / f"{name}.log", commands)
-                    if seconds > 0:  # merged with the file (written atomically): another process may fill
-                        # other cells of --out
+                    # merged with the file (written atomically): another process may fill other cells of --out
+                    if seconds > 0:
                         from dpcare.io import write_json
 
                         walls = json.loads(walls_path.read_text()) if walls_path.exists() else {}
