@@ -15,7 +15,10 @@ has ``--noise-seed``, it is pinned to the seed too, so that the table is reprodu
 
 Resumable: a cell whose run folder already holds a finished run.json is skipped (an interrupted cell resumes
 when its command is rerun: dpcare keeps the staging folder). ``--tables-only`` only reads what is there. Two
-processes may fill one ``--out`` at once if their cells differ (e.g. ``--epsilons 8`` and ``--epsilons 1``).
+processes may fill one ``--out`` at once if their cells differ (e.g. ``--epsilons 8`` and ``--epsilons 1``): each
+cell's wall time is its own file (``timing/<method>/eps<E>/seed<S>.json``, written once, never merged), the console
+shows the asked epsilons and seeds, and ``tables.md`` every finished run under ``runs/`` (so whichever process
+writes it last leaves the whole table).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_release_tables.py --modality tabular --out results/release/tabular
     OMP_NUM_THREADS=1 python benchmarks/bench_release_tables.py --modality synth --rows 1000 --out results/release/synth
@@ -359,6 +362,65 @@ def read_run(run: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def cell_name(method: str, eps: float, seed: int) -> str:
+    """The cell's path below ``runs/``, ``logs/`` and ``timing/``."""
+    return f"{method}/eps{eps:g}/seed{seed}"
+
+
+def finished_on_disk(out: Path) -> tuple[list[str], list[float], list[int]]:
+    """Methods, epsilons and seeds of every finished run (``runs/<method>/eps<E>/seed<S>/run.json``), sorted."""
+    found = [r.parent.relative_to(out / "runs").parts for r in (out / "runs").glob(f"*/eps*/seed*/{RUN_JSON}")]
+    return (sorted({m for m, _, _ in found}), sorted({float(e[3:]) for _, e, _ in found}),
+            sorted({int(s[4:]) for _, _, s in found}))
+
+
+def read_cells(out: Path, methods: Sequence[str], epsilons: Sequence[float], seeds: Sequence[int]) -> Cells:
+    """Each (method, epsilon, seed)'s run.json under ``out/runs`` (None where it is not finished)."""
+    return {(m, e, s): read_run(out / "runs" / cell_name(m, e, s)) for m in methods for e in epsilons for s in seeds}
+
+
+def write_seconds(out: Path, name: str, seconds: float) -> None:
+    """The cell's wall time, in its own file: two processes filling one ``--out`` never write the same file."""
+    from dpcare.io import write_json
+
+    path = out / "timing" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, {"seconds": round(seconds, 1)})
+
+
+def read_seconds(out: Path, names: Sequence[str]) -> list[float]:
+    """The recorded wall times of the cells ``names`` (from ``timing/``; a folder filled before the per-cell files
+    keeps its times in ``wall_seconds.json``, read where a cell has no file)."""
+    legacy = out / "wall_seconds.json"
+    old = json.loads(legacy.read_text()) if legacy.is_file() else {}
+    times = []
+    for name in names:
+        path = out / "timing" / f"{name}.json"
+        if path.is_file():
+            times.append(float(json.loads(path.read_text())["seconds"]))
+        elif name in old:
+            times.append(float(old[name]))
+    return times
+
+
+def report(a: argparse.Namespace, out: Path, methods: Sequence[str], epsilons: Sequence[float],
+           seeds: Sequence[int]) -> str:
+    """The tables (and the synth run's real-data reference) of the finished cells of this selection, with the
+    wall time of those that this script timed."""
+    cells = read_cells(out, methods, epsilons, seeds)
+    tables = build_tables(cells, methods, epsilons, seeds)
+    if a.modality == "synth":
+        data = {"data": out / "data" / f"{a.dataset}-{a.rows}.csv", "spec": out / "data" / f"{a.dataset}-10cols.yaml"}
+        if data["data"].exists() and data["spec"].exists():
+            tables += "\n" + synth_real_reference(cells, data, seeds)
+    timed = read_seconds(out, [cell_name(*c) for c in cells if cells[c] is not None])
+    footer = (f"\nWall time per finished run (this script's clock, {len(timed)} runs): mean "
+              f"{sum(timed) / len(timed):.0f} s, total {sum(timed) / 60:.1f} min\n" if timed else "")
+    head = (f"### {a.modality}: {a.dataset}, methods {', '.join(methods)}, epsilon {','.join(f'{e:g}' for e in epsilons)}"
+            f", seeds {list(seeds)}\n\n")
+    return head + tables + footer
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -399,51 +461,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     commands: list[str] = []
-    walls_path = out / "wall_seconds.json"
-    walls: dict[str, float] = json.loads(walls_path.read_text()) if walls_path.exists() else {}
     files = {} if a.tables_only else prepare(a, out / "data", commands)
     subcommand = {"tabular": ["train"], "synth": ["synth", "fit"], "notes": ["text", "classify"],
                   "finetune": ["text", "finetune"], "images": ["images", "fit"]}[a.modality]
     pin_noise = not a.tables_only and noise_seed_option([*dpcare(), *subcommand])
-    cells: Cells = {}
     started = time.time()
     for method in methods:
         for eps in epsilons:
             for seed in a.seeds:
-                name = f"{method}/eps{eps:g}/seed{seed}"
-                run = out / "runs" / method / f"eps{eps:g}" / f"seed{seed}"
-                done = read_run(run)
-                if done is None and not a.tables_only:
-                    cmd = cell_command(a, files, method, eps, seed, run)
-                    if pin_noise:
-                        cmd[-2:-2] = ["--noise-seed", seed]
-                    seconds = run_command(cmd, out / "logs" / f"{name}.log", commands)
-                    # merged with the file (written atomically): another process may fill other cells of --out
-                    if seconds > 0:
-                        from dpcare.io import write_json
-
-                        walls = json.loads(walls_path.read_text()) if walls_path.exists() else {}
-                        walls[name] = round(seconds, 1)
-                        write_json(walls_path, walls)
-                    done = read_run(run)
-                elif done is not None and not a.tables_only:
+                name = cell_name(method, eps, seed)
+                run = out / "runs" / name
+                if a.tables_only:
+                    continue
+                if read_run(run) is not None:
                     print(f"skip {name}: {run / RUN_JSON} is finished", flush=True)
-                cells[(method, eps, seed)] = done
+                    continue
+                cmd = cell_command(a, files, method, eps, seed, run)
+                if pin_noise:
+                    cmd[-2:-2] = ["--noise-seed", seed]
+                seconds = run_command(cmd, out / "logs" / f"{name}.log", commands)
+                if seconds > 0:
+                    write_seconds(out, name, seconds)
     if commands:
         with open(out / "commands.txt", "a") as f:
             f.write("".join(c + "\n" for c in commands))
         print(f"\nran {len(commands)} command(s) in {time.time() - started:.0f} s (listed in {out / 'commands.txt'})")
-    tables = build_tables(cells, methods, epsilons, a.seeds)
-    if a.modality == "synth":
-        data = {"data": out / "data" / f"{a.dataset}-{a.rows}.csv", "spec": out / "data" / f"{a.dataset}-10cols.yaml"}
-        if data["data"].exists() and data["spec"].exists():
-            tables += "\n" + synth_real_reference(cells, data, a.seeds)
-    timed = [walls[k] for k in walls]
-    footer = (f"\nWall time per finished run (this script's clock, {len(timed)} runs): mean "
-              f"{sum(timed) / len(timed):.0f} s, total {sum(timed) / 60:.1f} min\n" if timed else "")
-    head = f"### {a.modality}: {a.dataset}, methods {', '.join(methods)}, epsilon {a.epsilons}, seeds {a.seeds}\n\n"
-    (out / "tables.md").write_text(head + tables + footer)
-    print("\n" + head + tables + footer)
+    from dpcare.io import write_text
+
+    shown_text = report(a, out, methods, epsilons, a.seeds)
+    on_disk = finished_on_disk(out)  # tables.md: every finished run, whichever process fills --out last
+    whole = [list(dict.fromkeys([*methods, *on_disk[0]])), sorted({*epsilons, *on_disk[1]}),
+             sorted({*a.seeds, *on_disk[2]})]
+    write_text(out / "tables.md", shown_text if whole == [list(methods), sorted(epsilons), sorted(a.seeds)]
+               else report(a, out, *whole))
+    print("\n" + shown_text)
     return 0
 
 

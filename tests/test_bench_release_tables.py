@@ -1,6 +1,7 @@
 """The release-table aggregation of benchmarks/bench_release_tables.py on fabricated run.json records (no training)."""
 
 import argparse
+import json
 import math
 
 import pytest
@@ -148,3 +149,27 @@ def test_finetune_splits_each_seed_by_patient_and_passes_the_held_out_notes(benc
         with pytest.raises(SystemExit):  # refused before any data is made
             bench.main([*wrong, "--out", str(tmp_path / "refused")])
         assert not (tmp_path / "refused").exists()
+
+
+def test_two_processes_filling_one_folder_leave_the_whole_table_and_every_time(bench, tmp_path, capsys):
+    """Each cell's wall time is its own file (no merge that a second process could undo) and tables.md holds
+    every finished run on disk, while the console shows the asked selection."""
+    out = tmp_path / "out"
+    for eps, seed, model in ((1.0, 0, 0.70), (8.0, 0, 0.80), (8.0, 1, 0.82)):
+        name = bench.cell_name("dp-sgd", eps, seed)
+        run = out / "runs" / name
+        run.mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps(run_json(comparison("test AUPRC", model, 0.66, 0.01, 0.2))))
+        bench.write_seconds(out, name, 10.0 * (seed + 1))
+    (out / "wall_seconds.json").write_text(json.dumps({"dp-sgd/eps1/seed0": 99.0, "dp-sgd/eps8/seed0": 5.0}))
+    assert bench.main(["--modality", "tabular", "--methods", "dp-sgd", "--epsilons", "8", "--seeds", "0,1",
+                       "--out", str(out), "--tables-only"]) == 0
+    shown_text = capsys.readouterr().out
+    assert "| dp-sgd | 8 |" in shown_text and "| dp-sgd | 1 |" not in shown_text
+    assert "2 runs): mean 15 s" in shown_text  # the per-cell files win over the old merged file
+    whole = (out / "tables.md").read_text()
+    assert "| dp-sgd | 1 |" in whole and "| dp-sgd | 8 |" in whole and "epsilon 1,8, seeds [0, 1]" in whole
+    assert "1/2 seeds (1 missing)" in row_of(whole, "dp-sgd", 1)  # eps 1 has no seed 1: shown as missing
+    assert "3 runs): mean 13 s" in whole
+    (out / "timing" / "dp-sgd" / "eps1" / "seed0.json").unlink()  # a cell timed before the per-cell files
+    assert bench.read_seconds(out, ["dp-sgd/eps1/seed0", "dp-sgd/eps8/seed0", "nothing"]) == [99.0, 10.0]

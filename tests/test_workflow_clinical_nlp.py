@@ -266,3 +266,18 @@ def test_every_fine_tuned_model_is_judged_against_the_public_baselines(tiny_fold
     assert one["name"] == "summarisation|dp-lora@3.0 seed 1" and len(one["comparisons"]) == 2 and one["beats"]
     (alone,) = cnb.baseline_verdicts([base, {**better, "seed": 1}])  # seed 0's base is not seed 1's
     assert [c["baseline_name"] for c in alone["comparisons"]] == [lead_name()]
+
+
+@pytest.mark.parametrize("task, strip, message", [
+    ("ner", dict(entities=()), "no note has a gold span"),
+    ("summarisation", dict(summary_target=""), "no summarisation pair")])
+def test_held_out_notes_without_gold_are_refused_before_any_cell_trains(tiny_folder, corpus, tmp_path, monkeypatch,
+                                                                         task, strip, message):
+    """Supplied notes whose scored held-out notes lack the task's gold annotations: a clear error before the
+    first cell (no run_cell call, no journal)."""
+    monkeypatch.setattr(cnb, "run_cell", lambda *a: pytest.fail("a cell ran before the notes were checked"))
+    notes = [replace(n, **strip) for n in corpus]
+    with pytest.raises(DataError, match=message):
+        cnb.run_clinical_nlp(small(tiny_folder, modes=("base",), tasks=(task,)), tmp_path / "run", notes=notes,
+                             progress=False)
+    assert not (staging_path(tmp_path / "run") / "runs.jsonl").exists()

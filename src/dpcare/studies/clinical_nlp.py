@@ -247,11 +247,27 @@ def prepare_notes(bench: ClinicalNLPBenchmark, out: Path, notes: list[Note] | No
 
         notes = generate_corpus(bench.n_notes, seed=bench.corpus_seed)
     split = split_patients(list(notes), bench.held_out, bench.corpus_seed)
+    check_scorable(bench, split)
     atomic_write(path, lambda fh: pickle.dump({"settings": wanted, "split": split}, fh), mode="wb")
     write_json(out / "data" / "split.json", {"train_patients": split.train_patients,
                                              "held_out_patients": split.held_out_patients,
                                              "train_notes": len(split.train), "held_out_notes": len(split.held_out)})
     return path
+
+
+def check_scorable(bench: ClinicalNLPBenchmark, split: NoteSplit) -> None:
+    """The held-out notes every cell scores carry each task's gold annotations (NER: an entity span;
+    summarisation: a summarisation pair in every note), checked before any cell trains."""
+    from dpcare.text.lm.scoring import check_gold
+
+    scored = split.held_out[: bench.eval_notes]
+    where = f"clinical-nlp: the {len(scored)} held-out note(s) scored"
+    if "ner" in bench.tasks:
+        check_gold("ner", scored, ENTITY_LABELS, where)
+    missing = [n.note_id for n in scored if not (n.summary_source.strip() and n.summary_target.strip())]
+    if "summarisation" in bench.tasks and missing:
+        raise DataError(f"{where}: {len(missing)} have no summarisation pair (summary_source and summary_target), "
+                        f"e.g. {missing[:3]}")
 
 
 def _load_split(path: str) -> NoteSplit:
@@ -396,17 +412,20 @@ def _utility(model, tokenizer, task: str, test: list[Note], bench: ClinicalNLPBe
                     "lead_rougeL": rouge_l_per_note(refs, [lead(n.summary_source) for n in test]).tolist()}
         return {**{f"rougeL_{k[0] if k != 'fmeasure' else 'f1'}": v for k, v in scores.items()},
                 "per_note": per_note}
-    from dpcare.text.evaluation import MICRO, span_scores
-    from dpcare.text.lm.generative_ner import extract_entities_many
-    from dpcare.text.lm.scoring import gold_spans
+    from dpcare.text.evaluation import MICRO
+    from dpcare.text.lm.scoring import gold_spans, score_ner
 
-    gold = gold_spans(test, ENTITY_LABELS)
-    predicted = extract_entities_many(model, tokenizer, [n.text for n in test], ENTITY_LABELS, bench.window,
-                                      bench.window, bench.ner_tokens)
-    micro = span_scores(gold, predicted).loc[MICRO]
+    # the recipe's scorer with the study's decoding: windows of bench.window tokens without overlap (the
+    # recipe's own stride is half a window); the base model is a cell of its own here, not a baseline
+    recipe = {"labels": ENTITY_LABELS, "window": bench.window, "stride": bench.window}
+    scores = score_ner(model, tokenizer, recipe, test, bench.ner_tokens, baseline=False, progress=False)
+    if scores.table is None:  # prepare_notes checks the held-out notes before any cell: kept as a guard
+        raise DataError("clinical-nlp: no held-out note carries a gold entity span: nothing to score NER on")
+    micro = scores.table.loc[MICRO]
     return {"ner_precision": _nan0(micro["precision"]), "ner_recall": float(micro["recall"]),
             "ner_f1": _nan0(micro["f1"]), "ner_predicted": int(micro["predicted"]), "ner_gold": int(micro["gold"]),
-            "per_note": {"patients": patients, "counts": span_counts(gold, predicted).tolist()}}
+            "per_note": {"patients": patients,
+                         "counts": span_counts(gold_spans(test, ENTITY_LABELS), scores.outputs).tolist()}}
 
 
 def _nan0(v: float) -> float:
