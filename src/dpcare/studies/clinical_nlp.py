@@ -404,13 +404,16 @@ def _utility(model, tokenizer, task: str, test: list[Note], bench: ClinicalNLPBe
 
     patients = [n.patient_id for n in test]
     if task == "summarisation":
-        from dpcare.text.lm.summaries import evaluate_summaries
+        from dpcare.text.lm.scoring import score_summaries
 
-        scores, written = evaluate_summaries(model, tokenizer, test, bench.summary_tokens)
+        # the recipe's scorer; the base model is a cell of its own here, LEAD-3 is kept per note below
+        scored = score_summaries(model, tokenizer, {}, test, bench.summary_tokens, baseline=False, progress=False)
+        if scored.scored != len(test):  # prepare_notes checks every scored note's pair: kept as a guard
+            raise DataError(f"clinical-nlp: {len(test) - scored.scored} held-out note(s) have no reference summary")
         refs = [n.summary_target for n in test]
-        per_note = {"patients": patients, "rougeL": rouge_l_per_note(refs, written).tolist(),
+        per_note = {"patients": patients, "rougeL": rouge_l_per_note(refs, scored.outputs).tolist(),
                     "lead_rougeL": rouge_l_per_note(refs, [lead(n.summary_source) for n in test]).tolist()}
-        return {**{f"rougeL_{k[0] if k != 'fmeasure' else 'f1'}": v for k, v in scores.items()},
+        return {**{f"rougeL_{k[0] if k != 'fmeasure' else 'f1'}": v for k, v in scored.table.items()},
                 "per_note": per_note}
     from dpcare.text.evaluation import MICRO
     from dpcare.text.lm.scoring import gold_spans, score_ner

@@ -1,5 +1,6 @@
 """Summaries written by a fine-tuned causal LM (greedy decoding of the summarisation prompt of
-:func:`dpcare.text.lm.finetune.summary_prompt`) and their ROUGE-L against the notes' reference summaries."""
+:func:`dpcare.text.lm.finetune.summary_prompt`), and identifiers masked in them; their ROUGE-L against the
+notes' reference summaries is :func:`dpcare.text.lm.scoring.score_summaries`."""
 
 from __future__ import annotations
 
@@ -8,11 +9,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from dpcare.exceptions import DataError, SettingsError
-from dpcare.progress import progress as tqdm
-from dpcare.text.evaluation import rouge_l
+from dpcare.exceptions import SettingsError
 from dpcare.text.lm.finetune import summary_prompt
-from dpcare.text.spans import Note
 
 
 @torch.no_grad()
@@ -33,18 +31,6 @@ def write_summary(model: nn.Module, tokenizer, source: str, max_new_tokens: int 
     finally:
         model.train(was_training)
     return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip()
-
-
-def evaluate_summaries(model: nn.Module, tokenizer, notes: Sequence[Note], max_new_tokens: int = 96,
-                       progress: bool = False) -> tuple[dict[str, float], list[str]]:
-    """ROUGE-L (precision, recall, F1) of the model's summaries of ``notes`` against their reference
-    summaries, and the summaries; notes without a summarisation pair are an error."""
-    missing = [n.note_id for n in notes if not (n.summary_source.strip() and n.summary_target.strip())]
-    if missing:
-        raise DataError(f"{len(missing)} note(s) have no summarisation pair, e.g. {missing[:3]}")
-    written = [write_summary(model, tokenizer, n.summary_source, max_new_tokens)
-               for n in tqdm(notes, desc="summaries", disable=not progress)]
-    return rouge_l([n.summary_target for n in notes], written), written
 
 
 def mask_identifiers(texts: Sequence[str], masker) -> tuple[list[str], int]:
