@@ -33,6 +33,10 @@ def test_lower_is_better_metrics_and_patient_resampling():
     assert c.beats and c.difference > 0 and c.units == 30
     worse = compare("MSE", mean_squared_error, truth, far, close, "close", higher_is_better=False, groups=patients)
     assert not worse.beats and worse.difference < 0
+    assert worse.verdict().endswith("it is significantly worse than the baseline")
+    tie = compare("MSE", mean_squared_error, truth, close, close + rng.normal(0, 0.01, 300), "twin",
+                  higher_is_better=False, groups=patients)
+    assert tie.low < 0 < tie.high and "the interval contains 0: on 30 test units" in tie.verdict()
     with pytest.raises(DataError, match="same non-empty test units"):
         compare("MSE", mean_squared_error, truth, close[:10], far, "far")
 

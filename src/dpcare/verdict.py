@@ -44,7 +44,15 @@ class Comparison:
                  f"{self.difference:+.3g}, 95% interval [{self.low:+.3g}, {self.high:+.3g}] over {self.units} test units")
         if self.beats:
             return f"beats the public baseline ({where})"
-        return f"no better than the public baseline: do not release ({where})"
+        return f"no better than the public baseline: do not release ({where}); {self.diagnosis()}"
+
+    def diagnosis(self) -> str:
+        """Why a model that does not beat the baseline does not: significantly worse, or a tie that these test
+        units cannot break (then more units, to train on or to test on, may decide it)."""
+        if self.high < 0:
+            return "it is significantly worse than the baseline"
+        return (f"the interval contains 0: on {self.units} test units it cannot be told from the baseline "
+                "(more training or test units may decide it)")
 
     def to_dict(self) -> dict:
         return {**asdict(self), "beats": self.beats, "verdict": self.verdict()}
