@@ -466,22 +466,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "finetune": ["text", "finetune"], "images": ["images", "fit"]}[a.modality]
     pin_noise = not a.tables_only and noise_seed_option([*dpcare(), *subcommand])
     started = time.time()
-    for method in methods:
-        for eps in epsilons:
-            for seed in a.seeds:
-                name = cell_name(method, eps, seed)
-                run = out / "runs" / name
-                if a.tables_only:
-                    continue
-                if read_run(run) is not None:
-                    print(f"skip {name}: {run / RUN_JSON} is finished", flush=True)
-                    continue
-                cmd = cell_command(a, files, method, eps, seed, run)
-                if pin_noise:
-                    cmd[-2:-2] = ["--noise-seed", seed]
-                seconds = run_command(cmd, out / "logs" / f"{name}.log", commands)
-                if seconds > 0:
-                    write_seconds(out, name, seconds)
+    cells = [] if a.tables_only else [(m, e, s) for m in methods for e in epsilons for s in a.seeds]
+    for method, eps, seed in cells:
+        name = cell_name(method, eps, seed)
+        run = out / "runs" / name
+        if read_run(run) is not None:
+            print(f"skip {name}: {run / RUN_JSON} is finished", flush=True)
+            continue
+        cmd = cell_command(a, files, method, eps, seed, run)
+        if pin_noise:
+            cmd[-2:-2] = ["--noise-seed", seed]
+        seconds = run_command(cmd, out / "logs" / f"{name}.log", commands)
+        if seconds > 0:
+            write_seconds(out, name, seconds)
     if commands:
         with open(out / "commands.txt", "a") as f:
             f.write("".join(c + "\n" for c in commands))
