@@ -17,11 +17,7 @@ log = logging.getLogger(__name__)
 def read_table(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     if isinstance(source, pd.DataFrame):
         return source.copy()
-    path = Path(source)
-    if not path.exists():
-        raise MissingFileError(f"data file not found: {path}")
-    if path.stat().st_size == 0:
-        raise DataError(f"data file {path} is empty")
+    path = _existing_file(source)
     suffix = path.suffix.lower()
     if suffix in (".csv", ".txt"):
         _check_header(path)
@@ -38,6 +34,16 @@ def read_table(source: str | Path | pd.DataFrame) -> pd.DataFrame:
                             "more than once")
         return frame
     raise DataError(f"data file {path}: unknown format {suffix!r} (use .csv or .parquet)")
+
+
+def _existing_file(source: str | Path) -> Path:
+    """``source`` as a path to a file that exists and is not empty (else the error that names it)."""
+    path = Path(source)
+    if not path.exists():
+        raise MissingFileError(f"data file not found: {path}")
+    if path.stat().st_size == 0:
+        raise DataError(f"data file {path} is empty")
+    return path
 
 
 def _check_header(path: Path) -> None:
@@ -60,11 +66,7 @@ def count_rows(source: str | Path) -> int:
     public: every ledger states n). A budget uses it to check a run before any private value is read."""
     import csv
 
-    path = Path(source)
-    if not path.exists():
-        raise MissingFileError(f"data file not found: {path}")
-    if path.stat().st_size == 0:
-        raise DataError(f"data file {path} is empty")
+    path = _existing_file(source)
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".pq"):
         import pyarrow.parquet as pq
