@@ -218,6 +218,20 @@ def test_the_other_modes_train(mode, bert_folder, corpus):
         assert result.backend == "fast" and result.guarantee.epsilon <= 3.0 + 1e-6
 
 
+def test_the_head_and_adapters_are_drawn_from_the_seed(bert_folder, corpus):
+    """One seed, one model in one process, whatever used torch's generator before; another seed, another."""
+    def fit(seed):
+        model, _, _ = train_token_ner(corpus[:4], "dp-lora", epsilon=3.0, model=bert_folder, epochs=1, batch_size=2,
+                                      window=64, stride=32, accountant="rdp", seed=seed, noise_seed=0)
+        return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    first = fit(0)
+    torch.rand(1000)
+    again, other = fit(0), fit(1)
+    assert all(torch.equal(first[n], again[n]) for n in first)
+    assert not all(torch.equal(first[n], other[n]) for n in first)
+
+
 def test_prediction_of_notes_without_text(bert_folder, corpus):
     model, tok = load_minilm(len(TAGS), bert_folder, TAGS)
     empty = Note("e", "p", "")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import pickle
 from dataclasses import replace
 
 import pytest
@@ -208,6 +209,51 @@ def test_an_interrupted_study_resumes_from_its_staging_journal(tiny_folder, corp
     assert calls == ["summarisation"] and set(table["task"]) == {"ner", "summarisation"}
     assert read_manifest(out).kind == "study:clinical-nlp" and not staging_path(out).exists()
     assert len((out / "runs.jsonl").read_text().splitlines()) == 2
+
+
+def test_an_interrupted_cell_resumes_from_its_fine_tuning_checkpoint(tiny_folder, corpus, tmp_path, monkeypatch):
+    """A cell stopped after its fine-tuning (while scoring) trains no step again when the study is rerun: it
+    resumes from the cell's checkpoint and journals the row of an uninterrupted run; the checkpoint is then
+    deleted."""
+    from dpcare.engine.trainer import Trainer
+
+    bench = small(tiny_folder, modes=("dp-lora",), tasks=("ner",))
+    cnb.run_clinical_nlp(bench, tmp_path / "whole", notes=corpus, progress=False)
+    real_utility, real_step, steps = cnb._utility, Trainer.private_step, []
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt("stopped while scoring")
+
+    def counted(self, *args, **kwargs):
+        steps.append(self.step_count)
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "private_step", counted)
+    monkeypatch.setattr(cnb, "_utility", stopped)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
+    trained, cells = len(steps), staging_path(out) / "checkpoints" / "cells"
+    assert trained > 0 and [p.name for p in cells.iterdir()] == ["ner_dp-lora_eps3_seed0_fixed"]
+    monkeypatch.setattr(cnb, "_utility", real_utility)
+    cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
+    assert len(steps) == trained  # no step trained again
+    assert not staging_path(out).exists() and not (out / "checkpoints").exists()
+    resumed, = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    reference, = [json.loads(line) for line in (tmp_path / "whole" / "runs.jsonl").read_text().splitlines()]
+    for key in ("test_ner_f1", "test_perplexity", "epsilon", "steps", "noise_multiplier", "mia_loss_auc", "roc"):
+        assert resumed[key] == reference[key], key
+
+
+def test_a_finished_cell_deletes_its_checkpoint(tiny_folder, corpus, tmp_path):
+    """The checkpoint holds the noise generators' state: it goes as soon as the cell's row is complete."""
+    notes = tmp_path / "checkpoints" / "notes.pkl"
+    notes.parent.mkdir()
+    notes.write_bytes(pickle.dumps({"split": cnb.split_patients(corpus, 0.34)}))
+    folder = cnb.cell_checkpoint(str(notes), "ner", "dp-lora", 3.0, 0, "fixed")
+    assert folder.parent == tmp_path / "checkpoints" / "cells"
+    row = cnb.run_cell("ner", "dp-lora", 3.0, 0, "fixed", str(notes), small(tiny_folder))
+    assert row["steps"] > 0 and folder.parent.is_dir() and not folder.exists()
 
 
 def test_tables_only_tabulates_the_finished_runs_and_trains_nothing(tiny_folder, corpus, tmp_path):

@@ -26,7 +26,8 @@ The study writes one run folder (:mod:`dpcare.runs`, kind ``study:clinical-nlp``
 ``dpcare report`` reads: every model's guarantee, the utility table, the attacks and canary audits. Runs are
 journalled in ``runs.jsonl`` of the run's staging folder (``.<out>.partial``; the split notes wait in its
 ``checkpoints/``, deleted when the study finishes): an interrupted call resumes when the same command is
-rerun, a journal written with other settings is refused. Runs go ``workers`` at a time in separate
+rerun, each unfinished run from its last checkpoint (``checkpoints/cells/``), and a journal written with other
+settings is refused. Runs go ``workers`` at a time in separate
 processes. ``train=False`` (``--tables-only``) rewrites the tables of a finished folder (or of the
 staging folder of an unfinished one) from its journal and trains nothing.
 """
@@ -38,6 +39,7 @@ import math
 import os
 import pickle
 import random
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -277,14 +279,19 @@ def _load_split(path: str) -> NoteSplit:
 # ---------------------------------------------------------------- one run
 def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: str, notes_path: str,
              bench: ClinicalNLPBenchmark) -> dict[str, Any]:
-    """Fine-tune one model, score the held-out notes, attack it; one journal row."""
+    """Fine-tune one model, score the held-out notes, attack it; one journal row. The fine-tuning checkpoints
+    into its own folder beside ``notes_path`` (every ten minutes and at its end), so an interrupted cell resumes
+    where it stopped; the folder is deleted once the row is complete."""
     import torch
 
     torch.set_num_threads(1)
     split = _load_split(notes_path)
     row = {"task": task, "mode": mode, "target_epsilon": epsilon, "seed": seed, "variant": variant}
+    checkpoint = cell_checkpoint(notes_path, task, mode, epsilon, seed, variant)
     if task == "token-ner":
-        return {**row, **_token_ner_cell(split, mode, epsilon, seed, bench)}
+        result = {**row, **_token_ner_cell(split, mode, epsilon, seed, bench, str(checkpoint))}
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        return result
     from dpcare.lm import load_causal_lm
     from dpcare.text.evaluation import perplexity
     from dpcare.text.lm.attacks import insert_canaries, loss_attack_lm, make_note_canaries
@@ -297,15 +304,16 @@ def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: st
     if canaries:
         train, included = insert_canaries(split.train, canaries, seed)
 
-    def fit(notes: list[Note]):
+    def fit(notes: list[Note], checkpoint_dir: str | None = None):
         return finetune(notes, task, mode, epsilon=epsilon, delta=DELTA if private else None, model=bench.model,
                         layers=bench.layers, epochs=bench.epochs, batch_size=bench.batch_size,
                         clip_norm=bench.clip_norm, seed=seed, noise_seed=seed, window=bench.window,
                         stride=bench.window, prefix_init=bench.prefix_init,
-                        adaptive_clip=adaptive_clip(variant), max_physical_batch=bench.physical_batch)
+                        adaptive_clip=adaptive_clip(variant), max_physical_batch=bench.physical_batch,
+                        checkpoint_dir=checkpoint_dir)
 
     t0 = time.perf_counter()
-    model, tokenizer, info = _untrained(bench, task) if mode == BASE else fit(train)
+    model, tokenizer, info = _untrained(bench, task) if mode == BASE else fit(train, str(checkpoint))
     row["fit_s"] = time.perf_counter() - t0
     model.eval()
     t0 = time.perf_counter()
@@ -336,6 +344,7 @@ def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: st
         row.update(canary_epsilon_lower_bound=audit.epsilon_lower_bound, canary_correct=audit.correct,
                    canary_guesses=audit.guesses, canaries=audit.canaries, canaries_included=int(included.sum()))
     g = info["guarantee"]
+    shutil.rmtree(checkpoint, ignore_errors=True)
     return {
         **row, "epsilon": g["epsilon"] if g else None, "delta": g["delta"] if g else None,
         "steps": info["steps"], "noise_multiplier": info["noise_multiplier"],
@@ -362,8 +371,15 @@ def _lira(fit, model, tokenizer, split: NoteSplit, members: list[Note], nonmembe
                    shadows=bench.shadows, seed=seed, **rows)
 
 
+def cell_checkpoint(notes_path: str, task: str, mode: str, epsilon: float | None, seed: int, variant: str) -> Path:
+    """The folder where one cell's fine-tuning checkpoints: beside the split notes, in the staging folder's
+    ``checkpoints/`` (it holds the noise generators' state: never released, deleted with the staging folder)."""
+    eps = "none" if epsilon is None else f"{epsilon:g}"
+    return Path(notes_path).parent / "cells" / f"{task}_{mode}_eps{eps}_seed{seed}_{variant}"
+
+
 def _token_ner_cell(split: NoteSplit, mode: str, epsilon: float | None, seed: int,
-                    bench: ClinicalNLPBenchmark) -> dict[str, Any]:
+                    bench: ClinicalNLPBenchmark, checkpoint_dir: str | None = None) -> dict[str, Any]:
     """MiniLM BIO tagger (:func:`dpcare.text.lm.token_ner.train_token_ner`), scored on the same held-out notes."""
     from dpcare.text.evaluation import MICRO
     from dpcare.text.lm.token_ner import evaluate_token_ner, train_token_ner
@@ -371,7 +387,7 @@ def _token_ner_cell(split: NoteSplit, mode: str, epsilon: float | None, seed: in
     t0 = time.perf_counter()
     run = train_token_ner(split.train, mode, epsilon=epsilon, delta=DELTA if mode != "non-private" else None,
                           model=bench.encoder, epochs=bench.epochs, batch_size=bench.batch_size,
-                          clip_norm=bench.clip_norm, seed=seed, noise_seed=seed)
+                          clip_norm=bench.clip_norm, seed=seed, noise_seed=seed, checkpoint_dir=checkpoint_dir)
     fit_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     test = split.held_out[: bench.eval_notes]

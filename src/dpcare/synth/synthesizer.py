@@ -42,6 +42,7 @@ import torch
 
 from dpcare.data import TableSchema, load_table
 from dpcare.data.splits import holdout_split as split_holdout
+from dpcare.engine.initialisation import seeded_initialisation
 from dpcare.engine.trainer import TrainConfig, Trainer
 from dpcare.exceptions import DataError, MissingFileError, NotFittedError, SettingsError
 from dpcare.io import torch_save, write_json
@@ -53,7 +54,6 @@ from dpcare.privacy import (
     check_delta,
     default_delta,
 )
-from dpcare.privacy.randomness import sub_root
 from dpcare.runs import MANIFEST, Manifest, RunFolder, read_manifest
 from dpcare.settings import to_dict
 from dpcare.synth.lm_model import build_lm, trainable_state
@@ -166,8 +166,7 @@ class Synthesizer:
     def _build(self) -> None:
         """Build the model; its new parameters (the LoRA adapters) are drawn from the settings' seed, not from
         torch's global generator, so a fit does not depend on what drew from that generator before it."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(sub_root(self.settings.dp.seed, "model initialisation"))
+        with seeded_initialisation(self.settings.dp.seed):
             self.model, self.tokenizer = build_lm(self.settings.lm, self._vocab_texts())
         self.rows = RowTokenizer(self.serializer, self.tokenizer)
 

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from dpcare.engine.adaptive_clip import AdaptiveClip
+from dpcare.engine.initialisation import seeded_initialisation
 from dpcare.engine.objective import Objective
 from dpcare.engine.trainer import TrainConfig, Trainer
 from dpcare.exceptions import DataError, PrivacyParameterError, SpecError, UnknownNameError
@@ -338,7 +339,8 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
                          max_physical_batch=max_physical_batch, target_epsilon=epsilon, adaptive_clip=adaptive_clip,
                          device=device, precision=precision)
     config.validate(objective)
-    net = apply_mode(causal, mode, lora_rank, lora_alpha, prefix_tokens)
+    with seeded_initialisation(seed):  # the adapters (or the random prefix) from the public seed
+        net = apply_mode(causal, mode, lora_rank, lora_alpha, prefix_tokens)
     if prefix and prefix_init == "text":  # public text and public weights: reads no note, charged nothing
         init_prefix_from_text(net, tokenizer, public_prefix_text(task, labels))
     if mode.private:

@@ -48,6 +48,7 @@ import torch
 from torch import Tensor, nn
 
 from dpcare.engine.adaptive_clip import AdaptiveClip
+from dpcare.engine.initialisation import seeded_initialisation
 from dpcare.engine.objective import Objective
 from dpcare.engine.trainer import TrainConfig, Trainer, TrainResult
 from dpcare.exceptions import (
@@ -328,8 +329,11 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     check_mode_privacy(mode, epsilon, delta)
     check_adaptive_clip(mode, adaptive_clip)
     tags = bio_tags(labels)
-    net, tokenizer = load_minilm(len(tags), model, tags)
-    windows = bio_examples(notes, tokenizer, labels, window, stride, _max_positions(net))
+    with seeded_initialisation(seed):  # the fresh head and the adapters: a function of the public seed
+        net, tokenizer = load_minilm(len(tags), model, tags)
+        positions = _max_positions(net)
+        net = apply_token_mode(net, mode, lora_rank, lora_alpha)
+    windows = bio_examples(notes, tokenizer, labels, window, stride, positions)
     data, groups = encode_windows(windows, tokenizer.pad_token_id), patient_groups(windows)
     objective = TokenNERLoss(mode.private, reduction)
     config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=DEFAULT_LR[mode.value] if lr is None else lr,
@@ -337,7 +341,6 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
                          progress=progress,
                          max_physical_batch=max_physical_batch, target_epsilon=epsilon, adaptive_clip=adaptive_clip)
     config.validate(objective)
-    net = apply_token_mode(net, mode, lora_rank, lora_alpha)
     patients, rows = int(groups.max()) + 1, len(windows)
     if mode.private:
         ledger = PrivacyLedger(patients, delta, accountant, unit=ProtectedUnit.PATIENT)
