@@ -55,7 +55,7 @@ from dpcare.images.grid import save_grid
 from dpcare.images.settings import DiffusionSettings
 from dpcare.images.unet import UNet
 from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, default_delta
-from dpcare.runs import Manifest, RunFolder, read_run_of_kind
+from dpcare.runs import Manifest, RunFolder, SavesRunFolder, read_run_of_kind
 from dpcare.verdict import Comparison, compare
 
 KIND = "images"
@@ -188,10 +188,12 @@ def generate_with_rejection(unet: UNet, settings: DiffusionSettings, threshold: 
 
 # --------------------------------------------------------------------------- the fitted model
 @dataclass
-class DiffusionModel:
+class DiffusionModel(SavesRunFolder):
     """A fitted diffusion model: the U-Net, its settings, classes and image shape, the guarantee (None:
     non-private or public) and ledger, the rejection threshold (None: no public images to set it) and what
     training recorded (steps, noise, where the FDP start and the threshold came from)."""
+
+    RUN_KIND = KIND
 
     settings: DiffusionSettings
     unet: UNet
@@ -297,10 +299,6 @@ class DiffusionModel:
                                                     "widths": list(self.settings.unet_widths),
                                                     "n_classes": u.n_classes, "emb_dim": u.emb_dim}})
         return run.finish(self.manifest(data, metrics))
-
-    def save(self, folder: str | os.PathLike, force: bool = False) -> Path:
-        """Write a run folder (refused if ``folder`` holds something, unless ``force``)."""
-        return self.write(RunFolder(folder, KIND, self.settings.to_dict(), force=force))
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> DiffusionModel:

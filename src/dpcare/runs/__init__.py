@@ -2,7 +2,7 @@
 ledger of every released model, metrics, baselines, attack scores, files). Every recipe and study writes it;
 ``report`` and ``budget`` read only it."""
 
-from dpcare.runs.folder import CHECKPOINTS, RunFolder, abandon_unwritten, check_output, fingerprint
+from dpcare.runs.folder import CHECKPOINTS, RunFolder, SavesRunFolder, abandon_unwritten, check_output, fingerprint
 from dpcare.runs.manifest import (
     FORMAT,
     MANIFEST,
@@ -14,6 +14,6 @@ from dpcare.runs.manifest import (
     read_run_of_kind,
 )
 
-__all__ = ["CHECKPOINTS", "FORMAT", "MANIFEST", "Manifest", "RunFolder", "abandon_unwritten", "attach_attack",
+__all__ = ["CHECKPOINTS", "FORMAT", "MANIFEST", "Manifest", "RunFolder", "SavesRunFolder", "abandon_unwritten", "attach_attack",
            "check_output",
            "fingerprint", "is_run_folder", "read_attacks", "read_manifest", "read_run_of_kind"]

@@ -25,7 +25,7 @@ import uuid
 import weakref
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from dpcare.exceptions import SettingsError
 from dpcare.io import torch_save, write_json, write_text
@@ -178,6 +178,17 @@ class RunFolder:
         return self.out
 
 
+class SavesRunFolder:
+    """Mixin of a fitted recipe model: ``save(folder)`` writes it into a new run folder of kind ``RUN_KIND``
+    through the model's own ``write(run)``, with its ``settings.to_dict()`` as the run's settings."""
+
+    RUN_KIND: ClassVar[str]
+
+    def save(self, folder: str | os.PathLike, force: bool = False) -> Path:
+        """Write a run folder (refused if ``folder`` holds something, unless ``force``)."""
+        return self.write(RunFolder(folder, self.RUN_KIND, self.settings.to_dict(), force=force))
+
+
 def pinned_noise_seed(settings: Any) -> int | None:
     """The integer ``noise_seed`` somewhere in a run's settings (nested dicts and lists), else None. The
     default None (fresh OS entropy) is recorded as null: the drawn root is never written to run.json."""
@@ -199,5 +210,5 @@ def abandon_unwritten() -> None:
         run.abandon()
 
 
-__all__ = ["CHECKPOINTS", "PARTIAL", "RunFolder", "abandon_unwritten", "check_output", "fingerprint", "new_run_id",
+__all__ = ["CHECKPOINTS", "PARTIAL", "RunFolder", "SavesRunFolder", "abandon_unwritten", "check_output", "fingerprint", "new_run_id",
            "pinned_noise_seed", "staging_path"]

@@ -416,7 +416,7 @@ def _sample_members(split: NoteSplit, k: int, seed: int) -> list[Note]:
 def _utility(model, tokenizer, task: str, test: list[Note], bench: ClinicalNLPBenchmark) -> dict[str, float]:
     """Scores of the test notes, and ``per_note`` values for the comparisons with the public baselines (patients,
     then ROUGE-L F1 of the model and of LEAD-3, or exact-match span counts [tp, predicted, gold])."""
-    from dpcare.text.baselines import lead, rouge_l_per_note, span_counts
+    from dpcare.text.baselines import lead, rouge_l_per_note
 
     patients = [n.patient_id for n in test]
     if task == "summarisation":
@@ -432,7 +432,7 @@ def _utility(model, tokenizer, task: str, test: list[Note], bench: ClinicalNLPBe
         return {**{f"rougeL_{k[0] if k != 'fmeasure' else 'f1'}": v for k, v in scored.table.items()},
                 "per_note": per_note}
     from dpcare.text.evaluation import MICRO
-    from dpcare.text.lm.scoring import gold_spans, score_ner
+    from dpcare.text.lm.scoring import score_ner
 
     # the recipe's scorer with the study's decoding: windows of bench.window tokens without overlap (the
     # recipe's own stride is half a window); the base model is a cell of its own here, not a baseline
@@ -444,7 +444,7 @@ def _utility(model, tokenizer, task: str, test: list[Note], bench: ClinicalNLPBe
     return {"ner_precision": _nan0(micro["precision"]), "ner_recall": float(micro["recall"]),
             "ner_f1": _nan0(micro["f1"]), "ner_predicted": int(micro["predicted"]), "ner_gold": int(micro["gold"]),
             "per_note": {"patients": patients,
-                         "counts": span_counts(gold_spans(test, ENTITY_LABELS), scores.outputs).tolist()}}
+                         "counts": scores.counts.tolist()}}
 
 
 def _nan0(v: float) -> float:

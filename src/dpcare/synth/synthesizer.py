@@ -54,7 +54,7 @@ from dpcare.privacy import (
     check_delta,
     default_delta,
 )
-from dpcare.runs import MANIFEST, Manifest, RunFolder, read_manifest
+from dpcare.runs import MANIFEST, Manifest, RunFolder, SavesRunFolder, read_manifest
 from dpcare.settings import to_dict
 from dpcare.synth.lm_model import build_lm, trainable_state
 from dpcare.synth.objective import TokenLoss, role_perplexity
@@ -123,7 +123,7 @@ def stage1_source(settings: SynthSettings, public_schema: TableSchema | None = N
     return None
 
 
-class Synthesizer:
+class Synthesizer(SavesRunFolder):
     """A DP synthetic-table generator built on a local causal language model.
 
     Without ``settings``, keyword fields go to ``SynthSettings.for_device`` (the CPU scale on a
@@ -131,6 +131,8 @@ class Synthesizer:
     (or ``load``), ``sample``, ``save`` and ``guarantee_`` raise NotFittedError. ``guarantee`` is the
     same guarantee, or None when not fitted.
     """
+
+    RUN_KIND = KIND
 
     def __init__(self, schema: TableSchema, settings: SynthSettings | None = None,
                  public_table: pd.DataFrame | None = None, public_schema: TableSchema | None = None,
@@ -406,7 +408,7 @@ class Synthesizer:
     def save(self, folder: str | Path, force: bool = False) -> Path:
         """Write a run folder (refused if ``folder`` holds something, unless ``force``)."""
         self._require_fitted()
-        return self.write(RunFolder(folder, KIND, self.settings.to_dict(), force=force))
+        return super().save(folder, force=force)
 
     @classmethod
     def load(cls, folder: str | Path, progress: bool = True) -> Synthesizer:

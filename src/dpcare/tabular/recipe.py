@@ -47,7 +47,7 @@ from dpcare.privacy import (
     default_delta,
 )
 from dpcare.registry import Registry
-from dpcare.runs import Manifest, RunFolder, read_run_of_kind
+from dpcare.runs import Manifest, RunFolder, SavesRunFolder, read_run_of_kind
 from dpcare.tabular.settings import METHOD_NAMES, TabularSettings
 
 SPLITS = {"train": 0.8, "val": 0.1, "test": 0.1}
@@ -189,9 +189,11 @@ def load_imputer(imputer: Imputer | str | os.PathLike, schema: TableSchema) -> I
 
 # --------------------------------------------------------------------------- the fitted model
 @dataclass
-class TabularModel:
+class TabularModel(SavesRunFolder):
     """A fitted tabular model: the MLP, the encoder, the settings, the guarantee (None: non-private) and
     ledger, the validation / test metrics (with a hold-out) and the split."""
+
+    RUN_KIND = "tabular"
 
     settings: TabularSettings
     encoder: TableEncoder
@@ -261,10 +263,6 @@ class TabularModel:
         manifest = self.manifest(data)
         manifest.attacks = list(attacks)
         return run.finish(manifest)
-
-    def save(self, folder: str | os.PathLike, force: bool = False) -> Path:
-        """Write a run folder (refused if ``folder`` holds something, unless ``force``)."""
-        return self.write(RunFolder(folder, "tabular", self.settings.to_dict(), force=force))
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> TabularModel:

@@ -37,7 +37,7 @@ import torch
 from dpcare.engine import TrainConfig, Trainer
 from dpcare.exceptions import DataError, SettingsError, SpecError, UnknownNameError
 from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, default_delta
-from dpcare.runs import Manifest, RunFolder, read_run_of_kind
+from dpcare.runs import Manifest, RunFolder, SavesRunFolder, read_run_of_kind
 from dpcare.timeseries.augment import (
     AugmentConfig,
     embed_windows,
@@ -341,12 +341,14 @@ METRICS = {"test_mse": "test MSE", "validation_mse": "validation MSE", "train_ms
 
 
 @dataclass
-class ForecastModel:
+class ForecastModel(SavesRunFolder):
     """A fitted forecaster with what ``forecast`` needs on new patients' events (standardizer with its
     declared or fitted statistics, variables, step, window lengths), the guarantee (None: none) and ledger,
     metrics (masked MSE in z-units), the patient split and run facts. ``prepared`` (not saved) holds the
     windows it was fitted on, for an audit in the same process. ``baselines``: the baselines' test MSE on the
     same test windows and the verdict (:func:`dpcare.timeseries.baselines.compare_with_baselines`)."""
+
+    RUN_KIND = KIND
 
     settings: ForecastSettings
     model: Forecaster
@@ -459,10 +461,6 @@ class ForecastModel:
         manifest = self.manifest(data)
         manifest.attacks = list(attacks)
         return run.finish(manifest)
-
-    def save(self, folder: str | os.PathLike, force: bool = False) -> Path:
-        """Write a run folder (refused if ``folder`` holds something, unless ``force``)."""
-        return self.write(RunFolder(folder, KIND, self.settings.to_dict(), force=force))
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> ForecastModel:

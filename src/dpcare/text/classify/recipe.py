@@ -42,7 +42,7 @@ from dpcare.exceptions import DataError, SettingsError
 from dpcare.methods import DPSGD, NonPrivate
 from dpcare.methods.fusion import HYBRID_METHODS
 from dpcare.privacy import Guarantee, PrivacyLedger, ProtectedUnit
-from dpcare.runs import Manifest, RunFolder, read_run_of_kind
+from dpcare.runs import Manifest, RunFolder, SavesRunFolder, read_run_of_kind
 from dpcare.text.classify.caml import CAML
 from dpcare.text.classify.data import (
     PLACEHOLDER,
@@ -223,10 +223,12 @@ def view_settings(settings: NoteClassifierSettings) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- the fitted model
 @dataclass
-class NoteClassifier:
+class NoteClassifier(SavesRunFolder):
     """A fitted note classifier: CAML over a public vocabulary, the codes it predicts and the decision threshold
     chosen on validation, the guarantee (None: non-private) and ledger, the metrics ("validation f1_micro",
     "test f1_micro", "test auc_macro", ...) and the split."""
+
+    RUN_KIND = KIND
 
     settings: NoteClassifierSettings
     model: CAML
@@ -301,10 +303,6 @@ class NoteClassifier:
         run.write_json(VOCAB_FILE, list(self.vocab.tokens))
         run.write_json(SPLIT_FILE, self.split)
         return run.finish(self.manifest(data))
-
-    def save(self, folder: str | os.PathLike, force: bool = False) -> Path:
-        """Write a run folder (refused if ``folder`` holds something, unless ``force``)."""
-        return self.write(RunFolder(folder, KIND, self.settings.to_dict(), force=force))
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> NoteClassifier:

@@ -31,6 +31,7 @@ class NoteScores:
     value: float | None  # the model's metric over those notes
     table: Any = None  # NER: span_scores per label (a DataFrame); summarisation: ROUGE-L precision/recall/F1
     result: dict[str, Any] | None = None
+    counts: Any = None  # NER with gold spans: per note, exact-match span counts [tp, predicted, gold] (an array)
 
     def record(self, name: str) -> dict[str, Any]:
         """The run.json ``baselines`` record of the model ``name`` (the clinical-NLP study's shape: name and the
@@ -55,6 +56,7 @@ def score_ner(net, tokenizer, recipe: dict[str, Any], notes: Sequence, max_token
               baseline: bool = True, progress: bool = True) -> NoteScores:
     """The NER model's entities for ``notes`` and, where they carry gold spans, its span F1 beside the base
     model without fine-tuning (same constrained decoding, windows and ``max_tokens``)."""
+    from dpcare.text.baselines import span_counts
     from dpcare.text.evaluation import MICRO, span_scores
     from dpcare.text.lm.generative_ner import extract_entities_many
 
@@ -71,13 +73,14 @@ def score_ner(net, tokenizer, recipe: dict[str, Any], notes: Sequence, max_token
         return NoteScores(METRICS["ner"], predicted, 0, None)
     table = span_scores(gold, predicted)
     f1 = table.loc[MICRO, "f1"]
-    scores = NoteScores(METRICS["ner"], predicted, sum(1 for g in gold if g), 0.0 if f1 != f1 else float(f1), table)
+    scores = NoteScores(METRICS["ner"], predicted, sum(1 for g in gold if g), 0.0 if f1 != f1 else float(f1), table,
+                        counts=span_counts(gold, predicted))
     if baseline:  # the public baseline: the pre-trained model, never fine-tuned, decoded the same way
         from dpcare.lm import load_causal_lm
-        from dpcare.text.baselines import BASE_MODEL, compare_on_notes, span_counts
+        from dpcare.text.baselines import BASE_MODEL, compare_on_notes
 
         base, base_tokenizer = load_causal_lm(recipe["model"], recipe["layers"])
-        scores.result = compare_on_notes(scores.metric, span_counts(gold, predicted),
+        scores.result = compare_on_notes(scores.metric, scores.counts,
                                          {BASE_MODEL: span_counts(gold, decode(base.eval(), base_tokenizer))},
                                          [n.patient_id for n in notes])
     return scores
