@@ -7,8 +7,8 @@ different), captures every pseudo table built, the data the timing steps train o
 training data and the stage-1 model that stage 2 starts from, and requires them to be bit-identical.
 The line after each test names the planted leaks that turned it red.
 
-The stage-1 model is compared with the global torch RNG seeded before each fit: the LoRA adapters are
-initialised from it (build_lm does not use settings.seed), so two fits in one process differ otherwise.
+The LoRA adapters are drawn from settings.seed (dpcare.engine.initialisation); the global torch RNG is
+also seeded before each fit, so nothing else drawn from it can make the two stage-1 models differ.
 """
 
 import pandas as pd
@@ -67,7 +67,7 @@ def stage1_record(monkeypatch, fit) -> dict:
             seen["stage1_data"] = {k: v.clone() for k, v in private_data.items()}
             return super().fit(private_data, public_data, groups)
 
-    torch.manual_seed(0)  # the adapters' initialisation draws from the global RNG (not from settings.seed)
+    torch.manual_seed(0)  # whatever else draws from the global RNG: alike in both fits
     with monkeypatch.context() as m:
         m.setattr(sy, "uniform_pseudo_table", pseudo)
         m.setattr(sy, "seconds_per_step", timing)

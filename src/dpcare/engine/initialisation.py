@@ -14,9 +14,13 @@ from dpcare.privacy.randomness import sub_root
 def seeded_initialisation(seed: int | None) -> Iterator[None]:
     """Inside, torch's global generator is seeded from ``seed`` (public: recorded with the run), so the new
     parameters a model builder draws there (LoRA adapters, a fresh classification head) are a function of the
-    seed alone: two fits in one process (a study's worker) start alike. Outside, the global generator is left
-    as it was. ``seed`` None: the generator as it is (fresh randomness)."""
+    seed alone: two fits in one process (a study's worker) start alike; after the block the generator is
+    restored. Only the CPU generator is seeded (models are built on the CPU, then moved): a GPU's generators are
+    not touched. ``seed`` None: the generator as it is (fresh randomness, moving on)."""
+    if seed is None:  # drawn from the generator, which moves on (restoring it would repeat the draw next time)
+        yield
+        return
     with torch.random.fork_rng(devices=[]):
-        if seed is not None:
-            torch.manual_seed(sub_root(seed, "model initialisation"))
+        # not torch.manual_seed: that would also seed (and leave seeded) every GPU's generator
+        torch.random.default_generator.manual_seed(sub_root(seed, "model initialisation"))
         yield
