@@ -312,6 +312,8 @@ def test_every_fine_tuned_model_is_judged_against_the_public_baselines(tiny_fold
     assert one["name"] == "summarisation|dp-lora@3.0 seed 1" and len(one["comparisons"]) == 2 and one["beats"]
     (alone,) = cnb.baseline_verdicts([base, {**better, "seed": 1}])  # seed 0's base is not seed 1's
     assert [c["baseline_name"] for c in alone["comparisons"]] == [lead_name()]
+    both = cnb.baseline_verdicts([base, better, {**base, "seed": 1}, {**better, "seed": 1}])
+    assert [v["name"] for v in both] == ["summarisation|dp-lora@3.0 seed 0", "summarisation|dp-lora@3.0 seed 1"]
 
 
 @pytest.mark.parametrize("task, strip, message", [

@@ -549,13 +549,13 @@ def baseline_verdicts(runs: list[dict]) -> list[dict[str, Any]]:
     """Every fine-tuned NER and summarisation model (each seed's run) against the public baselines on the same
     held-out notes (:mod:`dpcare.text.baselines`): the base model without fine-tuning (the ``base`` run of
     the task and seed, when the grid has it) and, for summarisation, LEAD-3; a paired bootstrap over the
-    held-out patients, the verdict from the binding comparison. A run of seed s > 0 is named with
-    `` seed s``. Runs journalled without per-note values are left out."""
+    held-out patients, the verdict from the binding comparison. A run of seed s > 0, or of any seed when the
+    runs hold several, is named with `` seed s``. Runs journalled without per-note values are left out."""
     from dpcare.text.baselines import BASE_MODEL, compare_on_notes, lead_name
 
     key = {"ner": ("ner F1", "counts"), "summarisation": ("ROUGE-L F1", "rougeL")}
     base = {(r["task"], r["seed"]): r["per_note"] for r in runs if r["mode"] == BASE and r.get("per_note")}
-    out = []
+    out, several = [], len({r["seed"] for r in runs}) > 1
     for r in runs:
         p = r.get("per_note")
         if r["mode"] == BASE or r["task"] not in key or not p:
@@ -567,7 +567,7 @@ def baseline_verdicts(runs: list[dict]) -> list[dict[str, Any]]:
             baselines[BASE_MODEL] = np.array(b[field])
         if baselines:
             result = compare_on_notes(metric, np.array(p[field]), baselines, p["patients"])
-            out.append({"name": _label(r) + (f" seed {r['seed']}" if r["seed"] else ""), "task": r["task"],
+            out.append({"name": _label(r) + (f" seed {r['seed']}" if r["seed"] or several else ""), "task": r["task"],
                         "mode": r["mode"], "target_epsilon": r["target_epsilon"], "seed": r["seed"],
                         "variant": r.get("variant", "fixed"), **result})
     return out
