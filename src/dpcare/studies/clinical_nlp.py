@@ -529,7 +529,7 @@ def write_tables(bench: ClinicalNLPBenchmark, done: list[dict], folder: Path, ru
     write_json(folder / "settings.json", asdict(bench))
     write_json(folder / "guarantees.json", guarantees)
     write_json(folder / "roc.json", roc)
-    verdicts = baseline_verdicts([r for r in done if _key(r) in order])
+    verdicts = baseline_verdicts([r for r in done if _key(r) in order], bench.seeds)
     write_json(folder / "baselines.json", verdicts)
     diffs = claim_differences(runs, bench)
     write_text(folder / "paired.csv", diffs.to_csv(index=False))
@@ -545,17 +545,18 @@ def write_tables(bench: ClinicalNLPBenchmark, done: list[dict], folder: Path, ru
     return table, attacks
 
 
-def baseline_verdicts(runs: list[dict]) -> list[dict[str, Any]]:
+def baseline_verdicts(runs: list[dict], seeds: int | None = None) -> list[dict[str, Any]]:
     """Every fine-tuned NER and summarisation model (each seed's run) against the public baselines on the same
     held-out notes (:mod:`dpcare.text.baselines`): the base model without fine-tuning (the ``base`` run of
     the task and seed, when the grid has it) and, for summarisation, LEAD-3; a paired bootstrap over the
-    held-out patients, the verdict from the binding comparison. A run of seed s > 0, or of any seed when the
-    runs hold several, is named with `` seed s``. Runs journalled without per-note values are left out."""
+    held-out patients, the verdict from the binding comparison. A run of seed s > 0, or of any seed in a study of
+    several ``seeds`` (default: the seeds of ``runs``), is named with `` seed s``. Runs journalled without
+    per-note values are left out."""
     from dpcare.text.baselines import BASE_MODEL, compare_on_notes, lead_name
 
     key = {"ner": ("ner F1", "counts"), "summarisation": ("ROUGE-L F1", "rougeL")}
     base = {(r["task"], r["seed"]): r["per_note"] for r in runs if r["mode"] == BASE and r.get("per_note")}
-    out, several = [], len({r["seed"] for r in runs}) > 1
+    out, several = [], (len({r["seed"] for r in runs}) if seeds is None else seeds) > 1
     for r in runs:
         p = r.get("per_note")
         if r["mode"] == BASE or r["task"] not in key or not p:
