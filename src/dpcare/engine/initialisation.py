@@ -20,7 +20,14 @@ def seeded_initialisation(seed: int | None) -> Iterator[None]:
     if seed is None:  # drawn from the generator, which moves on (restoring it would repeat the draw next time)
         yield
         return
+    with seeded_cpu_generator(sub_root(seed, "model initialisation")):
+        yield
+
+
+@contextmanager
+def seeded_cpu_generator(value: int) -> Iterator[None]:
+    """Inside, torch's global CPU generator starts from ``value``; after the block it is restored. Not
+    ``torch.manual_seed``, which would also seed every GPU's generator and leave it seeded after the block."""
     with torch.random.fork_rng(devices=[]):
-        # not torch.manual_seed: that would also seed (and leave seeded) every GPU's generator
-        torch.random.default_generator.manual_seed(sub_root(seed, "model initialisation"))
+        torch.random.default_generator.manual_seed(value)
         yield

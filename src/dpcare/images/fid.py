@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from scipy import linalg
 from torch import nn
 
+from dpcare.engine.initialisation import seeded_cpu_generator
 from dpcare.exceptions import DataError
 from dpcare.images.data import ImageSet
 
@@ -108,8 +109,7 @@ def train_feature_net(public: ImageSet, epochs: int = 20, seed: int = 0, batch_s
         raise DataError("the public split needs at least 2 images to train the feature net")
     c, h, w = public.image_shape
     shift = min(h, w) // 14 if shift is None else int(shift)
-    with torch.random.fork_rng(devices=[]):  # only the CPU generator: torch.manual_seed would leave GPUs' seeded
-        torch.random.default_generator.manual_seed(seed)
+    with seeded_cpu_generator(seed):
         net = FeatureNet(c, len(public.classes), (h, w), feature_dim=feature_dim).to(device)
     gen = torch.Generator().manual_seed(seed)
     x, y = public.images.to(device, torch.float32), public.labels.to(device)

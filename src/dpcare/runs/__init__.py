@@ -14,6 +14,6 @@ from dpcare.runs.manifest import (
     read_run_of_kind,
 )
 
-__all__ = ["CHECKPOINTS", "FORMAT", "MANIFEST", "Manifest", "RunFolder", "SavesRunFolder", "abandon_unwritten", "attach_attack",
-           "check_output",
-           "fingerprint", "is_run_folder", "read_attacks", "read_manifest", "read_run_of_kind"]
+__all__ = ["CHECKPOINTS", "FORMAT", "MANIFEST", "Manifest", "RunFolder", "SavesRunFolder", "abandon_unwritten",
+           "attach_attack", "check_output", "fingerprint", "is_run_folder", "read_attacks", "read_manifest",
+           "read_run_of_kind"]

@@ -210,5 +210,5 @@ def abandon_unwritten() -> None:
         run.abandon()
 
 
-__all__ = ["CHECKPOINTS", "PARTIAL", "RunFolder", "SavesRunFolder", "abandon_unwritten", "check_output", "fingerprint", "new_run_id",
-           "pinned_noise_seed", "staging_path"]
+__all__ = ["CHECKPOINTS", "PARTIAL", "RunFolder", "SavesRunFolder", "abandon_unwritten", "check_output",
+           "fingerprint", "new_run_id", "pinned_noise_seed", "staging_path"]

@@ -556,7 +556,8 @@ def baseline_verdicts(runs: list[dict], seeds: int | None = None) -> list[dict[s
 
     key = {"ner": ("ner F1", "counts"), "summarisation": ("ROUGE-L F1", "rougeL")}
     base = {(r["task"], r["seed"]): r["per_note"] for r in runs if r["mode"] == BASE and r.get("per_note")}
-    out, several = [], (len({r["seed"] for r in runs}) if seeds is None else seeds) > 1
+    several = (len({r["seed"] for r in runs}) if seeds is None else seeds) > 1
+    out = []
     for r in runs:
         p = r.get("per_note")
         if r["mode"] == BASE or r["task"] not in key or not p:
