@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The 3-seed clinical-nlp study (about 13 h on 2 CPU cores) over several sittings on fresh machines.
+#
+#   bash scripts/clinical_nlp_3seeds.sh         restore the journal kept in git, resume the study
+#   bash scripts/clinical_nlp_3seeds.sh save    copy the journal of the finished cells back into git's folder
+#
+# The study resumes from its staging folder (results/.clinical-nlp-3seeds.partial), which a fresh clone lacks
+# (results/ is not tracked). benchmarks/journals/clinical-nlp-3seeds/ keeps what a resume needs: runs.jsonl (one
+# row per finished cell) and partial.json (run id and settings fingerprint). The split notes are regenerated
+# from their seed; the run refuses them if data/split.json differs from the kept one. Unfinished cells restart
+# from scratch (their checkpoints hold noise-generator state and are never kept).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KEPT=benchmarks/journals/clinical-nlp-3seeds
+STAGING=results/.clinical-nlp-3seeds.partial
+OUT=results/clinical-nlp-3seeds
+
+if [ "${1:-}" = save ]; then
+    [ -s "$STAGING/runs.jsonl" ] || { echo "no journal in $STAGING to save" >&2; exit 2; }
+    mkdir -p "$KEPT"
+    cp "$STAGING/runs.jsonl" "$STAGING/partial.json" "$STAGING/data/split.json" "$KEPT/"
+    echo "$(wc -l < "$KEPT/runs.jsonl") finished cells kept in $KEPT (commit it)"
+    exit 0
+fi
+
+bash scripts/setup.sh
+export OMP_NUM_THREADS=1
+if [ ! -e "$OUT" ] && [ ! -e "$STAGING/partial.json" ] && [ -e "$KEPT/partial.json" ]; then
+    mkdir -p "$STAGING/data"
+    cp "$KEPT/runs.jsonl" "$KEPT/partial.json" "$STAGING/"
+    echo "restored $(wc -l < "$KEPT/runs.jsonl") finished cells from $KEPT"
+fi
+.venv/bin/dpcare benchmark clinical-nlp --seeds 3 --workers 2 --out "$OUT" "$@" &
+study=$!
+if [ -e "$KEPT/split.json" ]; then  # the regenerated split must be the kept one, else the journal is not resumable
+    for _ in $(seq 600); do [ -e "$STAGING/data/split.json" ] && break; kill -0 $study 2>/dev/null || break; sleep 1; done
+    if [ -e "$STAGING/data/split.json" ] && ! cmp -s "$STAGING/data/split.json" "$KEPT/split.json"; then
+        kill $study; echo "the regenerated notes split differs from $KEPT/split.json: stopped" >&2; exit 3
+    fi
+fi
+wait $study
