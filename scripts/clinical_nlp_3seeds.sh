@@ -12,8 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KEPT=benchmarks/journals/clinical-nlp-3seeds
-STAGING=results/.clinical-nlp-3seeds.partial
 OUT=results/clinical-nlp-3seeds
+STAGING="$(dirname "$OUT")/.$(basename "$OUT").partial"  # dpcare.runs.folder.staging_path
 
 if [ "${1:-}" = save ]; then
     [ -s "$STAGING/runs.jsonl" ] || { echo "no journal in $STAGING to save" >&2; exit 2; }
@@ -26,14 +26,14 @@ fi
 bash scripts/setup.sh
 export OMP_NUM_THREADS=1
 if [ ! -e "$OUT" ] && [ ! -e "$STAGING/partial.json" ] && [ -e "$KEPT/partial.json" ]; then
-    mkdir -p "$STAGING/data"
+    mkdir -p "$STAGING"
     cp "$KEPT/runs.jsonl" "$KEPT/partial.json" "$STAGING/"
     echo "restored $(wc -l < "$KEPT/runs.jsonl") finished cells from $KEPT"
 fi
 .venv/bin/dpcare benchmark clinical-nlp --seeds 3 --workers 2 --out "$OUT" "$@" &
 study=$!
 if [ -e "$KEPT/split.json" ]; then  # the regenerated split must be the kept one, else the journal is not resumable
-    for _ in $(seq 600); do [ -e "$STAGING/data/split.json" ] && break; kill -0 $study 2>/dev/null || break; sleep 1; done
+    while [ ! -e "$STAGING/data/split.json" ] && kill -0 $study 2>/dev/null; do sleep 1; done
     if [ -e "$STAGING/data/split.json" ] && ! cmp -s "$STAGING/data/split.json" "$KEPT/split.json"; then
         kill $study; echo "the regenerated notes split differs from $KEPT/split.json: stopped" >&2; exit 3
     fi
