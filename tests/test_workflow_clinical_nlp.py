@@ -245,14 +245,15 @@ def test_an_interrupted_cell_resumes_from_its_fine_tuning_checkpoint(tiny_folder
         assert resumed[key] == reference[key], key
 
 
-def test_a_finished_cell_deletes_its_checkpoint(tiny_folder, corpus, tmp_path):
+@pytest.mark.parametrize("task", ["ner", "token-ner"])
+def test_a_finished_cell_deletes_its_checkpoint(task, tiny_folder, bert_folder, corpus, tmp_path):
     """The checkpoint holds the noise generators' state: it goes as soon as the cell's row is complete."""
     notes = tmp_path / "checkpoints" / "notes.pkl"
     notes.parent.mkdir()
     notes.write_bytes(pickle.dumps({"split": cnb.split_patients(corpus, 0.34)}))
-    folder = cnb.cell_checkpoint(str(notes), "ner", "dp-lora", 3.0, 0, "fixed")
+    folder = cnb.cell_checkpoint(str(notes), task, "dp-lora", 3.0, 0, "fixed")
     assert folder.parent == tmp_path / "checkpoints" / "cells"
-    row = cnb.run_cell("ner", "dp-lora", 3.0, 0, "fixed", str(notes), small(tiny_folder))
+    row = cnb.run_cell(task, "dp-lora", 3.0, 0, "fixed", str(notes), small(tiny_folder, encoder=bert_folder))
     assert row["steps"] > 0 and folder.parent.is_dir() and not folder.exists()
 
 

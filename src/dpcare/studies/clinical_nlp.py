@@ -290,13 +290,21 @@ def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: st
     checkpoint = cell_checkpoint(notes_path, task, mode, epsilon, seed, variant)
     if task == "token-ner":
         result = {**row, **_token_ner_cell(split, mode, epsilon, seed, bench, str(checkpoint))}
-        shutil.rmtree(checkpoint, ignore_errors=True)
-        return result
+    else:
+        result = {**row, **_lm_cell(split, task, mode, epsilon, seed, variant, bench, str(checkpoint))}
+    shutil.rmtree(checkpoint, ignore_errors=True)  # only once the row is complete: a failed cell resumes
+    return result
+
+
+def _lm_cell(split: NoteSplit, task: str, mode: str, epsilon: float | None, seed: int, variant: str,
+             bench: ClinicalNLPBenchmark, checkpoint: str) -> dict[str, Any]:
+    """Fine-tune the causal LM for ``task`` (or take it untrained for the base row), score and attack it."""
     from dpcare.lm import load_causal_lm
     from dpcare.text.evaluation import perplexity
     from dpcare.text.lm.attacks import insert_canaries, loss_attack_lm, make_note_canaries
     from dpcare.text.lm.finetune import finetune
 
+    row: dict[str, Any] = {}
     rows = {"task": task, "labels": ENTITY_LABELS, "window": bench.window, "stride": bench.window}
     private = mode not in ("non-private", BASE)
     canaries = make_note_canaries(bench.canaries, seed) if task == "ner" and bench.canaries and mode != BASE else []
@@ -313,7 +321,7 @@ def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: st
                         checkpoint_dir=checkpoint_dir)
 
     t0 = time.perf_counter()
-    model, tokenizer, info = _untrained(bench, task) if mode == BASE else fit(train, str(checkpoint))
+    model, tokenizer, info = _untrained(bench, task) if mode == BASE else fit(train, checkpoint)
     row["fit_s"] = time.perf_counter() - t0
     model.eval()
     t0 = time.perf_counter()
@@ -344,7 +352,6 @@ def run_cell(task: str, mode: str, epsilon: float | None, seed: int, variant: st
         row.update(canary_epsilon_lower_bound=audit.epsilon_lower_bound, canary_correct=audit.correct,
                    canary_guesses=audit.guesses, canaries=audit.canaries, canaries_included=int(included.sum()))
     g = info["guarantee"]
-    shutil.rmtree(checkpoint, ignore_errors=True)
     return {
         **row, "epsilon": g["epsilon"] if g else None, "delta": g["delta"] if g else None,
         "steps": info["steps"], "noise_multiplier": info["noise_multiplier"],
