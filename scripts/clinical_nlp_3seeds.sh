@@ -6,9 +6,10 @@
 #
 # The study resumes from its staging folder (results/.clinical-nlp-3seeds.partial), which a fresh clone lacks
 # (results/ is not tracked). benchmarks/journals/clinical-nlp-3seeds/ keeps what a resume needs: runs.jsonl (one
-# row per finished cell) and partial.json (run id and settings fingerprint). The split notes are regenerated
-# from their seed; the run refuses them if data/split.json differs from the kept one. Unfinished cells restart
-# from scratch (their checkpoints hold noise-generator state and are never kept).
+# row per finished cell, with the settings fingerprint and the digest of the split notes) and partial.json (run
+# id and settings fingerprint); split.json records the patients of each side. The split notes are regenerated
+# from their seed, and the study refuses to resume if their digest is not the rows' one. Unfinished cells
+# restart from scratch (their checkpoints hold noise-generator state and are never kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KEPT=benchmarks/journals/clinical-nlp-3seeds
@@ -30,12 +31,4 @@ if [ ! -e "$OUT" ] && [ ! -e "$STAGING/partial.json" ] && [ -e "$KEPT/partial.js
     cp "$KEPT/runs.jsonl" "$KEPT/partial.json" "$STAGING/"
     echo "restored $(wc -l < "$KEPT/runs.jsonl") finished cells from $KEPT"
 fi
-.venv/bin/dpcare benchmark clinical-nlp --seeds 3 --workers 2 --out "$OUT" "$@" &
-study=$!
-if [ -e "$KEPT/split.json" ]; then  # the regenerated split must be the kept one, else the journal is not resumable
-    while [ ! -e "$STAGING/data/split.json" ] && kill -0 $study 2>/dev/null; do sleep 1; done
-    if [ -e "$STAGING/data/split.json" ] && ! cmp -s "$STAGING/data/split.json" "$KEPT/split.json"; then
-        kill $study; echo "the regenerated notes split differs from $KEPT/split.json: stopped" >&2; exit 3
-    fi
-fi
-wait $study
+exec .venv/bin/dpcare benchmark clinical-nlp --seeds 3 --workers 2 --out "$OUT" "$@"

@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import pickle
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -209,6 +210,36 @@ def test_an_interrupted_study_resumes_from_its_staging_journal(tiny_folder, corp
     assert calls == ["summarisation"] and set(table["task"]) == {"ner", "summarisation"}
     assert read_manifest(out).kind == "study:clinical-nlp" and not staging_path(out).exists()
     assert len((out / "runs.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_journal_resumed_on_other_notes_is_refused_before_any_cell(tiny_folder, corpus, tmp_path, monkeypatch):
+    """The journal kept from another machine (notes.pkl is not kept: the notes are made again) resumes only on
+    the notes its rows were trained on: each row carries the split's digest, and other notes of the same size
+    and settings are refused before a cell runs."""
+    bench = small(tiny_folder, modes=("base",), tasks=("ner", "summarisation"))
+    out = tmp_path / "run"
+    real, calls = cnb.run_cell, []
+
+    def failing(task, *args):
+        if task == "summarisation":
+            raise RuntimeError("interrupted")
+        return real(task, *args)
+
+    monkeypatch.setattr(cnb, "run_cell", failing)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
+    staging = staging_path(out)
+    row, = [json.loads(line) for line in (staging / "runs.jsonl").read_text().splitlines()]
+    split = pickle.loads((staging / "checkpoints" / "notes.pkl").read_bytes())["split"]
+    assert row["data"] == cnb.split_digest(split)
+    monkeypatch.setattr(cnb, "run_cell", lambda task, *a: (calls.append(task), real(task, *a))[1])
+    other = generate_corpus(12, sources=("support2",), seed=4)
+    shutil.rmtree(staging / "checkpoints")  # as on a fresh clone: only runs.jsonl and partial.json are kept
+    with pytest.raises(SpecError, match="other data"):
+        cnb.run_clinical_nlp(bench, out, notes=other, progress=False)
+    assert calls == [] and not (staging / "checkpoints").exists()  # refused before the notes were written
+    cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)  # the same notes made again: resumed
+    assert calls == ["summarisation"]
 
 
 def test_an_interrupted_cell_resumes_from_its_fine_tuning_checkpoint(tiny_folder, corpus, tmp_path, monkeypatch):

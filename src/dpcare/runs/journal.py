@@ -39,12 +39,18 @@ def read_journal(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def check_settings(journal: Path, rows: list[dict[str, Any]], fingerprint: str) -> None:
-    """Refuse to resume a journal whose runs were trained with other settings."""
+def check_settings(journal: Path, rows: list[dict[str, Any]], fingerprint: str, data: str | None = None) -> None:
+    """Refuse to resume a journal whose runs were trained with other settings, or (``data``: a digest of the
+    data the runs train on, kept in each row's ``data`` field) on other data."""
     stale = [r for r in rows if r.get("settings") != fingerprint]
     if stale:
         raise SpecError(f"{journal} holds {len(stale)} run(s) trained with other settings (epochs, lr, batch size, "
                         "data sizes, ...): use another output folder, or delete the journal to start over")
+    other = [r for r in rows if data is not None and r.get("data") != data]
+    if other:
+        raise SpecError(f"{journal} holds {len(other)} run(s) trained on other data (data digest "
+                        f"{other[0].get('data')}, now {data}): use another output folder, or delete the journal "
+                        "to start over")
 
 
 def append_run(fh, row: dict[str, Any]) -> None:

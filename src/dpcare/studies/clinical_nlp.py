@@ -34,6 +34,7 @@ staging folder of an unfinished one) from its journal and trains nothing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -41,6 +42,7 @@ import pickle
 import random
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -231,30 +233,34 @@ def split_patients(notes: list[Note], held_out: float, seed: int = 0) -> NoteSpl
     return NoteSplit([n for n in notes if n.patient_id not in out], [n for n in notes if n.patient_id in out])
 
 
-def prepare_notes(bench: ClinicalNLPBenchmark, out: Path, notes: list[Note] | None = None) -> Path:
+def prepare_notes(bench: ClinicalNLPBenchmark, out: Path, notes: list[Note] | None = None,
+                  check: Callable[[str], None] = lambda digest: None) -> tuple[Path, str]:
     """``out/checkpoints/notes.pkl``: the split notes (generated unless given), written once (in the staging
     folder: the notes are not part of the released folder); a folder prepared with other settings is refused.
-    ``out/data/split.json``: the patients of each side."""
+    ``out/data/split.json``: the patients of each side. ``check`` sees the split's :func:`split_digest` before
+    anything is written (the journal's check); returns the path and the digest."""
     path = out / CHECKPOINTS / "notes.pkl"
     wanted = {"n_notes": bench.n_notes, "corpus_seed": bench.corpus_seed, "held_out": bench.held_out,
               "notes": "generated" if notes is None else "supplied"}
     if path.exists():
-        have = pickle.loads(path.read_bytes())["settings"]
-        if have != wanted:
-            raise SpecError(f"{path} holds notes prepared with other settings ({have}, now {wanted}): "
+        kept = pickle.loads(path.read_bytes())
+        if kept["settings"] != wanted:
+            raise SpecError(f"{path} holds notes prepared with other settings ({kept['settings']}, now {wanted}): "
                             "use another output folder")
-        return path
+        check(digest := split_digest(kept["split"]))
+        return path, digest
     if notes is None:
         from dpcare.text import generate_corpus
 
         notes = generate_corpus(bench.n_notes, seed=bench.corpus_seed)
     split = split_patients(list(notes), bench.held_out, bench.corpus_seed)
     check_scorable(bench, split)
+    check(digest := split_digest(split))
     atomic_write(path, lambda fh: pickle.dump({"settings": wanted, "split": split}, fh), mode="wb")
     write_json(out / "data" / "split.json", {"train_patients": split.train_patients,
                                              "held_out_patients": split.held_out_patients,
                                              "train_notes": len(split.train), "held_out_notes": len(split.held_out)})
-    return path
+    return path, digest
 
 
 def check_scorable(bench: ClinicalNLPBenchmark, split: NoteSplit) -> None:
@@ -274,6 +280,14 @@ def check_scorable(bench: ClinicalNLPBenchmark, split: NoteSplit) -> None:
 
 def _load_split(path: str) -> NoteSplit:
     return pickle.loads(Path(path).read_bytes())["split"]
+
+
+def split_digest(split: NoteSplit) -> str:
+    """sha256 over every note of the split (side, ids, text, annotations, meta): each journal row carries it, so
+    a journal is resumed only on the notes its cells trained and were scored on (notes.pkl is never released,
+    and regenerated notes must be the same notes)."""
+    sides = {"train": [asdict(n) for n in split.train], "held_out": [asdict(n) for n in split.held_out]}
+    return "sha256:" + hashlib.sha256(json.dumps(sides, sort_keys=True, default=str).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------- one run
@@ -473,16 +487,16 @@ def run_clinical_nlp(bench: ClinicalNLPBenchmark, out_dir: str | os.PathLike, no
                     command=COMMAND)
     journal = run.path("runs.jsonl")  # the staging folder (made on first use), where an interrupted call resumes
     work = journal.parent
-    notes_path = prepare_notes(bench, work, notes)
     done = read_journal(journal)
-    check_settings(journal, done, bench.fingerprint())
+    notes_path, data = prepare_notes(bench, work, notes,
+                                     lambda digest: check_settings(journal, done, bench.fingerprint(), digest))
     have = {_key(r) for r in done}
     cells = bench.cells()
     todo = [c for c in cells if "|".join(map(str, c)) not in have]
     bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="clinical-nlp runs", disable=not progress)
     with open(journal, "a") as fh:
         for row in parallel_results(run_cell, [(*c, str(notes_path), bench) for c in todo], bench.workers):
-            row["settings"] = bench.fingerprint()
+            row["settings"], row["data"] = bench.fingerprint(), data
             append_run(fh, row)
             done.append(row)
             bar.update()
