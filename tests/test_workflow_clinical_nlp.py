@@ -184,15 +184,11 @@ def test_a_grid_runs_resumes_and_refuses_other_settings(tiny_folder, bert_folder
         cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
 
 
-def test_an_interrupted_study_resumes_from_its_staging_journal(tiny_folder, corpus, tmp_path, monkeypatch):
-    """A failing cell leaves the finished ones in the staging folder's journal; the same call trains only the
-    rest, other settings are refused while it is unfinished, and the finished folder has run.json."""
-    bench = small(tiny_folder, modes=("base",), tasks=("ner", "summarisation"))
-    out = tmp_path / "run"
+def interrupted_at_summarisation(bench, out, corpus, monkeypatch) -> list[str]:
+    """Run ``bench`` into ``out`` with the summarisation cell failing; then count the tasks of later calls."""
     real, calls = cnb.run_cell, []
 
     def failing(task, *args):
-        calls.append(task)
         if task == "summarisation":
             raise RuntimeError("interrupted")
         return real(task, *args)
@@ -200,12 +196,21 @@ def test_an_interrupted_study_resumes_from_its_staging_journal(tiny_folder, corp
     monkeypatch.setattr(cnb, "run_cell", failing)
     with pytest.raises(RuntimeError, match="interrupted"):
         cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
+    monkeypatch.setattr(cnb, "run_cell", lambda task, *a: (calls.append(task), real(task, *a))[1])
+    return calls
+
+
+def test_an_interrupted_study_resumes_from_its_staging_journal(tiny_folder, corpus, tmp_path, monkeypatch):
+    """A failing cell leaves the finished ones in the staging folder's journal; the same call trains only the
+    rest, other settings are refused while it is unfinished, and the finished folder has run.json."""
+    bench = small(tiny_folder, modes=("base",), tasks=("ner", "summarisation"))
+    out = tmp_path / "run"
+    calls = interrupted_at_summarisation(bench, out, corpus, monkeypatch)
     journal = staging_path(out) / "runs.jsonl"
     assert [json.loads(line)["task"] for line in journal.read_text().splitlines()] == ["ner"] and not out.exists()
     with pytest.raises(SettingsError, match="other settings"):
         cnb.run_clinical_nlp(replace(bench, epochs=2.0), out, notes=corpus, progress=False)
-    calls.clear()
-    monkeypatch.setattr(cnb, "run_cell", lambda task, *a: (calls.append(task), real(task, *a))[1])
+    assert calls == []  # refused before any cell
     table = cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
     assert calls == ["summarisation"] and set(table["task"]) == {"ner", "summarisation"}
     assert read_manifest(out).kind == "study:clinical-nlp" and not staging_path(out).exists()
@@ -218,21 +223,11 @@ def test_a_journal_resumed_on_other_notes_is_refused_before_any_cell(tiny_folder
     and settings are refused before a cell runs."""
     bench = small(tiny_folder, modes=("base",), tasks=("ner", "summarisation"))
     out = tmp_path / "run"
-    real, calls = cnb.run_cell, []
-
-    def failing(task, *args):
-        if task == "summarisation":
-            raise RuntimeError("interrupted")
-        return real(task, *args)
-
-    monkeypatch.setattr(cnb, "run_cell", failing)
-    with pytest.raises(RuntimeError, match="interrupted"):
-        cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)
+    calls = interrupted_at_summarisation(bench, out, corpus, monkeypatch)
     staging = staging_path(out)
     row, = [json.loads(line) for line in (staging / "runs.jsonl").read_text().splitlines()]
     split = pickle.loads((staging / "checkpoints" / "notes.pkl").read_bytes())["split"]
     assert row["data"] == cnb.split_digest(split)
-    monkeypatch.setattr(cnb, "run_cell", lambda task, *a: (calls.append(task), real(task, *a))[1])
     other = generate_corpus(12, sources=("support2",), seed=4)
     shutil.rmtree(staging / "checkpoints")  # as on a fresh clone: only runs.jsonl and partial.json are kept
     with pytest.raises(SpecError, match="other data"):
