@@ -97,6 +97,8 @@ def test_nine_methods_run_with_guarantees_and_resume(views_path, tmp_path, monke
     assert again.equals(table)
     with pytest.raises(SpecError, match="other settings"):  # a journal of other settings is not reused
         ftb.run_text_benchmark(views_path, replace(bench, lr=0.5), tmp_path, progress=False)
+    with pytest.raises(SpecError, match="other data"):  # nor one of other notes
+        ftb.run_text_benchmark(views_path, bench, tmp_path, progress=False, data="sha256:other")
 
 
 def test_journal_cuts_a_half_written_last_line(tmp_path):
@@ -160,8 +162,8 @@ def test_the_study_runs_each_cell_as_the_recipe_would(views_path):
 
 def test_the_study_writes_a_run_folder_resumes_and_is_reported(notes, gpt2_folder, tmp_path, monkeypatch):
     """The whole study on a tiny GPT-2 imputer: interrupted after one run it resumes from the staging folder's
-    journal (the views are not prepared again), finishes with run.json read by the report, releases no views,
-    and a finished folder is not overwritten."""
+    journal (the views are not prepared again; on other notes it is refused before any run), finishes with
+    run.json read by the report, releases no views, and a finished folder is not overwritten."""
     bench = tiny(methods=("sgd-org", "dp-sgd", "fusiondp"), seeds=1, epochs=1)
     out = tmp_path / "study"
     real, calls = ftb.train_text_one, []
@@ -178,6 +180,17 @@ def test_the_study_writes_a_run_folder_resumes_and_is_reported(notes, gpt2_folde
     assert len(read_journal(staging_path(out) / "runs.jsonl")) == 2 and not out.exists()
     with pytest.raises(SettingsError, match="other settings"):
         ftb.run_fusiondp_text(replace(bench, lr=0.5), out, notes=notes, lm=gpt2_folder, progress=False)
+    assert {r["data"] for r in read_journal(staging_path(out) / "runs.jsonl")} == {ftb.notes_digest(notes)}
+    other = [replace(notes[0], text=notes[0].text + " Seen again in clinic.")] + list(notes[1:])
+    calls.clear()  # failing() records any training
+    with pytest.raises(SpecError, match="other data"):  # one changed note: the journal is refused
+        ftb.run_fusiondp_text(bench, out, notes=other, lm=gpt2_folder, progress=False)
+    journal = staging_path(out) / "runs.jsonl"
+    journal.rename(kept := tmp_path / "runs.jsonl")  # as if stopped during the first run: the views alone
+    with pytest.raises(SpecError, match="other notes"):
+        ftb.run_fusiondp_text(bench, out, notes=other, lm=gpt2_folder, progress=False)
+    kept.rename(journal)
+    assert calls == []
 
     def no_preparing(*a, **k):
         raise AssertionError("the views were prepared again")

@@ -10,6 +10,7 @@ leaves behind and the same command resumes in.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -37,6 +38,12 @@ def read_journal(path: Path) -> list[dict[str, Any]]:
     if good < path.stat().st_size:
         os.truncate(path, good)
     return rows
+
+
+def json_digest(value: Any) -> str:
+    """``sha256:<hex>`` over ``value`` as sorted-key JSON (non-JSON values as ``str``): the ``data`` a journal's
+    rows carry, so that a journal is resumed only on the data its runs were trained on."""
+    return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def check_settings(journal: Path, rows: list[dict[str, Any]], fingerprint: str, data: str | None = None) -> None:
@@ -99,4 +106,4 @@ def journaled_map(fn: Callable[..., Any], tasks: Sequence[tuple], keys: Sequence
     return results
 
 
-__all__ = ["append_run", "check_settings", "journaled_map", "read_journal"]
+__all__ = ["append_run", "check_settings", "journaled_map", "json_digest", "read_journal"]

@@ -34,7 +34,6 @@ staging folder of an unfinished one) from its journal and trains nothing.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -55,7 +54,7 @@ from dpcare.io import atomic_write, epsilon_curves, new_figure, save_figure, wri
 from dpcare.progress import progress as tqdm
 from dpcare.runs import MANIFEST, Manifest, RunFolder, is_run_folder, read_manifest
 from dpcare.runs.folder import CHECKPOINTS, PARTIAL, staging_path
-from dpcare.runs.journal import append_run, check_settings, read_journal
+from dpcare.runs.journal import append_run, check_settings, json_digest, read_journal
 from dpcare.studies.grid import parallel_results
 from dpcare.studies.paired import (
     HIGHER,
@@ -287,7 +286,7 @@ def split_digest(split: NoteSplit) -> str:
     a journal is resumed only on the notes its cells trained and were scored on (notes.pkl is never released,
     and regenerated notes must be the same notes)."""
     sides = {"train": [asdict(n) for n in split.train], "held_out": [asdict(n) for n in split.held_out]}
-    return "sha256:" + hashlib.sha256(json.dumps(sides, sort_keys=True, default=str).encode()).hexdigest()
+    return json_digest(sides)
 
 
 # ---------------------------------------------------------------- one run

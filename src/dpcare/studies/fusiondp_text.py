@@ -38,7 +38,7 @@ from dpcare.io import epsilon_curves, new_figure, save_figure, write_json, write
 from dpcare.privacy import legacy_delta
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder
-from dpcare.runs.journal import append_run, check_settings, read_journal
+from dpcare.runs.journal import append_run, check_settings, json_digest, read_journal
 from dpcare.settings import DPSettings
 from dpcare.studies.grid import parallel_results
 from dpcare.studies.paired import HIGHER, paired_differences, paired_markdown, seeds_label
@@ -189,15 +189,16 @@ def train_text_one(method: str, epsilon: float | None, seed: int, views_path: st
 
 # ---------------------------------------------------------------- the benchmark
 def run_text_benchmark(views_path: str | os.PathLike, bench: TextFusionBenchmark, out_dir: str | os.PathLike,
-                       progress: bool = True) -> pd.DataFrame:
+                       progress: bool = True, data: str | None = None) -> pd.DataFrame:
     """Every (method, epsilon, seed), resumable through ``out_dir/runs.jsonl``; writes the tables,
-    the paired differences and the plot."""
+    the paired differences and the plot. ``data``: the notes' :func:`notes_digest`, kept in every journal row;
+    a journal of other notes is refused."""
     bench.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     journal = out / "runs.jsonl"
     done = read_journal(journal)
-    check_settings(journal, done, bench.fingerprint())
+    check_settings(journal, done, bench.fingerprint(), data)
     key = lambda m, e, s: f"{m}|{e}|{s}"
     have = {key(r["method"], r["target_epsilon"], r["seed"]) for r in done}
     todo = [t for t in bench.tasks() if key(*t) not in have]
@@ -206,7 +207,7 @@ def run_text_benchmark(views_path: str | os.PathLike, bench: TextFusionBenchmark
     with open(journal, "a") as fh:
         for row in parallel_results(train_text_one, [(m, e, s, str(views_path), bench) for m, e, s in todo],
                                     bench.workers):
-            row["settings"] = bench.fingerprint()
+            row["settings"], row["data"] = bench.fingerprint(), data
             append_run(fh, row)
             done.append(row)
             bar.update()
@@ -215,7 +216,8 @@ def run_text_benchmark(views_path: str | os.PathLike, bench: TextFusionBenchmark
     runs = pd.DataFrame(sorted((r for r in done if key(r["method"], r["target_epsilon"], r["seed"]) in wanted),
                                key=lambda r: wanted[key(r["method"], r["target_epsilon"], r["seed"])]))
     table = summarize(runs)
-    write_text(out / "runs.csv", runs.drop(columns=["guarantee", "settings"]).to_csv(index=False))
+    kept = runs.drop(columns=["guarantee", "settings", "data"], errors="ignore")  # "data": absent in old journals
+    write_text(out / "runs.csv", kept.to_csv(index=False))
     write_text(out / "table.csv", table.to_csv(index=False))
     diffs = claim_differences(runs, bench.main_epsilon)
     write_text(out / "paired.csv", diffs.to_csv(index=False))
@@ -305,6 +307,13 @@ def manifest(table: pd.DataFrame, guarantees: dict[str, Any], bench: TextFusionB
     return m
 
 
+def notes_digest(notes: list) -> str:
+    """sha256 over every note (ids, text, spans, codes): the views and each journal row carry it, so a study is
+    resumed only on the notes it started on (the views are never released; generated notes must regenerate the
+    same)."""
+    return json_digest([asdict(n) for n in notes])
+
+
 def run_fusiondp_text(bench: TextFusionBenchmark, out_dir: str | os.PathLike, notes=None, lm: str = "smollm2",
                       progress: bool = True, force: bool = False) -> pd.DataFrame:
     """The whole study into the run folder ``out_dir``: notes (default: ``bench.n_notes`` generated ones), their
@@ -319,18 +328,20 @@ def run_fusiondp_text(bench: TextFusionBenchmark, out_dir: str | os.PathLike, no
     run = RunFolder(out_dir, KIND, bench.run_settings(lm, source), force=force, command=COMMAND)
     work = run.path("runs.jsonl").parent  # the staging folder (made on first use), where a rerun resumes
     data = Path(run.checkpoint_dir) / "views"  # the views hold the notes: never released
-    wanted = {**bench.data_settings(), "lm": str(lm), "notes": source}
+    if notes is None:
+        notes = generate_corpus(bench.n_notes, seed=bench.corpus_seed)
+    digest = notes_digest(notes)
+    check_settings(work / "runs.jsonl", read_journal(work / "runs.jsonl"), bench.fingerprint(), digest)
+    wanted = {**bench.data_settings(), "lm": str(lm), "notes": source, "data": digest}
     if (data / "views.pt").exists():
         have = TextViews.load(data / "views.pt").info.get("settings")
         if have != wanted:
-            raise SpecError(f"{data} holds notes prepared with other settings ({have}, now {wanted}): "
-                            "use another output folder")
+            raise SpecError(f"{data} holds views prepared from other notes or with other settings ({have}, now "
+                            f"{wanted}): use another output folder")
     else:
-        if notes is None:
-            notes = generate_corpus(bench.n_notes, seed=bench.corpus_seed)
         prepare_views(notes, bench.settings_for("fusiondp", lm=lm), work_dir=data, impute_workers=bench.workers,
                       progress=progress, tag=wanted, info_path=work / "data" / "data.json")
-    table = run_text_benchmark(data / "views.pt", bench, work, progress)
+    table = run_text_benchmark(data / "views.pt", bench, work, progress, data=digest)
     guarantees = json.loads((work / "guarantees.json").read_text())
     run.finish(manifest(table, guarantees, bench, generated=source == "generated"))
     return table
