@@ -325,6 +325,9 @@ def test_every_fine_tuned_model_is_judged_against_the_public_baselines(tiny_fold
         assert v["patients"] == len(set(held_out["ner"])) == v["comparisons"][0]["units"]
         assert f"{v['name']}: {v['verdict']}" in m.notes and v["verdict"] in (out / "table.md").read_text()
     assert json.loads((out / "baselines.json").read_text()) == m.baselines
+    # listed in the cells' order, whatever order the runs finished (were journalled) in
+    again, _ = cnb.write_tables(bench, list(reversed(runs)), tmp_path / "again", m.run_id)
+    assert [v["name"] for v in again.attrs["baselines"]] == ["ner|dp-lora@3.0", "summarisation|dp-lora@3.0"]
     # the same per-note values as the base model: no better, whatever the data
     base = next(r for r in runs if r["task"] == "summarisation" and r["mode"] == "base")
     clone = {**base, "mode": "dp-lora", "target_epsilon": 3.0,

@@ -538,7 +538,8 @@ def write_tables(bench: ClinicalNLPBenchmark, done: list[dict], folder: Path, ru
     ROC scores, the plot and the attack files; returns the table and the manifest's attack entries."""
     cells = bench.cells()
     order = {"|".join(map(str, c)): i for i, c in enumerate(cells)}
-    runs = pd.DataFrame(sorted((r for r in done if _key(r) in order), key=lambda r: order[_key(r)]))
+    ordered = sorted((r for r in done if _key(r) in order), key=lambda r: order[_key(r)])
+    runs = pd.DataFrame(ordered)
     table = summarize(runs)
     first = [r for r in done if _key(r) in order and r["seed"] == 0]
     guarantees = {_label(r): r["guarantee"] for r in first if r["guarantee"]}
@@ -549,7 +550,7 @@ def write_tables(bench: ClinicalNLPBenchmark, done: list[dict], folder: Path, ru
     write_json(folder / "settings.json", asdict(bench))
     write_json(folder / "guarantees.json", guarantees)
     write_json(folder / "roc.json", roc)
-    verdicts = baseline_verdicts([r for r in done if _key(r) in order], bench.seeds)
+    verdicts = baseline_verdicts(ordered, bench.seeds)  # in the cells' order, not the order they finished in
     write_json(folder / "baselines.json", verdicts)
     diffs = claim_differences(runs, bench)
     write_text(folder / "paired.csv", diffs.to_csv(index=False))
