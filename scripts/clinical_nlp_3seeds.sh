@@ -9,7 +9,8 @@
 # row per finished cell, with the settings fingerprint and the digest of the split notes) and partial.json (run
 # id and settings fingerprint); split.json records the patients of each side. The split notes are regenerated
 # from their seed, and the study refuses to resume if their digest is not the rows' one. Unfinished cells
-# restart from scratch (their checkpoints hold noise-generator state and are never kept).
+# restart from scratch (their checkpoints hold noise-generator state and are never kept). Once the study has
+# finished, `save` keeps the finished folder's journal, whose rows no longer carry the digest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KEPT=benchmarks/journals/clinical-nlp-3seeds
@@ -17,9 +18,12 @@ OUT=results/clinical-nlp-3seeds
 STAGING="$(dirname "$OUT")/.$(basename "$OUT").partial"  # dpcare.runs.folder.staging_path
 
 if [ "${1:-}" = save ]; then
-    [ -s "$STAGING/runs.jsonl" ] || { echo "no journal in $STAGING to save" >&2; exit 2; }
+    FROM="$STAGING"
+    [ -s "$OUT/run.json" ] && FROM="$OUT"  # finished: its journal (the digests dropped), nothing left to resume
+    [ -s "$FROM/runs.jsonl" ] || { echo "no journal in $FROM to save" >&2; exit 2; }
     mkdir -p "$KEPT"
-    cp "$STAGING/runs.jsonl" "$STAGING/partial.json" "$STAGING/data/split.json" "$KEPT/"
+    cp "$FROM/runs.jsonl" "$FROM/data/split.json" "$KEPT/"
+    [ "$FROM" = "$STAGING" ] && cp "$STAGING/partial.json" "$KEPT/"
     echo "$(wc -l < "$KEPT/runs.jsonl") finished cells kept in $KEPT (commit it)"
     exit 0
 fi

@@ -18,6 +18,7 @@ import torch
 from dpcare.exceptions import DataError, SettingsError, SpecError
 from dpcare.runs import read_manifest
 from dpcare.runs.folder import staging_path
+from dpcare.runs.journal import read_journal
 from dpcare.studies import clinical_nlp as cnb
 from dpcare.text import generate_corpus
 from dpcare.text.baselines import BASE_MODEL, lead_name
@@ -220,7 +221,7 @@ def test_an_interrupted_study_resumes_from_its_staging_journal(tiny_folder, corp
 def test_a_journal_resumed_on_other_notes_is_refused_before_any_cell(tiny_folder, corpus, tmp_path, monkeypatch):
     """The journal kept from another machine (notes.pkl is not kept: the notes are made again) resumes only on
     the notes its rows were trained on: each row carries the split's digest, and other notes of the same size
-    and settings are refused before a cell runs."""
+    and settings are refused before a cell runs. The finished folder releases no digest."""
     bench = small(tiny_folder, modes=("base",), tasks=("ner", "summarisation"))
     out = tmp_path / "run"
     calls = interrupted_at_summarisation(bench, out, corpus, monkeypatch)
@@ -235,6 +236,9 @@ def test_a_journal_resumed_on_other_notes_is_refused_before_any_cell(tiny_folder
     assert calls == [] and not (staging / "checkpoints").exists()  # refused before the notes were written
     cnb.run_clinical_nlp(bench, out, notes=corpus, progress=False)  # the same notes made again: resumed
     assert calls == ["summarisation"]
+    # resuming needed the digest; nothing the finished folder releases holds it
+    assert not [f for f in out.rglob("*") if f.is_file() and row["data"].encode() in f.read_bytes()]
+    assert [set(r) & {"data"} for r in read_journal(out / "runs.jsonl")] == [set(), set()]
 
 
 def test_an_interrupted_cell_resumes_from_its_fine_tuning_checkpoint(tiny_folder, corpus, tmp_path, monkeypatch):

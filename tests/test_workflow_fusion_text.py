@@ -205,6 +205,9 @@ def test_the_study_writes_a_run_folder_resumes_and_is_reported(notes, gpt2_folde
                                                                               "fusiondp eps=5"]
     assert m.models[2]["guarantee"]["unit"] == "features" and ftb.SELECTION in m.models[2]["guarantee"]["uncounted"]
     assert not (out / "checkpoints").exists() and (out / "data" / "data.json").exists()
+    digest = ftb.notes_digest(notes)  # resuming needed it; nothing released holds it
+    assert not [f for f in out.rglob("*") if f.is_file() and digest.encode() in f.read_bytes()]
+    assert "data" not in read_journal(out / "runs.jsonl")[0]
     assert json.loads((out / "data" / "data.json").read_text())["imputation"]["notes"] == len(notes)
     from dpcare.report import write_report
 

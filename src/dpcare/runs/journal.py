@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from dpcare.exceptions import SpecError
+from dpcare.io import write_text
 from dpcare.parallel import map_tasks
 
 
@@ -44,6 +45,15 @@ def json_digest(value: Any) -> str:
     """``sha256:<hex>`` over ``value`` as sorted-key JSON (non-JSON values as ``str``): the ``data`` a journal's
     rows carry, so that a journal is resumed only on the data its runs were trained on."""
     return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def release_journal(journal: Path) -> None:
+    """Drop every row's ``data`` digest before the journal is released with its finished run (atomic rewrite):
+    the digest only serves resuming, and a hash of private data confirms a guessed data set exactly, which no
+    DP guarantee covers."""
+    rows = read_journal(journal)
+    write_text(journal, "".join(json.dumps({k: v for k, v in r.items() if k != "data"}, default=_plain) + "\n"
+                                for r in rows))
 
 
 def check_settings(journal: Path, rows: list[dict[str, Any]], fingerprint: str, data: str | None = None) -> None:
@@ -106,4 +116,4 @@ def journaled_map(fn: Callable[..., Any], tasks: Sequence[tuple], keys: Sequence
     return results
 
 
-__all__ = ["append_run", "check_settings", "journaled_map", "json_digest", "read_journal"]
+__all__ = ["append_run", "check_settings", "journaled_map", "json_digest", "read_journal", "release_journal"]

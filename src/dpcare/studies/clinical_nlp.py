@@ -54,7 +54,7 @@ from dpcare.io import atomic_write, epsilon_curves, new_figure, save_figure, wri
 from dpcare.progress import progress as tqdm
 from dpcare.runs import MANIFEST, Manifest, RunFolder, is_run_folder, read_manifest
 from dpcare.runs.folder import CHECKPOINTS, PARTIAL, staging_path
-from dpcare.runs.journal import append_run, check_settings, json_digest, read_journal
+from dpcare.runs.journal import append_run, check_settings, json_digest, read_journal, release_journal
 from dpcare.studies.grid import parallel_results
 from dpcare.studies.paired import (
     HIGHER,
@@ -502,6 +502,7 @@ def run_clinical_nlp(bench: ClinicalNLPBenchmark, out_dir: str | os.PathLike, no
             bar.set_postfix(last=f"{row['task']} {row['mode']} eps={row['target_epsilon']}", refresh=False)
     bar.close()
     table, attacks = write_tables(bench, done, work, run.run_id)
+    release_journal(journal)
     run.finish(manifest(table, bench, attacks, generated=notes is None))
     table.attrs["folder"] = str(run.out)
     return table
@@ -544,7 +545,7 @@ def write_tables(bench: ClinicalNLPBenchmark, done: list[dict], folder: Path, ru
     first = [r for r in done if _key(r) in order and r["seed"] == 0]
     guarantees = {_label(r): r["guarantee"] for r in first if r["guarantee"]}
     roc = {_label(r): r["roc"] for r in first if r["roc"]}
-    write_text(folder / "runs.csv", runs.drop(columns=["guarantee", "settings", "roc", "per_note"], errors="ignore"
+    write_text(folder / "runs.csv", runs.drop(columns=["guarantee", "settings", "roc", "per_note", "data"], errors="ignore"
                                               ).to_csv(index=False))
     write_text(folder / "table.csv", table.to_csv(index=False))
     write_json(folder / "settings.json", asdict(bench))

@@ -38,7 +38,7 @@ from dpcare.io import epsilon_curves, new_figure, save_figure, write_json, write
 from dpcare.privacy import legacy_delta
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder
-from dpcare.runs.journal import append_run, check_settings, json_digest, read_journal
+from dpcare.runs.journal import append_run, check_settings, json_digest, read_journal, release_journal
 from dpcare.settings import DPSettings
 from dpcare.studies.grid import parallel_results
 from dpcare.studies.paired import HIGHER, paired_differences, paired_markdown, seeds_label
@@ -308,10 +308,23 @@ def manifest(table: pd.DataFrame, guarantees: dict[str, Any], bench: TextFusionB
 
 
 def notes_digest(notes: list) -> str:
-    """sha256 over every note (ids, text, spans, codes): the views and each journal row carry it, so a study is
-    resumed only on the notes it started on (the views are never released; generated notes must regenerate the
-    same)."""
+    """sha256 over every note (ids, text, spans, codes): the views folder and each journal row carry it while the
+    study runs, so it is resumed only on the notes it started on (generated notes must regenerate the same). Not
+    released: a hash of the notes confirms a guessed corpus exactly (:func:`release_journal`)."""
     return json_digest([asdict(n) for n in notes])
+
+
+def check_notes(views_dir: Path, digest: str) -> None:
+    """The views folder's notes digest (``notes.sha256``, written before the views are prepared; the folder is a
+    checkpoint, never released): refuse views, or imputation journals, of other notes."""
+    kept = views_dir / "notes.sha256"
+    if kept.exists() and kept.read_text() != digest:
+        raise SpecError(f"{views_dir} holds views of other notes (data digest {kept.read_text()}, now {digest}): "
+                        "use another output folder")
+    if not kept.exists():
+        if (views_dir / "views.pt").exists():
+            raise SpecError(f"{views_dir} holds views without a notes digest: use another output folder")
+        write_text(kept, digest)
 
 
 def run_fusiondp_text(bench: TextFusionBenchmark, out_dir: str | os.PathLike, notes=None, lm: str = "smollm2",
@@ -332,16 +345,18 @@ def run_fusiondp_text(bench: TextFusionBenchmark, out_dir: str | os.PathLike, no
         notes = generate_corpus(bench.n_notes, seed=bench.corpus_seed)
     digest = notes_digest(notes)
     check_settings(work / "runs.jsonl", read_journal(work / "runs.jsonl"), bench.fingerprint(), digest)
-    wanted = {**bench.data_settings(), "lm": str(lm), "notes": source, "data": digest}
+    check_notes(data, digest)
+    wanted = {**bench.data_settings(), "lm": str(lm), "notes": source}
     if (data / "views.pt").exists():
         have = TextViews.load(data / "views.pt").info.get("settings")
         if have != wanted:
-            raise SpecError(f"{data} holds views prepared from other notes or with other settings ({have}, now "
-                            f"{wanted}): use another output folder")
+            raise SpecError(f"{data} holds notes prepared with other settings ({have}, now {wanted}): "
+                            "use another output folder")
     else:
         prepare_views(notes, bench.settings_for("fusiondp", lm=lm), work_dir=data, impute_workers=bench.workers,
                       progress=progress, tag=wanted, info_path=work / "data" / "data.json")
     table = run_text_benchmark(data / "views.pt", bench, work, progress, data=digest)
+    release_journal(work / "runs.jsonl")
     guarantees = json.loads((work / "guarantees.json").read_text())
     run.finish(manifest(table, guarantees, bench, generated=source == "generated"))
     return table
