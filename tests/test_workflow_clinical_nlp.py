@@ -307,6 +307,11 @@ def test_tables_only_tabulates_the_finished_runs_and_trains_nothing(tiny_folder,
 
     run = collect(out)
     assert [a.name for a in run.attacks][0].startswith("LOSS") and run.attacks[0].curves
+    # a folder finished before digests were dropped loses them when its tables are rewritten
+    rows = read_journal(out / "runs.jsonl")
+    (out / "runs.jsonl").write_text("".join(json.dumps({**r, "data": "sha256:abc"}) + "\n" for r in rows))
+    cnb.run_clinical_nlp(small(tiny_folder, modes=("base",), tasks=("ner",)), out, progress=False, train=False)
+    assert read_journal(out / "runs.jsonl") == rows
 
 
 def test_every_fine_tuned_model_is_judged_against_the_public_baselines(tiny_folder, corpus, tmp_path):

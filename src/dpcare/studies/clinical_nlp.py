@@ -524,6 +524,7 @@ def tabulate(bench: ClinicalNLPBenchmark, out_dir: str | os.PathLike) -> pd.Data
     run_id = read_manifest(out).run_id if finished else json.loads((folder / PARTIAL).read_text())["run_id"]
     table, attacks = write_tables(bench, done, folder, run_id)
     if finished:  # the same run, its tables rewritten: run id, settings and times kept
+        release_journal(journal)  # a folder finished before the digests were dropped
         old = read_manifest(out)
         new = manifest(table, bench, attacks, generated=old.settings.get("notes", "generated") == "generated")
         for key in ("run_id", "kind", "command", "created", "finished", "settings"):
