@@ -546,8 +546,8 @@ def write_tables(bench: ClinicalNLPBenchmark, done: list[dict], folder: Path, ru
     first = [r for r in done if _key(r) in order and r["seed"] == 0]
     guarantees = {_label(r): r["guarantee"] for r in first if r["guarantee"]}
     roc = {_label(r): r["roc"] for r in first if r["roc"]}
-    write_text(folder / "runs.csv", runs.drop(columns=["guarantee", "settings", "roc", "per_note", "data"], errors="ignore"
-                                              ).to_csv(index=False))
+    kept = runs.drop(columns=["guarantee", "settings", "roc", "per_note", "data"], errors="ignore")
+    write_text(folder / "runs.csv", kept.to_csv(index=False))
     write_text(folder / "table.csv", table.to_csv(index=False))
     write_json(folder / "settings.json", asdict(bench))
     write_json(folder / "guarantees.json", guarantees)
