@@ -248,11 +248,14 @@ def test_finetune_with_the_private_80th_percentile_warm_up_charges_its_counts(gp
     # at count noise 0.5 alone spend more than epsilon 3 on this handful of patients
     loose = 1 / len({n.patient_id for n in NOTES}) ** 1.1
     model, _, info = finetune(NOTES, "ner", "dp-lora", epsilon=3.0, delta=loose, model=gpt2_folder, epochs=2, batch_size=1,
-                              window=24, stride=12, clip_norm=1e-4, accountant="rdp", adaptive_clip=clip)
+                              window=24, stride=12, clip_norm=1e-4, accountant="rdp", adaptive_clip=clip,
+                              noise_seed=0)
     names = [e["name"] for e in info["ledger"]["entries"]]
     assert any("warm-up counts" in n for n in names), names
     assert info["guarantee"]["epsilon"] <= 3.0 + 1e-6
-    # every per-patient norm of a fresh model is far above 1e-4: the counts say "all clipped", C grows
+    # every per-patient norm of a fresh model is far above 1e-4: the counts say "all clipped", C grows. The count
+    # noise (std 0.5 on a fraction of a 1-patient batch) is seeded: with fresh entropy this C fell under 1.5e-4 in
+    # about one run of twelve (noise seeds 0-11 gave 1.35x to 7.3x), which once failed CI
     assert info["clip_norm"] > 1e-4 * 1.5
     assert info["adaptive_clip"]["target_quantile"] == 0.8
 
