@@ -1,4 +1,4 @@
-"""Outputs: strict JSON (no NaN / Infinity), and input tables whose header repeats a column name."""
+"""Outputs: strict JSON (no NaN / Infinity), input tables whose header repeats a column name, epsilon plots."""
 
 import json
 import math
@@ -34,3 +34,19 @@ def test_a_repeated_column_name_is_an_error_not_age_dot_1(tmp_path):
     (tmp_path / "e.csv").write_text("")
     with pytest.raises(DataError, match="e.csv is empty"):
         read_table(tmp_path / "e.csv")
+
+
+def test_epsilon_curves_label_only_the_swept_epsilons():
+    """The log axis' own minor labels (2x10^0, 3x10^0, ...) overlapped the sweep's ticks in the published plots."""
+    import pandas as pd
+
+    from dpcare.io import epsilon_curves, new_figure
+
+    table = pd.DataFrame({"mode": ["non-private", "dp-lora", "dp-lora", "dp-lora"],
+                          "target_epsilon": [math.inf, 1.0, 3.0, 8.0], "f1": [0.14, 0.04, 0.04, 0.05],
+                          "f1_sd": [0.0, 0.01, 0.01, 0.01]})
+    fig, ax = new_figure((4, 3))
+    epsilon_curves(ax, table, "mode", "f1")
+    fig.canvas.draw()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "3", "8"]
+    assert not any(t.get_text() for t in ax.get_xticklabels(minor=True))

@@ -76,6 +76,7 @@ def epsilon_curves(ax, table, by: str, metric: str) -> None:
     column ``by``; a group whose only epsilon is infinite (non-private) is a dashed horizontal line."""
     import numpy as np
     import pandas as pd
+    from matplotlib.ticker import NullFormatter
 
     for i, name in enumerate(table[by].unique()):
         sub = table[table[by] == name].sort_values("target_epsilon")
@@ -87,6 +88,10 @@ def epsilon_curves(ax, table, by: str, metric: str) -> None:
         elif not pd.isna(sub[metric].iloc[0]):
             ax.axhline(float(sub[metric].iloc[0]), linestyle="--", linewidth=1, label=name, color=color)
     ax.set_xscale("log")
+    swept = sorted({float(e) for e in table["target_epsilon"] if np.isfinite(e)})
+    if swept:  # ticks at the swept epsilons only: the log axis' own minor labels (2x10^0, ...) overlap
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticks(swept, [f"{e:g}" for e in swept])
 
 
 def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> Path:
