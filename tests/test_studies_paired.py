@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -328,3 +329,33 @@ def test_every_seeded_study_checks_its_seeds_before_it_picks_one():
     for study in (tsf.TsfBenchmark(), diffusion.DiffusionStudy(), dp2stage.Dp2StageBenchmark()):
         with pytest.raises(SettingsError, match="seeds must be"):
             replace(study, seeds=0).at_seed(0)
+
+
+def test_a_pinned_noise_seed_moves_with_every_seed_and_shadow(monkeypatch):
+    """A user's noise_seed is one stream: the seeds of a study and the target and shadows of an attack must each
+    draw their own noise from it, or the 'independent' seeds share their noise and the shadows their noise."""
+    from dpcare.studies import diffusion, dp2stage, tsf
+    from dpcare.tabular import audit
+    from dpcare.tabular.recipe import TabularSettings
+
+    def pinned(settings):
+        return replace(settings, dp=settings.dp.replace(noise_seed=100))
+
+    d = diffusion.DiffusionStudy(seeds=3)
+    d = replace(d, settings=pinned(d.settings))
+    b = dp2stage.Dp2StageBenchmark(seeds=3)
+    b = replace(b, settings=b.settings.replace(dp=b.settings.dp.replace(noise_seed=100)))
+    t = tsf.TsfBenchmark(seeds=3)
+    t = replace(t, settings=pinned(t.settings))
+    for study in (d, b, t):
+        noise = [study.at_seed(s).settings.dp.noise_seed for s in range(3)]
+        assert len(set(noise)) == 3, (type(study).__name__, noise)
+    assert len({d.at_seed(s).method_settings("dp", 8.0).dp.noise_seed for s in range(3)}) == 3
+    seen = []
+    monkeypatch.setattr(audit, "train_rows", lambda rows, schema, s, progress: seen.append(s.dp) or 1 / 0)
+    for seed in (1, 2):
+        with pytest.raises(ZeroDivisionError):
+            audit._train_split_and_score(pd.DataFrame({"a": [1]}), None, pinned(TabularSettings()), [0], seed)
+    assert [dp.seed for dp in seen] == [1, 2] and seen[0].noise_seed != seen[1].noise_seed
+    # unpinned stays unpinned (fresh OS entropy per model)
+    assert tsf.TsfBenchmark(seeds=3).at_seed(2).settings.dp.noise_seed is None

@@ -226,7 +226,7 @@ def test_undeclared_bounds_are_estimated_with_dp_and_charged(gpt2_folder):
     del d["columns"][2]["bounds"]  # hr: no public range
     schema = TableSchema.from_dict(d)
     s = Synthesizer(schema, mode="dp-2stage-u", epsilon=3.0, stats_epsilon=1.0, lm=LMSettings(model=str(gpt2_folder)),
-                    stage1=StageSettings(epochs=1), epochs=1, progress=False)
+                    stage1=StageSettings(epochs=1), epochs=1, progress=False, noise_seed=0)
     s.fit(toy_table(300))
     names = [e.name for e in s.ledger.entries]
     assert len(names) == 2 and names[-1] == "private training steps"  # the DP range estimate came first

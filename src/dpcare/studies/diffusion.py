@@ -101,7 +101,9 @@ class DiffusionStudy:
     def at_seed(self, s: int) -> DiffusionStudy:
         """The one-seed study of seed ``s`` (seed + s); ``at_seed(0)`` is the published seed-0 study."""
         check_seeds(self.seeds)
-        return replace(self, seed=self.seed + s, seeds=1)
+        dp = self.settings.dp  # a user's noise_seed moves with the seed: no two seeds share their noise
+        moved = dp if dp.noise_seed is None else dp.replace(noise_seed=dp.noise_seed + s)
+        return replace(self, seed=self.seed + s, seeds=1, settings=replace(self.settings, dp=moved))
 
     def runs(self) -> list[tuple[str, str, float | None]]:
         """(label, method, epsilon) in training order (Public before the FDP methods that start from it)."""

@@ -153,7 +153,7 @@ class Dp2StageBenchmark:
     def at_seed(self, s: int) -> Dp2StageBenchmark:
         """The one-seed benchmark of seed ``s`` (``settings.dp.seed`` + s); ``at_seed(0)`` is the published one."""
         check_seeds(self.seeds)
-        return replace(self, seeds=1, settings=self.settings.replace(dp=self.settings.dp.replace(seed=self.seed + s)))
+        return replace(self, seeds=1, settings=self.settings.replace(dp=self.settings.dp.shifted(s)))
 
     def to_dict(self) -> dict:
         """The settings (the run folder's resume key); ``seeds`` only when not 1, so that the published one-seed

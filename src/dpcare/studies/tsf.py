@@ -104,7 +104,7 @@ class TsfBenchmark:
     def at_seed(self, s: int) -> TsfBenchmark:
         """The one-seed study of seed ``s`` (dp.seed + s); ``at_seed(0)`` is the published seed-0 study."""
         check_seeds(self.seeds)
-        return replace(self, seeds=1, settings=replace(self.settings, dp=self.settings.dp.replace(seed=self.seed + s)))
+        return replace(self, seeds=1, settings=replace(self.settings, dp=self.settings.dp.shifted(s)))
 
     @classmethod
     def quick(cls) -> TsfBenchmark:
@@ -289,7 +289,7 @@ def _shadows(data: TsfData, labels: list[str], bench: TsfBenchmark, folder: Path
         cached = _read(path)
         if cached is not None and cached["members"] == half and set(labels) <= set(cached["losses"]):
             continue
-        settings = replace(bench.settings, dp=bench.settings.dp.replace(seed=bench.seed + 1 + k))
+        settings = replace(bench.settings, dp=bench.settings.dp.shifted(1 + k))
         tasks.append(ShadowTask(windows_for(data.windows, half), val, pop, labels, settings, data.standardizer, half))
         paths.append(path)
     if tasks:

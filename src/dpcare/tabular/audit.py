@@ -73,7 +73,7 @@ def _train_split_and_score(population: pd.DataFrame, schema: TableSchema, settin
                            members: np.ndarray, seed: int) -> np.ndarray:
     """Train ``settings`` on the rows ``members`` of ``population``; phi (logit confidence) of every row."""
     torch.set_num_threads(1)
-    settings = replace(settings, dp=settings.dp.replace(seed=seed))
+    settings = replace(settings, dp=settings.dp.shifted(seed - settings.dp.seed))  # a user's noise_seed moves too
     model, encoder, _, _ = train_rows(population.iloc[members], schema, settings, progress=False)
     data = tensors(encoder, population, "zeros", seed=0)
     return logit_confidence(model, data["x"], data["y"])
