@@ -31,6 +31,8 @@ def test_serialization_round_trips_with_target_first():
             row["lab"], abs=0.005)
         for s in spans:  # spans point at exactly the keys and values
             assert text[s.start:s.end] == (s.column if s.kind == "key" else parsed[s.column])
+    last, _ = RowSerializer(schema, order="target-last").text(df.iloc[0])
+    assert not last.startswith("death is ") and last.rsplit(", ", 1)[1] == f"death is {df.iloc[0]['death']}"
     shuffled, _ = RowSerializer(schema, order="shuffle").text(df.iloc[0], rng=np.random.default_rng(1))
     assert RowSerializer(schema).parse(shuffled).keys() == ser.parse(text).keys()
     with pytest.raises(ValueError, match="cannot parse"):
@@ -67,7 +69,7 @@ def test_uniform_pseudo_data_never_reads_private_values_unless_charged():
         uniform_pseudo_table(undeclared, 10)
     big = load_table(toy_table(3000), undeclared)
     ledger = PrivacyLedger(len(big))
-    pseudo = uniform_pseudo_table(undeclared, 100, private_table=big, ledger=ledger, stats_epsilon=0.5)
+    pseudo = uniform_pseudo_table(undeclared, 100, private_table=big, ledger=ledger, stats_epsilon=0.5, noise_seed=0)
     assert [e.name for e in ledger.entries] == ["dp bounds of age"] and 0 < ledger.epsilon() <= 0.5
     assert pseudo["age"].min() >= 10 and pseudo["age"].max() <= 150
     with pytest.raises(ValueError, match="n must be"):

@@ -168,12 +168,14 @@ def test_number_rule_allows_exactly_the_numbers_inside_the_bounds():
     assert not signed.feasible(" 3.")  # no decimals declared
 
 
-def test_constrained_decoding_cannot_emit_an_invalid_value(gpt2_folder):
+@pytest.mark.parametrize("order", ["target-first", "target-last"])
+def test_constrained_decoding_cannot_emit_an_invalid_value(gpt2_folder, order):
     """The model is pushed hard towards tokens that are not valid; constrained rows stay valid,
-    free generation from the same model is (almost) never valid."""
-    s = Synthesizer(SCHEMA, mode="non-private", lm=LMSettings(model=str(gpt2_folder)), progress=False)
+    free generation from the same model is (almost) never valid; either fixed order, conditions kept."""
+    s = Synthesizer(SCHEMA, mode="non-private", lm=LMSettings(model=str(gpt2_folder)), progress=False, order=order)
     s.ranges = {c.name: c.bounds for c in SCHEMA.columns if c.kind == "numeric"}
     s._build()
+    assert (s.serializer.columns[-1] == "death") == (order == "target-last")
     bad = [i for i, t in enumerate(s.model.token_ids.tolist()) if s.tokenizer.decode([t]) in (" Male", " b", "9")]
     with torch.no_grad():
         s.model.head.weight[bad] *= 0
@@ -189,6 +191,8 @@ def test_constrained_decoding_cannot_emit_an_invalid_value(gpt2_folder):
     assert out[["age", "hr", "sex", "group", "death"]].notna().all().all()  # only 'lab' is nullable
     free = s.sampler(seed=1).sample(30, "rejection", batch_size=30, progress=False, max_attempts=30)[1]
     assert free.valid_rate < 0.2
+    conds = pd.DataFrame({"death": [1, 0] * 5})
+    assert list(s.sample(10, conditions=conds, batch_size=10)["death"]) == list(conds["death"])
 
 
 # ---------------------------------------------------------------- the Synthesizer

@@ -1,7 +1,8 @@
 """Rows as text, "col is value, col is value, ..." (GReaT-style, as in Afonja et al., DP-2Stage, Section 4).
 
 The column order is fixed and starts with the target column (the paper's choice
-under DP), or shuffled per row. Numbers are written with a declared number of decimals.
+under DP), fixed and ends with it ("target-last": the model learns the target given the other columns), or
+shuffled per row. Numbers are written with a declared number of decimals.
 The serialiser also returns the character spans of every key and value, so token
 roles can be derived from a tokenizer's offsets.
 """
@@ -31,10 +32,11 @@ class Span:
 
 class RowSerializer:
     def __init__(self, schema: TableSchema, order: str = "target-first", decimals: int | dict[str, int] = 2):
-        if order not in ("target-first", "shuffle"):
-            raise SettingsError(f"order must be 'target-first' or 'shuffle', got {order!r}")
+        if order not in ("target-first", "target-last", "shuffle"):
+            raise SettingsError(f"order must be 'target-first', 'target-last' or 'shuffle', got {order!r}")
         self.schema, self.order = schema, order
-        self.columns = [schema.target] + schema.feature_columns
+        features = list(schema.feature_columns)
+        self.columns = features + [schema.target] if order == "target-last" else [schema.target] + features
         self.decimals = decimals
         for c in self.columns:
             if SEP.strip() in c or IS.strip() == c:

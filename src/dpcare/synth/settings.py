@@ -22,7 +22,7 @@ from dpcare.exceptions import SettingsError
 from dpcare.settings import ComputeSettings, DPSettings, Settings, from_dict, require_unit, setting, to_dict
 
 MODES = ("dp-2stage-u", "dp-2stage-o", "dp-standard", "non-private")
-ORDERS = ("target-first", "shuffle")
+ORDERS = ("target-first", "target-last", "shuffle")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj", "c_attn", "c_proj",
                 "c_fc")
 SCALES = ("auto", "cpu", "paper")
@@ -109,7 +109,7 @@ class SynthSettings(Settings):
     lam: float | None = setting(0.65, low=0, high=1, none=True, none_means="the plain LM loss",
                                 help="stage-2 weight of value tokens (Eq. 6); key and other tokens get 1 - lam")
     order: str = setting("target-first", kind="choice", choices=ORDERS,
-                         help="column order of a serialised row: target first, or shuffled per row")
+                         help="column order of a serialised row: target first, target last, or shuffled per row")
     decimals: int = setting(2, kind="integer", low=0, high=12, help="decimals written for numbers")
     pseudo_rows: int | None = setting(None, kind="integer", low=1, none=True,
                                       none_means="as many as the private table",
