@@ -13,6 +13,10 @@ Seeds: each seed is its own split (``--seed`` draws the split in ``train`` and `
 has ``--noise-seed``, it is pinned to the seed too, so that the table is reproducible). The data file itself
 (the table, the SUPPORT2 rows of the synth run, the generated notes) is made once, with seed 0.
 
+``--cell-options "..."`` adds options to every cell's command (e.g. a non-default setting chosen elsewhere,
+``--cell-options "--order target-last --lr 5e-3 --epochs 8"``); they are kept in ``cell_options.json`` and a
+rerun of the same ``--out`` with other options is refused before any cell runs, so one folder holds one setting.
+
 Resumable: a cell whose run folder already holds a finished run.json is skipped (an interrupted cell resumes
 when its command is rerun: dpcare keeps the staging folder). ``--tables-only`` only reads what is there. Two
 processes may fill one ``--out`` at once if their cells differ (e.g. ``--epsilons 8`` and ``--epsilons 1``): each
@@ -317,6 +321,34 @@ def cell_command(a: argparse.Namespace, files: dict[str, Any], method: str, eps:
             "--color", "gray", "--public-images", f["public"], "--test-images", f["test"], "--out", run]
 
 
+def full_command(a: argparse.Namespace, files: dict[str, Any], method: str, eps: float, seed: int, run: Path,
+                 pin_noise: bool) -> list[Any]:
+    """The cell's command with ``--cell-options`` and (``pin_noise``) ``--noise-seed SEED`` before its ``--out``."""
+    cmd = cell_command(a, files, method, eps, seed, run)
+    cmd[-2:-2] = [*a.cell_options, *(["--noise-seed", seed] if pin_noise else [])]
+    return cmd
+
+
+def check_cell_options(out: Path, text: str, tables_only: bool) -> list[str]:
+    """The options ``text`` adds to every cell (shell words), checked against those ``out`` was filled with
+    (``cell_options.json``, written by the first run): a folder's cells share one setting. ``--tables-only``
+    reads the folder's own."""
+    from dpcare.io import write_json
+
+    options, kept = shlex.split(text), out / "cell_options.json"
+    before = json.loads(kept.read_text()) if kept.exists() else None
+    if tables_only:
+        return options if before is None else before
+    if before is None:
+        if any(read_run(r) is not None for r in (out / "runs").glob("*")) and options:
+            raise SystemExit(f"{out} holds runs made without --cell-options: use another --out")
+        write_json(kept, options)
+    elif before != options:
+        raise SystemExit(f"{out} was filled with --cell-options {shlex.join(before)!r}, not {shlex.join(options)!r}: "
+                         "use another --out")
+    return options
+
+
 def noise_seed_option(command: Sequence[Any]) -> bool:
     """Whether this dpcare's command takes ``--noise-seed`` (where the mechanism's noise has its own seed, drawn
     fresh from OS entropy by default): then every cell passes ``--noise-seed SEED`` so that the table can be
@@ -416,8 +448,9 @@ def report(a: argparse.Namespace, out: Path, methods: Sequence[str], epsilons: S
     timed = read_seconds(out, [cell_name(*c) for c in cells if cells[c] is not None])
     footer = (f"\nWall time per finished run (this script's clock, {len(timed)} runs): mean "
               f"{sum(timed) / len(timed):.0f} s, total {sum(timed) / 60:.1f} min\n" if timed else "")
+    options = f", cell options `{shlex.join(a.cell_options)}`" if a.cell_options else ""
     head = (f"### {a.modality}: {a.dataset}, methods {', '.join(methods)}, epsilon {','.join(f'{e:g}' for e in epsilons)}"
-            f", seeds {list(seeds)}\n\n")
+            f", seeds {list(seeds)}{options}\n\n")
     return head + tables + footer
 
 
@@ -446,6 +479,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                          "docs' measurement used --no-impute, the default here)")
     p.add_argument("--images-per-class", type=int, default=None, help="images: images kept per digit (default all "
                                                                       "500)")
+    p.add_argument("--cell-options", default="", help="options added to every cell's command (shell words; the "
+                                                      "folder keeps them: another value for the same --out is refused)")
     p.add_argument("--tables-only", action="store_true", help="run nothing: print the tables of the finished runs")
     a = p.parse_args(argv)
     if a.physical_batch is not None and (a.modality != "finetune" or a.physical_batch < 1):
@@ -459,6 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a.seeds = [int(s) for s in a.seeds.split(",")]
     out: Path = a.out
     out.mkdir(parents=True, exist_ok=True)
+    a.cell_options = check_cell_options(out, a.cell_options, a.tables_only)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     commands: list[str] = []
     files = {} if a.tables_only else prepare(a, out / "data", commands)
@@ -473,9 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if read_run(run) is not None:
             print(f"skip {name}: {run / RUN_JSON} is finished", flush=True)
             continue
-        cmd = cell_command(a, files, method, eps, seed, run)
-        if pin_noise:
-            cmd[-2:-2] = ["--noise-seed", seed]
+        cmd = full_command(a, files, method, eps, seed, run, pin_noise)
         seconds = run_command(cmd, out / "logs" / f"{name}.log", commands)
         if seconds > 0:
             write_seconds(out, name, seconds)

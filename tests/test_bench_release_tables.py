@@ -173,3 +173,24 @@ def test_two_processes_filling_one_folder_leave_the_whole_table_and_every_time(b
     assert "3 runs): mean 13 s" in whole
     (out / "timing" / "dp-sgd" / "eps1" / "seed0.json").unlink()  # a cell timed before the per-cell files
     assert bench.read_seconds(out, ["dp-sgd/eps1/seed0", "dp-sgd/eps8/seed0", "nothing"]) == [99.0, 10.0]
+
+
+def test_cell_options_reach_every_cell_and_one_folder_holds_one_setting(bench, tmp_path):
+    out = tmp_path / "synth"
+    out.mkdir()
+    options = bench.check_cell_options(out, "--order target-last --lr 5e-3", tables_only=False)
+    assert options == ["--order", "target-last", "--lr", "5e-3"]
+    a = argparse.Namespace(modality="synth", holdout=None, cell_options=options)
+    cmd = [str(c) for c in bench.full_command(a, {"data": "d.csv", "spec": "s.yaml"}, "dp-2stage-u", 8.0, 2,
+                                              out / "runs" / "r", pin_noise=True)]
+    assert cmd[-10:-2] == ["--seed", "2", "--order", "target-last", "--lr", "5e-3", "--noise-seed", "2"]
+    assert cmd[-2:] == ["--out", str(out / "runs" / "r")]
+    assert bench.check_cell_options(out, "--order target-last --lr 5e-3", tables_only=False) == options  # resume
+    with pytest.raises(SystemExit, match="was filled with --cell-options"):
+        bench.check_cell_options(out, "", tables_only=False)
+    assert bench.check_cell_options(out, "", tables_only=True) == options  # the tables read the folder's own
+    plain = tmp_path / "plain"
+    (plain / "runs" / "cell").mkdir(parents=True)
+    (plain / "runs" / "cell" / "run.json").write_text(json.dumps({"kind": "synth"}))
+    with pytest.raises(SystemExit, match="made without --cell-options"):
+        bench.check_cell_options(plain, "--lr 5e-3", tables_only=False)
