@@ -329,24 +329,39 @@ def full_command(a: argparse.Namespace, files: dict[str, Any], method: str, eps:
     return cmd
 
 
-def check_cell_options(out: Path, text: str, tables_only: bool) -> list[str]:
-    """The options ``text`` adds to every cell (shell words), checked against those ``out`` was filled with
-    (``cell_options.json``, written by the first run): a folder's cells share one setting. ``--tables-only``
-    reads the folder's own."""
-    from dpcare.io import write_json
+#: options a cell's command already gets from this script (its grid, data and pinned noise): a cell option may not
+#: repeat one (the command line keeps the last value, so the tables' labels would be wrong)
+SCRIPT_OPTIONS = frozenset({"--method", "--mode", "--epsilon", "--seed", "--noise-seed", "--split-seed", "--out",
+                            "--spec", "--holdout", "--clip", "--alpha", "--impute", "--no-impute", "--test", "--task",
+                            "--physical-batch", "--color", "--public-images", "--test-images"})
 
+
+def check_cell_options(out: Path, text: str, tables_only: bool) -> list[str]:
+    """The options ``text`` adds to every cell (shell words), checked before anything runs: none of
+    :data:`SCRIPT_OPTIONS`, and the same as those ``out`` was filled with (``cell_options.json``, see
+    :func:`keep_cell_options`; a folder with cells and no such file was filled without options). ``--tables-only``
+    reads the folder's own (none without the file)."""
     options, kept = shlex.split(text), out / "cell_options.json"
     before = json.loads(kept.read_text()) if kept.exists() else None
     if tables_only:
-        return options if before is None else before
+        return before or []
+    clash = sorted({w.split("=", 1)[0] for w in options if w.startswith("--")} & SCRIPT_OPTIONS)
+    if clash:
+        raise SystemExit(f"--cell-options may not set {', '.join(clash)}: this script sets it for every cell")
     if before is None:
-        if any(read_run(r) is not None for r in (out / "runs").glob("*")) and options:
-            raise SystemExit(f"{out} holds runs made without --cell-options: use another --out")
-        write_json(kept, options)
-    elif before != options:
+        before = [] if (out / "runs").is_dir() and any((out / "runs").iterdir()) else None
+    if before is not None and before != options:
         raise SystemExit(f"{out} was filled with --cell-options {shlex.join(before)!r}, not {shlex.join(options)!r}: "
                          "use another --out")
     return options
+
+
+def keep_cell_options(out: Path, options: Sequence[str]) -> None:
+    """Write ``cell_options.json`` once, as the first cell starts."""
+    from dpcare.io import write_json
+
+    if not (out / "cell_options.json").exists():
+        write_json(out / "cell_options.json", list(options))
 
 
 def noise_seed_option(command: Sequence[Any]) -> bool:
@@ -510,6 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"skip {name}: {run / RUN_JSON} is finished", flush=True)
             continue
         cmd = full_command(a, files, method, eps, seed, run, pin_noise)
+        keep_cell_options(out, a.cell_options)
         seconds = run_command(cmd, out / "logs" / f"{name}.log", commands)
         if seconds > 0:
             write_seconds(out, name, seconds)

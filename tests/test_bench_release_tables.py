@@ -179,18 +179,23 @@ def test_cell_options_reach_every_cell_and_one_folder_holds_one_setting(bench, t
     out = tmp_path / "synth"
     out.mkdir()
     options = bench.check_cell_options(out, "--order target-last --lr 5e-3", tables_only=False)
-    assert options == ["--order", "target-last", "--lr", "5e-3"]
+    assert options == ["--order", "target-last", "--lr", "5e-3"] and not (out / "cell_options.json").exists()
     a = argparse.Namespace(modality="synth", holdout=None, cell_options=options)
     cmd = [str(c) for c in bench.full_command(a, {"data": "d.csv", "spec": "s.yaml"}, "dp-2stage-u", 8.0, 2,
                                               out / "runs" / "r", pin_noise=True)]
     assert cmd[-10:-2] == ["--seed", "2", "--order", "target-last", "--lr", "5e-3", "--noise-seed", "2"]
     assert cmd[-2:] == ["--out", str(out / "runs" / "r")]
+    bench.keep_cell_options(out, options)  # as the first cell starts
     assert bench.check_cell_options(out, "--order target-last --lr 5e-3", tables_only=False) == options  # resume
     with pytest.raises(SystemExit, match="was filled with --cell-options"):
         bench.check_cell_options(out, "", tables_only=False)
     assert bench.check_cell_options(out, "", tables_only=True) == options  # the tables read the folder's own
-    plain = tmp_path / "plain"
-    (plain / "runs" / "cell").mkdir(parents=True)
-    (plain / "runs" / "cell" / "run.json").write_text(json.dumps({"kind": "synth"}))
-    with pytest.raises(SystemExit, match="made without --cell-options"):
+    for clash in ("--seed 5", "--epsilon=1", "--noise-seed 3", "--out x"):  # the last value would win, unlabelled
+        with pytest.raises(SystemExit, match="may not set"):
+            bench.check_cell_options(tmp_path / "other", clash, tables_only=False)
+    plain = tmp_path / "plain"  # filled without options: a cell's folder, finished or not
+    (plain / "runs" / bench.cell_name("dp-2stage-u", 8.0, 0)).mkdir(parents=True)
+    with pytest.raises(SystemExit, match="was filled with --cell-options ''"):
         bench.check_cell_options(plain, "--lr 5e-3", tables_only=False)
+    assert bench.check_cell_options(plain, "", tables_only=False) == []
+    assert bench.check_cell_options(plain, "--lr 5e-3", tables_only=True) == []  # no file: no options shown

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import time
+import warnings
 from collections.abc import Generator
 from dataclasses import dataclass
 
@@ -219,6 +220,7 @@ class RowSampler:
         unknown = [c for c in conditions.columns if c not in self.rows.serializer.columns]
         if unknown:
             raise UnknownNameError(f"conditions name unknown columns {unknown}")
+        warn_if_not_leading(list(conditions.columns), self.rows.serializer)
         out = []
         for _, r in conditions.iterrows():
             row = {}
@@ -291,6 +293,20 @@ class RowSampler:
             if sep and key in self.rows.serializer.columns and key not in cells and self.valid_cell(key, value):
                 cells[key] = value
         return cells
+
+
+def warn_if_not_leading(given: list[str], serializer) -> None:
+    """Conditioning is exact only for the leading columns of a fixed order: a column written before a given one
+    is sampled without knowing it (with ``target-last``, every feature before a given target)."""
+    if serializer.order == "shuffle" or not given:
+        return
+    leading = serializer.columns[:len(given)]
+    if set(given) != set(leading):
+        before = [c for c in serializer.columns[:max(serializer.columns.index(g) for g in given)] if c not in given]
+        warnings.warn(f"conditions on {given} are not the leading columns of the order {serializer.order!r}: "
+                      f"{before} are sampled before them, without knowing them, so the rows are not a sample "
+                      "conditional on the given values (rejection sampling is; or condition on leading columns)",
+                      stacklevel=5)  # the caller of Synthesizer.sample
 
 
 def _agree(parsed: dict[str, str], conditions: dict[str, str]) -> bool:
