@@ -101,8 +101,8 @@ class DiffusionStudy:
     def at_seed(self, s: int) -> DiffusionStudy:
         """The one-seed study of seed ``s`` (seed + s); ``at_seed(0)`` is the published seed-0 study."""
         check_seeds(self.seeds)
-        dp = self.settings.dp  # a user's noise_seed moves with the seed: no two seeds share their noise
-        moved = dp if dp.noise_seed is None else dp.replace(noise_seed=dp.noise_seed + s)
+        dp = self.settings.dp  # a user's noise_seed moves with the seed (DPSettings.shifted); dp.seed stays, since
+        moved = dp.shifted(s).replace(seed=dp.seed)  # method_settings sets it from the study's own seed
         return replace(self, seed=self.seed + s, seeds=1, settings=replace(self.settings, dp=moved))
 
     def runs(self) -> list[tuple[str, str, float | None]]:
