@@ -193,8 +193,9 @@ def test_one_run_command_defaults_match_the_audit_settings():
 
     cli = {k: p.default for k, p in inspect.signature(audit_one_run).parameters.items()}
     own = CanaryAuditSettings()
-    assert (cli["epsilon"], cli["canaries"], cli["epochs"], cli["clip"], cli["seed"], cli["design"], cli["bound"]) == (
-        own.epsilon, own.canaries, own.epochs, own.clip_norm, own.seed, own.design, own.bound)
+    assert (cli["epsilon"], cli["canaries"], cli["epochs"], cli["clip"], cli["seed"], cli["noise_seed"], cli["design"],
+            cli["bound"]) == (own.epsilon, own.canaries, own.epochs, own.clip_norm, own.seed, own.noise_seed,
+                              own.design, own.bound)
 
 
 @pytest.fixture(scope="module")
@@ -220,8 +221,10 @@ def test_one_run_command_defaults_catch_noise_off_and_clipping_off(support2_2000
     monkeypatch.setattr(tabular_audit, "Trainer", trainer)  # the trainer the command's audit uses
     out = tmp_path / "audit"
     r = CliRunner().invoke(app, ["audit", "one-run", str(support2_2000 / "data.csv"), "--spec",
-                                 str(support2_2000 / "spec.yaml"), "--epsilon", "0.5", "--out", str(out)])
+                                 str(support2_2000 / "spec.yaml"), "--epsilon", "0.5", "--noise-seed", "0",
+                                 "--out", str(out)])
     assert r.exit_code == 0, r.output
+    assert json.loads((out / "run.json").read_text())["settings"]["noise_seed"] == 0  # pinned: the check cannot flake
     attack = json.loads((out / "attacks" / "one_run.json").read_text())
     row, details = attack["rows"][0], attack["details"]
     assert details["bound"] == "gdp" and "Gaussian DP" in row["bound"] and details["canaries"] == 999

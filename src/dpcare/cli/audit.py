@@ -111,7 +111,10 @@ def audit_one_run(
     bound: Annotated[str, typer.Option(
         help="gdp (Gaussian-DP lower bound on mu, as epsilon at the run's delta) or pure (epsilon at delta, "
              "Steinke et al.)")] = "gdp",
-    seed: Annotated[int, typer.Option(help="seed")] = 0,
+    seed: Annotated[int, typer.Option(help="seed of the canaries, inclusion bits, split and initialisation")] = 0,
+    noise_seed: Annotated[int | None, typer.Option(
+        help="seed of the training's sampling and noise, to repeat an audit exactly [default: secret OS entropy, "
+             "as in every run]")] = None,
     out: Annotated[Path, typer.Option(help="run folder to write (run.json, attacks/one_run.json)")] = Path(
         "results/audit"),
     force: Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder")] = False,
@@ -122,7 +125,7 @@ def audit_one_run(
     from dpcare.tabular.audit import CanaryAuditSettings, audit_tabular
 
     settings = CanaryAuditSettings(method=method, epsilon=epsilon, canaries=canaries, epochs=epochs, clip_norm=clip,
-                                   seed=seed, design=design, bound=bound)
+                                   seed=seed, noise_seed=noise_seed, design=design, bound=bound)
     run = RunFolder(out, "audit-one-run", vars(settings), force=force, command="dpcare audit one-run")
     df, schema = table_and_spec(data, spec)
     r = audit_tabular(df, schema, settings)
