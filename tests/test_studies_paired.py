@@ -359,3 +359,23 @@ def test_a_pinned_noise_seed_moves_with_every_seed_and_shadow(monkeypatch):
     assert [dp.seed for dp in seen] == [1, 2] and seen[0].noise_seed != seen[1].noise_seed
     # unpinned stays unpinned (fresh OS entropy per model)
     assert tsf.TsfBenchmark(seeds=3).at_seed(2).settings.dp.noise_seed is None
+
+
+def test_a_pinned_noise_seed_moves_with_every_tsf_shadow(monkeypatch, tmp_path):
+    """tsf's LiRA shadows: each draws its own noise from a pinned stream, none the target's (seed 0's)."""
+    from types import SimpleNamespace
+
+    from dpcare.studies import tsf
+
+    bench = tsf.TsfBenchmark(shadows=4)
+    bench = replace(bench, settings=replace(bench.settings, dp=bench.settings.dp.replace(noise_seed=100)))
+    seen = []
+    monkeypatch.setattr(tsf, "_population", lambda data: (None, None, np.array(["a", "b", "c", "d"])))
+    monkeypatch.setattr(tsf, "windows_for", lambda windows, patients: None)
+    monkeypatch.setattr(tsf, "map_tasks", lambda fn, args, workers, on_result: seen.extend(a[0] for a in args) or 1 / 0)
+    data = SimpleNamespace(name="toy", part=lambda name: None, windows=None, standardizer=None)
+    with pytest.raises(ZeroDivisionError):
+        tsf._shadows(data, ["dp"], bench, tmp_path, progress=False)
+    noise = [t.settings.dp.noise_seed for t in seen]
+    assert len(seen) == 4 and len(set(noise)) == 4, noise
+    assert bench.at_seed(0).settings.dp.noise_seed not in noise
