@@ -182,9 +182,12 @@ def test_a_non_private_run_stays_reproducible_from_the_public_seed():
 
 def test_a_shifted_run_moves_a_pinned_noise_seed_with_its_seed_and_keeps_fresh_noise_fresh():
     assert DPSettings(seed=3).shifted(2) == DPSettings(seed=5)  # noise_seed None: still fresh OS entropy
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        assert DPSettings(seed=3, noise_seed=10).shifted(2) == DPSettings(seed=5, noise_seed=12)
+    with pytest.warns(ReproducibleNoiseWarning):
+        pinned = DPSettings(seed=3, noise_seed=10)
+    with warnings.catch_warnings():  # the user's pinned seed warned once; a derived run does not warn again
+        warnings.simplefilter("error", ReproducibleNoiseWarning)
+        shifted = pinned.shifted(2)
+    assert (shifted.seed, shifted.noise_seed) == (5, 12)
 
 
 def test_each_noisy_statistic_draws_from_its_own_stream_not_the_engines_root(monkeypatch, tmp_path):

@@ -226,8 +226,14 @@ class DPSettings(Settings):
     def shifted(self, offset: int) -> DPSettings:
         """The settings of a run that must draw apart from this one (another stage, another tuning candidate):
         the seed moved by ``offset``, and a pinned noise_seed with it (None stays fresh OS entropy)."""
+        import warnings
+
+        from dpcare.privacy.randomness import ReproducibleNoiseWarning
+
         noise = None if self.noise_seed is None else self.noise_seed + offset
-        return self.replace(seed=self.seed + offset, noise_seed=noise)
+        with warnings.catch_warnings():  # these settings already warned about their pinned seed; one is enough
+            warnings.simplefilter("ignore", ReproducibleNoiseWarning)
+            return self.replace(seed=self.seed + offset, noise_seed=noise)
 
 
 # --------------------------------------------------------------------------- where to compute
