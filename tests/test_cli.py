@@ -128,13 +128,18 @@ def test_benchmark_clinical_nlp_bad_input_is_named(tmp_path):
 
 
 def test_third_party_deprecation_warnings_stay_out_of_the_users_output():
-    """transformers' FutureWarning appeared in every `synth fit` and text run; dpcare's own warnings stay."""
+    """transformers' FutureWarning (and, in transformers 5, its logged notice that past_key_values is now `cache`)
+    appeared in every `synth fit` and text run; dpcare's own warnings and other transformers notices stay."""
     import subprocess
     import sys
 
     code = ("import warnings, dpcare.cli as c; c.quiet_third_party_warnings(); "
             "warnings.warn('past_key_values is deprecated', FutureWarning); "
-            "warnings.warn('old api', DeprecationWarning); warnings.warn('the batch covers every unit')")
+            "warnings.warn('old api', DeprecationWarning); warnings.warn('the batch covers every unit'); "
+            "from transformers.utils import generic, logging; logging.get_logger(generic.__name__).warning("
+            "'`past_key_values`/`cache_params` are deprecated. Use `cache` instead.'); "
+            "logging.get_logger(generic.__name__).warning('another transformers notice')")
     r = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, check=True)
     assert "past_key_values" not in r.stderr and "old api" not in r.stderr
+    assert "another transformers notice" in r.stderr  # only the one notice is dropped
     assert "the batch covers every unit" in r.stderr

@@ -8,6 +8,7 @@ own ``app`` added below.
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import typer
@@ -56,6 +57,13 @@ def quiet_third_party_warnings() -> None:
     own warnings (UserWarning: a batch covering every unit, an epsilon met at the noise floor) still show."""
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+    # transformers 5 logs its renaming of past_key_values to `cache` instead of warning; dpcare passes the old name,
+    # which it still maps to the new one (older releases know only the old), so only that one notice is dropped
+    logging.getLogger("transformers.utils.generic").addFilter(_drop_cache_rename_notice)
+
+
+def _drop_cache_rename_notice(record: logging.LogRecord) -> bool:
+    return "Use `cache` instead" not in record.getMessage()
 
 
 def main() -> None:
