@@ -115,7 +115,9 @@ def test_estimate_is_logged_before_training(gpt2_folder, caplog, monkeypatch):
 def test_estimate_alone_reads_no_private_data(gpt2_folder):
     s = Synthesizer(SCHEMA, mode="dp-standard", epsilon=1.0, lm={"model": gpt2_folder}, progress=False)
     est = s.estimate_fit(toy_table(64))
-    assert est.stage1_steps == 0 and est.stage2_steps == 4 and est.seconds > 0
+    assert est.stage1_steps == 0 and est.stage2_steps == 4 and est.seconds > 0 and est.private
+    plain = Synthesizer(SCHEMA, mode="non-private", lm={"model": gpt2_folder}, progress=False)
+    assert not plain.estimate_fit(64).private
     assert s.model is None and s.ledger is None  # nothing fitted, nothing charged
     with pytest.raises(NotFittedError):
         s.sample(1)
@@ -126,6 +128,8 @@ def test_long_estimates_warn_and_name_the_cpu_scale():
     assert est.long and format_seconds(est.seconds) == "40.6 h"
     assert "--scale cpu" in est.message()
     assert not FitEstimate(10, 0.5, 20, 1.0, "custom").long
+    assert "20 DP steps" in FitEstimate(10, 0.5, 20, 1.0, "custom").message()
+    assert "DP steps" not in FitEstimate(0, 0.0, 20, 1.0, "custom", private=False).message()  # non-private mode
     assert format_seconds(30) == "30 s" and format_seconds(600) == "10 min"
 
 

@@ -63,13 +63,15 @@ def seconds_per_step(model: nn.Module, objective: Objective, data: Mapping[str, 
 
 @dataclass(frozen=True)
 class FitEstimate:
-    """Steps and measured seconds per step of each stage; ``scale`` is "cpu", "paper" or "custom"."""
+    """Steps and measured seconds per step of each stage; ``scale`` is "cpu", "paper" or "custom"; ``private``:
+    whether stage 2's steps are DP steps (not in the non-private mode)."""
 
     stage1_steps: int
     stage1_step_seconds: float
     stage2_steps: int
     stage2_step_seconds: float
     scale: str
+    private: bool = True
 
     @property
     def seconds(self) -> float:
@@ -81,7 +83,8 @@ class FitEstimate:
 
     def message(self) -> str:
         """One line: the estimate, its parts, and how to get the other scale."""
-        parts = [f"stage 2: {self.stage2_steps} DP steps x {self.stage2_step_seconds:.2f} s"]
+        kind = "DP steps" if self.private else "steps (non-private)"
+        parts = [f"stage 2: {self.stage2_steps} {kind} x {self.stage2_step_seconds:.2f} s"]
         if self.stage1_steps:
             parts.insert(0, f"stage 1: {self.stage1_steps} steps x {self.stage1_step_seconds:.2f} s")
         text = f"estimated fit time {format_seconds(self.seconds)} ({'; '.join(parts)})"

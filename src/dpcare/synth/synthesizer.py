@@ -287,7 +287,7 @@ class Synthesizer(SavesRunFolder):
                 per_step[name] = seconds_per_step(self.model, objective, data, config, steps)
         stage2_steps = s.dp.steps if s.dp.steps is not None else total_steps(s.dp.epochs, n_private, s.dp.batch_size)
         return FitEstimate(total_steps(s.stage1.epochs, stage1_rows, s.stage1.batch_size), per_step.get("stage1", 0.0),
-                           stage2_steps, per_step["stage2"], s.scale_name())
+                           stage2_steps, per_step["stage2"], s.scale_name(), s.private)
 
     def _announce(self, n_private: int, report: Callable[[str], None] | None) -> None:
         try:
