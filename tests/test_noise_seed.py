@@ -4,6 +4,7 @@ public sampling and dropout; the private Poisson sampling, the noise and every n
 seed drove both, so anyone holding a run folder could regenerate the noise and subtract it."""
 
 import copy
+import dataclasses
 import warnings
 
 import numpy as np
@@ -187,7 +188,15 @@ def test_a_shifted_run_moves_a_pinned_noise_seed_with_its_seed_and_keeps_fresh_n
     with warnings.catch_warnings():  # the user's pinned seed warned once; a derived run does not warn again
         warnings.simplefilter("error", ReproducibleNoiseWarning)
         shifted = pinned.shifted(2)
+        assert pinned.replace(epsilon=2.0).noise_seed == 10  # nor a copy that keeps it
+        from dpcare.studies.diffusion import DiffusionStudy
+
+        study = DiffusionStudy(seeds=2)
+        study = dataclasses.replace(study, settings=dataclasses.replace(study.settings, dp=pinned))
+        assert study.at_seed(1).settings.dp.noise_seed == 11  # moved and kept its seed, silently
     assert (shifted.seed, shifted.noise_seed) == (5, 12)
+    with pytest.warns(ReproducibleNoiseWarning, match="noise_seed = 4"):  # a new pinned seed still warns
+        pinned.replace(noise_seed=4)
 
 
 def test_each_noisy_statistic_draws_from_its_own_stream_not_the_engines_root(monkeypatch, tmp_path):

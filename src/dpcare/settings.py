@@ -223,17 +223,28 @@ class DPSettings(Settings):
 
         warn_if_reproducible(self.noise_seed, stacklevel=1)
 
+    def replace(self, **changes: Any) -> DPSettings:
+        """A copy with ``changes`` (validated). A copy that keeps this one's pinned noise_seed does not warn about
+        it again; a new noise_seed warns."""
+        if changes.get("noise_seed", self.noise_seed) != self.noise_seed:
+            return super().replace(**changes)
+        return self._derived(**changes)
+
     def shifted(self, offset: int) -> DPSettings:
         """The settings of a run that must draw apart from this one (another stage, another tuning candidate):
         the seed moved by ``offset``, and a pinned noise_seed with it (None stays fresh OS entropy)."""
+        noise = None if self.noise_seed is None else self.noise_seed + offset
+        return self._derived(seed=self.seed + offset, noise_seed=noise)
+
+    def _derived(self, **changes: Any) -> DPSettings:
+        """A copy with ``changes``, without repeating the pinned-noise warning: these settings gave it already."""
         import warnings
 
         from dpcare.privacy.randomness import ReproducibleNoiseWarning
 
-        noise = None if self.noise_seed is None else self.noise_seed + offset
-        with warnings.catch_warnings():  # these settings already warned about their pinned seed; one is enough
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", ReproducibleNoiseWarning)
-            return self.replace(seed=self.seed + offset, noise_seed=noise)
+            return super().replace(**changes)
 
 
 # --------------------------------------------------------------------------- where to compute
