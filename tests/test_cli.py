@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpcare.cli import app
+from dpcare.privacy.randomness import reproducible_noise_note
 
 runner = CliRunner()
 
@@ -143,3 +144,18 @@ def test_third_party_deprecation_warnings_stay_out_of_the_users_output():
     assert "past_key_values" not in r.stderr and "old api" not in r.stderr
     assert "another transformers notice" in r.stderr  # only the one notice is dropped
     assert "the batch covers every unit" in r.stderr
+
+
+def test_the_command_line_says_each_warning_once_without_dpcares_source_lines():
+    """A `synth fit --noise-seed 0` printed the pinned-noise warning twice (once per copy of the settings; the
+    filters' bookkeeping resets between them), each time with the line of settings.py that raised it."""
+    import subprocess
+    import sys
+
+    code = ("import warnings, dpcare.cli as c; c.show_warnings_once(); from dpcare.settings import DPSettings; "
+            "d = DPSettings(noise_seed=0); "
+            "with_filters = warnings.catch_warnings(); with_filters.__enter__(); with_filters.__exit__(); "
+            "DPSettings(noise_seed=0); DPSettings(noise_seed=3)")
+    r = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, check=True)
+    lines = r.stderr.strip().splitlines()
+    assert lines == [f"warning: {reproducible_noise_note(0)}", f"warning: {reproducible_noise_note(3)}"], r.stderr

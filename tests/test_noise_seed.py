@@ -156,8 +156,9 @@ def test_run_json_records_noise_seed_null_and_no_number_the_noise_came_from(tmp_
 
 
 def test_an_integer_noise_seed_warns_and_none_does_not():
-    with pytest.warns(ReproducibleNoiseWarning, match="noise_seed = 3.*reproducible"):
+    with pytest.warns(ReproducibleNoiseWarning, match="noise_seed = 3.*reproducible") as caught:
         DPSettings(noise_seed=3)
+    assert [w.filename for w in caught] == [__file__]  # the user's line, not settings.py's
     with warnings.catch_warnings():
         warnings.simplefilter("error", ReproducibleNoiseWarning)
         DPSettings()

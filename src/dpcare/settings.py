@@ -221,7 +221,7 @@ class DPSettings(Settings):
         super().__post_init__()
         from dpcare.privacy.randomness import warn_if_reproducible
 
-        warn_if_reproducible(self.noise_seed, stacklevel=1)
+        warn_if_reproducible(self.noise_seed)
 
     def replace(self, **changes: Any) -> DPSettings:
         """A copy with ``changes`` (validated). A copy that keeps this one's pinned noise_seed does not warn about

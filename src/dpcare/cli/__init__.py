@@ -66,11 +66,28 @@ def _drop_cache_rename_notice(record: logging.LogRecord) -> bool:
     return "Use `cache` instead" not in record.getMessage()
 
 
+def show_warnings_once() -> None:
+    """Print each warning as ``warning: <message>`` on stderr, once per command whatever line raised it: a
+    user of the command line needs the message, not the line of dpcare that gave it, and a warning repeated
+    by each copy of the settings (the pinned-noise one, say) is said once."""
+    shown: set[tuple[type, str]] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        key = (category, str(message))
+        if key in shown:
+            return
+        shown.add(key)
+        typer.secho(f"warning: {message}", fg=typer.colors.YELLOW, err=True)
+
+    warnings.showwarning = show
+
+
 def main() -> None:
     """Console-script entry point: re-exec with the fast process settings, then run ``app``."""
     ensure_fast_process()
     quiet_third_party_warnings()
+    show_warnings_once()
     app()
 
 
-__all__ = ["app", "main", "quiet_third_party_warnings"]
+__all__ = ["app", "main", "quiet_third_party_warnings", "show_warnings_once"]

@@ -78,7 +78,7 @@ class PrivacyLedger:
         self.n = int(n)
         self.delta = check_delta(default_delta(self.n) if delta is None else delta, self.n)
         if _warn:
-            warn_if_weak_delta(self.delta, self.n, stacklevel=2)
+            warn_if_weak_delta(self.delta, self.n)
         self.accountant = accountant
         self.unit = ProtectedUnit(unit)
         self.protected_columns = tuple(protected_columns)

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dpcare.caller import user_stacklevel
+
 ROOT_FILE = "secret_root"  # in ``keep``: the drawn root of an unfinished run
 
 
@@ -45,11 +47,11 @@ def reproducible_noise_note(noise_seed: int | None) -> str | None:
             "those who do not know it (use noise_seed = None, the default, for a real release).")
 
 
-def warn_if_reproducible(noise_seed: int | None, stacklevel: int = 2) -> None:
-    """Warn (:class:`ReproducibleNoiseWarning`) when ``noise_seed`` is an integer."""
+def warn_if_reproducible(noise_seed: int | None) -> None:
+    """Warn (:class:`ReproducibleNoiseWarning`, at the user's call) when ``noise_seed`` is an integer."""
     note = reproducible_noise_note(noise_seed)
     if note is not None:
-        warnings.warn(note, ReproducibleNoiseWarning, stacklevel=stacklevel + 1)
+        warnings.warn(note, ReproducibleNoiseWarning, stacklevel=user_stacklevel())
 
 
 def secret_seed(noise_seed: int | None, keep: str | os.PathLike | None = None, purpose: str | None = None) -> int:

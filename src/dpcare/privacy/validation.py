@@ -6,6 +6,7 @@ import math
 import numbers
 import warnings
 
+from dpcare.caller import user_stacklevel
 from dpcare.exceptions import PrivacyParameterError
 
 
@@ -73,11 +74,12 @@ def weak_delta_message(delta: float, n: int) -> str | None:
             f"min({DEFAULT_DELTA_CAP:g}, {MAX_N_DELTA:g}/n) = {default_delta(n):.3g}")
 
 
-def warn_if_weak_delta(delta: float, n: int, stacklevel: int = 2) -> None:
-    """Warn (:class:`WeakDeltaWarning`) when n*delta > 0.01; delta >= 1/n is an error in :func:`check_delta`."""
+def warn_if_weak_delta(delta: float, n: int) -> None:
+    """Warn (:class:`WeakDeltaWarning`, at the user's call) when n*delta > 0.01; delta >= 1/n is an error in
+    :func:`check_delta`."""
     msg = weak_delta_message(delta, n)
     if msg is not None:
-        warnings.warn(msg, WeakDeltaWarning, stacklevel=stacklevel + 1)
+        warnings.warn(msg, WeakDeltaWarning, stacklevel=user_stacklevel())
 
 
 def check_epsilon(epsilon: float) -> float:

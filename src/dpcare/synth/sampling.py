@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from dpcare.caller import user_stacklevel
 from dpcare.exceptions import DataError, SettingsError, UnknownNameError
 from dpcare.progress import progress as tqdm
 from dpcare.synth.constraints import MISSING, CategoryTrie, NumberRule, is_number_piece
@@ -306,7 +307,7 @@ def warn_if_not_leading(given: list[str], serializer) -> None:
         warnings.warn(f"conditions on {given} are not the leading columns of the order {serializer.order!r}: "
                       f"{before} are sampled before them, without knowing them, so the rows are not a sample "
                       "conditional on the given values (rejection sampling is; or condition on leading columns)",
-                      stacklevel=5)  # the caller of Synthesizer.sample
+                      stacklevel=user_stacklevel())
 
 
 def _agree(parsed: dict[str, str], conditions: dict[str, str]) -> bool:
