@@ -223,8 +223,9 @@ def test_ner_on_notes_without_gold_entities_warns(gpt2_folder):
     from dataclasses import replace
 
     bare = [replace(n, entities=()) for n in NOTES]
-    with pytest.warns(UserWarning, match="none of the 3 training notes carries a gold entity"):
+    with pytest.warns(UserWarning, match="none of the 3 training notes carries a gold entity") as caught:
         finetune(bare, "ner", "non-private", model=gpt2_folder, epochs=1, batch_size=1, window=24, stride=12)
+    assert __file__ in [w.filename for w in caught if "gold entity" in str(w.message)]  # the user's call
 
 
 def test_finetune_errors_a_user_can_fix(gpt2_folder, tmp_path):

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from dpcare.caller import user_stacklevel
 from dpcare.engine import checkpoint as ckpt
 from dpcare.engine.adaptive_clip import WARMUP, AdaptiveClip, QuantileEstimator
 from dpcare.engine.clip import check_losses, clip_factors
@@ -182,7 +183,7 @@ class Trainer:
         if config.precision == "bf16" and self.backend == "functorch":
             warnings.warn("precision bf16 applies to the fast clipping backend; this model trains with the torch.func "
                           "backend, whose per-example gradients are computed in fp32 (torch's vmap cannot "
-                          "differentiate LayerNorm under autocast)", stacklevel=2)
+                          "differentiate LayerNorm under autocast)", stacklevel=user_stacklevel())
         self.noise_multiplier: float | None = config.noise_multiplier
         self.rank, self.world_size = distributed.world()
         # one seed for every rank (rank 0's): the same Poisson draw, the same noise vector (engine/distributed.py).
@@ -429,7 +430,7 @@ class Trainer:
             if q == 1.0:
                 warnings.warn(f"the expected batch ({c.batch_size}) covers all {n} privacy units (q = 1): every step "
                               "reads every unit, so sampling amplifies nothing; use a smaller batch size or more "
-                              "units", stacklevel=2)
+                              "units", stacklevel=user_stacklevel())
             self._start_adaptive_clip(q * n)
             if self.noise_multiplier is None:
                 planned = self.clip_estimator.planned_events(q, total) if self.clip_estimator else ()

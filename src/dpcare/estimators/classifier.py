@@ -44,6 +44,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.metrics import accuracy_score
 
+from dpcare.caller import user_stacklevel
 from dpcare.data import TableSchema, load_spec, read_table
 from dpcare.data.tables import category_text
 from dpcare.exceptions import DataError, NotFittedError, SettingsError, SpecError
@@ -299,7 +300,7 @@ def _note_selection(fitted: TabularModel, frame: pd.DataFrame, spec: TableSchema
     if search is not None:
         what.append(f"this model was fitted inside scikit-learn's {search}, which picks settings by scores on its data")
     note = SELECTION_NOTE.format(what="; ".join(what))
-    warnings.warn(note, SelectionWarning, stacklevel=3)
+    warnings.warn(note, SelectionWarning, stacklevel=user_stacklevel())
     fitted.ledger.note_uncounted(note)
     return replace(fitted, guarantee=fitted.ledger.guarantee())
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from dp_accounting import dp_event
 
+from dpcare.caller import user_stacklevel
 from dpcare.exceptions import BudgetExceededError, PrivacyParameterError
 from dpcare.privacy.accountants import (
     PLD_DISCRETIZATION,
@@ -202,6 +203,6 @@ def _floor(target: float) -> float:
     will be below the target."""
     warnings.warn(f"target epsilon {target:g} is met with the smallest noise multiplier considered "
                   f"({MIN_SIGMA:g}): the run uses sigma = {MIN_SIGMA:g} and its ledger reports a lower epsilon",
-                  stacklevel=3)
+                  stacklevel=user_stacklevel())
     return MIN_SIGMA
 

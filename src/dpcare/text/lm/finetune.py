@@ -37,6 +37,7 @@ from enum import Enum
 import torch
 from torch import Tensor, nn
 
+from dpcare.caller import user_stacklevel
 from dpcare.engine.adaptive_clip import AdaptiveClip
 from dpcare.engine.initialisation import seeded_initialisation
 from dpcare.engine.objective import Objective
@@ -325,7 +326,7 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
     notes = list(notes)
     if task == "ner" and notes and not any(n.entities for n in notes):
         warnings.warn(f"none of the {len(notes)} training notes carries a gold entity: the NER model can only "
-                      "learn to answer with an empty list", stacklevel=2)
+                      "learn to answer with an empty list", stacklevel=user_stacklevel())
     causal, tokenizer = load_causal_lm(model, layers)
     prefix = mode is FinetuneMode.DP_PREFIX
     examples = make_examples(notes, task, tokenizer, labels, window, stride)
