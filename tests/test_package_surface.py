@@ -163,8 +163,8 @@ def test_no_module_level_import_cycles():
 TOP = ("dpcare.studies", "dpcare.report", "dpcare.cli", "dpcare.estimators")
 LOWER = ("dpcare.privacy", "dpcare.runs", "dpcare.data", "dpcare.engine", "dpcare.models", "dpcare.methods",
          "dpcare.audit", "dpcare.tabular", "dpcare.fusion", "dpcare.text", "dpcare.timeseries", "dpcare.images",
-         "dpcare.synth", "dpcare.lm", "dpcare.settings", "dpcare.io", "dpcare.exceptions", "dpcare.verdict", "dpcare.lazy",
-         "dpcare.parallel")
+         "dpcare.synth", "dpcare.lm", "dpcare.settings", "dpcare.io", "dpcare.exceptions", "dpcare.caller",
+         "dpcare.verdict", "dpcare.lazy", "dpcare.parallel")
 
 
 def _under(module: str, packages) -> bool:
