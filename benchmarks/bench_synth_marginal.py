@@ -70,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     if (a.rows is None) == (a.train is None) or (a.train is None) != (a.validation is None):
         p.error("give either --rows or both --train and --validation")
+    if not 0 < a.holdout < 1:
+        p.error(f"--holdout must be in (0, 1): the held-out rows score the comparison, got {a.holdout}")
     print("| method | seed | train rows | test rows | AUC XGB | declared-support baseline | improvement [95% interval] "
           "| beats | fit s |\n|---|---|---|---|---|---|---|---|---|", flush=True)
     for method in a.methods.split(","):
@@ -77,6 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             train, test, spec = (release_rows(a.dataset, a.rows, a.holdout, seed) if a.rows is not None
                                  else file_rows(a.dataset, a.train, a.validation))
             c = cell(method, train, test, spec, a.epsilon, seed)
+            if c.get("undefined"):  # a one-class table (or baseline): synth fit's verdict says so, and so do we
+                print(f"| {method} | {seed} | {len(train)} | {len(test)} | {c['verdict']} | | | False | "
+                      f"{c['seconds']:.0f} |", flush=True)
+                continue
             print(f"| {method} | {seed} | {len(train)} | {len(test)} | {c['model']:.3f} | {c['baseline']:.3f} | "
                   f"{c['difference']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] | {c['beats']} | {c['seconds']:.0f} |",
                   flush=True)

@@ -32,3 +32,6 @@ def test_either_release_rows_or_tuning_files(module, capsys):
         with pytest.raises(SystemExit):
             module.main(argv)
         assert "give either --rows or both --train and --validation" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        module.main(["--rows", "100", "--holdout", "0"])
+    assert "--holdout must be in (0, 1)" in capsys.readouterr().err

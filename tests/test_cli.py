@@ -159,3 +159,26 @@ def test_the_command_line_says_each_warning_once_without_dpcares_source_lines():
     r = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, check=True)
     lines = r.stderr.strip().splitlines()
     assert lines == [f"warning: {reproducible_noise_note(0)}", f"warning: {reproducible_noise_note(3)}"], r.stderr
+
+
+def test_a_warning_on_a_closed_stderr_does_not_stop_the_command():
+    """warnings' own printer ignores a stderr that is gone (a closed pipe); so must the command line's."""
+    import io
+    import warnings
+
+    import dpcare.cli as c
+
+    class Gone(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError("stderr closed")
+
+    saved = warnings.showwarning
+    try:
+        c.show_warnings_once()
+        warnings.showwarning("a pinned noise seed", UserWarning, "x.py", 1, file=Gone())  # must not raise
+        kept = io.StringIO()
+        warnings.showwarning("a weak delta", UserWarning, "x.py", 1, file=kept)
+        warnings.showwarning("a weak delta", UserWarning, "y.py", 2, file=kept)
+        assert kept.getvalue() == "warning: a weak delta\n"  # to the file given, once
+    finally:
+        warnings.showwarning = saved

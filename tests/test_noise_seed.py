@@ -159,6 +159,9 @@ def test_an_integer_noise_seed_warns_and_none_does_not():
     with pytest.warns(ReproducibleNoiseWarning, match="noise_seed = 3.*reproducible") as caught:
         DPSettings(noise_seed=3)
     assert [w.filename for w in caught] == [__file__]  # the user's line, not settings.py's
+    with pytest.warns(ReproducibleNoiseWarning, match="noise_seed = 5") as caught:
+        DPSettings().replace(noise_seed=5)
+    assert [w.filename for w in caught] == [__file__]  # not dataclasses.py, which replace goes through
     with warnings.catch_warnings():
         warnings.simplefilter("error", ReproducibleNoiseWarning)
         DPSettings()

@@ -77,7 +77,13 @@ def show_warnings_once() -> None:
         if key in shown:
             return
         shown.add(key)
-        typer.secho(f"warning: {message}", fg=typer.colors.YELLOW, err=True)
+        try:
+            if file is None:
+                typer.secho(f"warning: {message}", fg=typer.colors.YELLOW, err=True)
+            else:
+                file.write(f"warning: {message}\n")
+        except OSError:  # stderr gone (a closed pipe): a warning must not stop the run, as in warnings' own
+            pass
 
     warnings.showwarning = show
 
