@@ -219,12 +219,11 @@ def prepare(a: argparse.Namespace, data: Path, commands: list[str]) -> dict[str,
         csv, spec = data / f"{a.dataset}-{a.rows}.csv", data / f"{a.dataset}-10cols.yaml"
         if not (csv.exists() and spec.exists()):
             from dpcare.data import load_dataset, save_spec
-            from dpcare.data.schema import TableSchema
             from dpcare.studies.dp2stage import COLUMNS
 
             df, schema = load_dataset(a.dataset)
             keep = COLUMNS[a.dataset]
-            schema = TableSchema(tuple(c for c in schema.columns if c.name in keep), name=schema.name, meta=schema.meta)
+            schema = schema.select(keep)
             df[keep].sample(min(a.rows, len(df)), random_state=0).to_csv(csv, index=False)
             save_spec(schema, spec)
             print(f"wrote {csv} ({min(a.rows, len(df))} random rows, seed 0, of the DP-2Stage benchmark's columns "

@@ -20,19 +20,23 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-def release_rows(dataset: str, rows: int, holdout: float, seed: int):
-    """(training rows, held-out rows, spec) of the release tables' ``rows``-row sample, split as ``synth fit``."""
+def release_sample(dataset: str, rows: int):
+    """(rows, spec): the release tables' ``rows``-row random sample of the dp2stage columns, as ``synth fit`` reads it."""
     from dpcare.data import load_dataset, load_table
-    from dpcare.data.schema import TableSchema
-    from dpcare.data.splits import holdout_split
     from dpcare.studies.dp2stage import COLUMNS
 
     df, schema = load_dataset(dataset)
     keep = COLUMNS[dataset]
-    spec = TableSchema(tuple(c for c in schema.columns if c.name in keep), name=schema.name, meta=schema.meta)
-    data = load_table(df[keep].sample(min(rows, len(df)), random_state=0).reset_index(drop=True), spec)
+    spec = schema.select(keep)
+    return load_table(df[keep].sample(min(rows, len(df)), random_state=0).reset_index(drop=True), spec), spec
+
+
+def split_rows(data, holdout: float, seed: int):
+    """(training rows, held-out rows) of ``data`` as ``synth fit --holdout H --seed S`` splits it."""
+    from dpcare.data.splits import holdout_split
+
     train, test = holdout_split(len(data), holdout, seed)
-    return data.iloc[train].reset_index(drop=True), data.iloc[test].reset_index(drop=True), spec
+    return data.iloc[train].reset_index(drop=True), data.iloc[test].reset_index(drop=True)
 
 
 def file_rows(dataset: str, train: Path, validation: Path):
@@ -74,18 +78,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--holdout must be in (0, 1): the held-out rows score the comparison, got {a.holdout}")
     print("| method | seed | train rows | test rows | AUC XGB | declared-support baseline | improvement [95% interval] "
           "| beats | fit s |\n|---|---|---|---|---|---|---|---|---|", flush=True)
+    if a.rows is not None:
+        data, spec = release_sample(a.dataset, a.rows)
+    else:
+        train, test, spec = file_rows(a.dataset, a.train, a.validation)
     for method in a.methods.split(","):
         for seed in (int(s) for s in a.seeds.split(",")):
-            train, test, spec = (release_rows(a.dataset, a.rows, a.holdout, seed) if a.rows is not None
-                                 else file_rows(a.dataset, a.train, a.validation))
+            if a.rows is not None:
+                train, test = split_rows(data, a.holdout, seed)
             c = cell(method, train, test, spec, a.epsilon, seed)
+            head = f"| {method} | {seed} | {len(train)} | {len(test)} |"
             if c.get("undefined"):  # a one-class table (or baseline): synth fit's verdict says so, and so do we
-                print(f"| {method} | {seed} | {len(train)} | {len(test)} | {c['verdict']} | | | False | "
-                      f"{c['seconds']:.0f} |", flush=True)
+                print(f"{head} {c['verdict']} | | | False | {c['seconds']:.0f} |", flush=True)
                 continue
-            print(f"| {method} | {seed} | {len(train)} | {len(test)} | {c['model']:.3f} | {c['baseline']:.3f} | "
-                  f"{c['difference']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] | {c['beats']} | {c['seconds']:.0f} |",
-                  flush=True)
+            print(f"{head} {c['model']:.3f} | {c['baseline']:.3f} | {c['difference']:+.3f} [{c['low']:+.3f}, "
+                  f"{c['high']:+.3f}] | {c['beats']} | {c['seconds']:.0f} |", flush=True)
     return 0
 
 

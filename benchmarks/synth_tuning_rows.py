@@ -38,7 +38,6 @@ def excluded_rows(table: pd.DataFrame) -> set:
 def tuning_rows(dataset: str, train: int, validation: int) -> tuple[pd.DataFrame, pd.DataFrame, object]:
     """(training rows, validation rows, spec) outside :func:`excluded_rows`."""
     from dpcare.data import load_dataset
-    from dpcare.data.schema import TableSchema
     from dpcare.studies.dp2stage import COLUMNS
 
     df, schema = load_dataset(dataset)
@@ -49,7 +48,7 @@ def tuning_rows(dataset: str, train: int, validation: int) -> tuple[pd.DataFrame
         raise SystemExit(f"{dataset}: only {len(rest)} rows outside the release and study rows, asked for "
                          f"{train} + {validation}")
     pick = rest.sample(train + validation, random_state=1)
-    spec = TableSchema(tuple(c for c in schema.columns if c.name in keep), name=schema.name, meta=schema.meta)
+    spec = schema.select(keep)
     return pick.iloc[:train], pick.iloc[train:], spec
 
 

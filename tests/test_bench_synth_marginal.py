@@ -11,14 +11,15 @@ def module():
     return benchmark_script("bench_synth_marginal")
 
 
-def test_release_rows_are_the_synth_fit_split_of_the_release_sample(module):
+def test_the_rows_are_the_synth_fit_split_of_the_release_sample(module):
     import pandas as pd
 
     from dpcare.data import load_dataset, load_table
     from dpcare.studies.dp2stage import COLUMNS
     from dpcare.synth.synthesizer import holdout_split
 
-    train, test, spec = module.release_rows("support2", 1000, 0.1, seed=2)
+    data, spec = module.release_sample("support2", 1000)
+    train, test = module.split_rows(data, 0.1, seed=2)
     df, _ = load_dataset("support2")
     sample = load_table(df[COLUMNS["support2"]].sample(1000, random_state=0).reset_index(drop=True), spec)
     tr, te = holdout_split(1000, 0.1, 2)  # what `synth fit --holdout 0.1 --seed 2` holds out

@@ -74,6 +74,16 @@ def test_require_public_and_role_changes():
         schema.with_roles(["weight"])
 
 
+def test_a_spec_narrowed_to_some_columns_keeps_their_order_name_and_meta():
+    schema = TableSchema.from_dict(SPEC)
+    narrow = schema.select(["group", "death", "age"])
+    assert [c.name for c in narrow.columns] == [c.name for c in schema.columns if c.name in {"group", "death", "age"}]
+    assert narrow.columns == tuple(schema.column(c.name) for c in narrow.columns)
+    assert (narrow.name, narrow.meta) == (schema.name, schema.meta)
+    with pytest.raises(ValueError, match="exactly one target column"):
+        schema.select(["age", "sex"])
+
+
 @pytest.mark.parametrize(
     "change, match",
     [

@@ -131,6 +131,11 @@ class TableSchema:
                                                                  else "public"}) for c in self.columns)
         return TableSchema(cols, self.name, self.meta)
 
+    def select(self, names) -> TableSchema:
+        """The same schema narrowed to the columns ``names`` (kept in the spec's order; the target must be one)."""
+        keep = set(names)
+        return TableSchema(tuple(c for c in self.columns if c.name in keep), self.name, self.meta)
+
     # --------------------------------------------------------------- (de)serialisation
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TableSchema:

@@ -166,7 +166,7 @@ def prepare(name: str, bench: Dp2StageBenchmark) -> tuple[pd.DataFrame, pd.DataF
     df, schema = load_dataset(name)
     if not bench.all_columns:
         keep = COLUMNS[name]
-        schema = TableSchema(tuple(c for c in schema.columns if c.name in keep), name=schema.name, meta=schema.meta)
+        schema = schema.select(keep)
         df = df[keep]
     parts = split_table(df, {"train": 0.7, "test": 0.3}, seed=bench.seed)
     train, test = parts["train"], parts["test"]
