@@ -23,6 +23,7 @@ import math
 import numbers
 import re
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,6 +178,11 @@ class Settings:
 
 
 # --------------------------------------------------------------------------- the DP settings
+#: set while a DPSettings derives a copy that keeps its pinned noise seed (it warned already); a context variable,
+#: not a warnings filter: changing the filters resets Python's record of warnings already shown, and is not thread-safe
+_DERIVING: ContextVar[bool] = ContextVar("dpcare_deriving_settings", default=False)
+
+
 @dataclass(frozen=True)
 class DPSettings(Settings):
     """The settings of the private mechanism, shared by every recipe (and every CLI command that trains).
@@ -221,7 +227,8 @@ class DPSettings(Settings):
         super().__post_init__()
         from dpcare.privacy.randomness import warn_if_reproducible
 
-        warn_if_reproducible(self.noise_seed)
+        if not _DERIVING.get():
+            warn_if_reproducible(self.noise_seed)
 
     def replace(self, **changes: Any) -> DPSettings:
         """A copy with ``changes`` (validated). A copy that keeps this one's pinned noise_seed does not warn about
@@ -238,13 +245,11 @@ class DPSettings(Settings):
 
     def _derived(self, **changes: Any) -> DPSettings:
         """A copy with ``changes``, without repeating the pinned-noise warning: these settings gave it already."""
-        import warnings
-
-        from dpcare.privacy.randomness import ReproducibleNoiseWarning
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ReproducibleNoiseWarning)
+        token = _DERIVING.set(True)
+        try:
             return super().replace(**changes)
+        finally:
+            _DERIVING.reset(token)
 
 
 # --------------------------------------------------------------------------- where to compute
