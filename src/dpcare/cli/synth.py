@@ -1,9 +1,11 @@
-"""``dpcare synth fit | sample | evaluate``: DP synthetic tables from a language model (DP-2Stage).
+"""``dpcare synth fit | sample | evaluate``: DP synthetic tables from a language model (DP-2Stage) or AIM.
 
-``fit`` writes a run folder (run.json, synthesizer.json, weights.pt); its options come from the
-declarations of :class:`~dpcare.synth.settings.SynthSettings` (the DP settings of stage 2 as in
+``fit`` writes a run folder (run.json, synthesizer.json and the model: weights.pt or model.npz); its options
+come from the declarations of :class:`~dpcare.synth.settings.SynthSettings` (the DP settings of stage 2 as in
 ``dpcare train``, stage 1 as ``--stage1-*``), except the settings a scale sets (``--layers``,
-``--stage1-epochs``, ``--epochs``), which default to the ``--scale``'s values.
+``--stage1-epochs``, ``--epochs``), which default to the ``--scale``'s values. With ``--synthesizer aim``
+only the shared settings (:data:`AIM_SHARED`) and the run options apply; a language-model option set to
+anything but its default is refused.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ import typer
 
 from dpcare.cli.budget import BudgetOption
 from dpcare.cli.common import table_and_spec
-from dpcare.cli.options import settings_options
+from dpcare.cli.options import changed_options, settings_options
 from dpcare.cli.train import ForceOption
 from dpcare.exceptions import MissingFileError, SettingsError
-from dpcare.synth.settings import SynthSettings
+from dpcare.synth.settings import AIMSettings, SynthSettings
 
 app = typer.Typer(help="DP synthetic tables from a language model (DP-2Stage).", no_args_is_help=True)
 
@@ -54,13 +56,36 @@ def scaled_settings(settings: SynthSettings, scale: str, given: dict[str, object
     return SynthSettings.for_device(scale, **values)
 
 
+#: the synthesizers ``synth fit`` can fit: DP-2Stage's language model (its modes by --mode) or AIM
+SYNTHESIZERS = ("dp-2stage", "aim")
+#: the settings of ``synth fit`` that also set AIM (every other one sets the language model only)
+AIM_SHARED = ("dp.epsilon", "dp.delta", "dp.seed")
+#: the options of ``synth fit`` outside the settings that set the language model only, with their defaults
+AIM_SHARED_NAMES = tuple(p.split(".")[1] for p in AIM_SHARED)  # AIMSettings' names of the shared settings
+LM_ONLY = {"--scale": "auto", "--layers": None, "--stage1-epochs": None, "--epochs": None, "--public": None,
+           "--public-data": None, "--public-spec": None}
+
+
+def _refuse(flags: list[str], where: str, what: str) -> None:
+    """Refuse options set to a non-default value where they do not apply (``what``: what they set)."""
+    if flags:
+        one = len(flags) == 1
+        raise SettingsError(f"{', '.join(sorted(flags))} {'does' if one else 'do'} not apply to {where}: "
+                            f"{'it sets' if one else 'they set'} {what}")
+
+
 @app.command("fit")
+@settings_options("aim_settings", AIMSettings(), skip=AIM_SHARED_NAMES)  # --bins, --max-model-size
 @settings_options("settings", SynthSettings(), skip=("dp.unit", "lm.train_head", *SCALED))
 def fit(
     data: Annotated[Path, typer.Argument(help="private table (CSV or Parquet)")],
     spec: Annotated[Path, typer.Option(help="privacy spec: column types, public bounds and categories")],
-    out: Annotated[Path, typer.Option(help="run folder to write (run.json, synthesizer.json, weights.pt); rerun the "
-                                           "same command to resume an interrupted fit")] = Path("results/synth"),
+    out: Annotated[Path, typer.Option(help="run folder to write (run.json, synthesizer.json and the model); rerun "
+                                           "the same command to resume an interrupted language-model fit")
+                   ] = Path("results/synth"),
+    synthesizer: Annotated[str, typer.Option(help="dp-2stage (a language model, DP-2Stage; --mode picks its variant) "
+                                                  "or aim (noisy marginals and a graphical model, AIM; needs "
+                                                  "SmartNoise in .venv-baselines)")] = "dp-2stage",
     scale: Annotated[str, typer.Option(help="auto (cpu unless the model trains on a GPU), cpu (first block, 1 + 2 "
                                             "epochs: minutes) or paper (whole model, 5 + 10 epochs)")] = "auto",
     layers: Annotated[int | None, typer.Option(help="keep only the first k transformer blocks (default: the scale's)")
@@ -83,36 +108,78 @@ def fit(
     force: ForceOption = False,
     budget: BudgetOption = None,
     settings: SynthSettings = None,
+    aim_settings: AIMSettings = None,
 ) -> None:
-    """Fit a synthesizer; prints the estimated time first, then the privacy guarantee and the verdict against
-    the public baseline (independent sampling from the spec's declared support) on real held-out rows."""
-    from dpcare.data import count_rows, load_spec, load_table
-    from dpcare.privacy import guard_run
-    from dpcare.runs import RunFolder
-    from dpcare.synth.support_baseline import describe
-    from dpcare.synth.synthesizer import (
-        Synthesizer,
-        check_test_rows,
-        holdout_split,
-        plan,
-        stage1_source,
-    )
+    """Fit a synthesizer; prints the estimated time (or, for AIM, its budget) first, then the privacy guarantee
+    and the verdict against the public baseline (independent sampling from the spec's declared support) on
+    real held-out rows."""
+    from dpcare.data import load_spec
+
+    if synthesizer not in SYNTHESIZERS:
+        raise SettingsError(f"--synthesizer must be one of {list(SYNTHESIZERS)}, got --synthesizer = {synthesizer!r}")
+    if test is not None and not test.is_file():
+        raise MissingFileError(f"--test file not found: {test}")
+    if synthesizer == "aim":
+        from dpcare.synth.aim import AIMSynthesizer
+
+        lm = changed_options(settings, SynthSettings(), skip=("dp.unit", "lm.train_head", *SCALED, *AIM_SHARED))
+        if "dp.noise_seed" in lm:
+            raise SettingsError("--noise-seed does not apply to aim: its noise comes from OpenDP's secure generator, "
+                                "which no seed pins")
+        given = {"--scale": scale, "--layers": layers, "--stage1-epochs": stage1_epochs, "--epochs": epochs,
+                 "--public": public, "--public-data": public_data, "--public-spec": public_spec}
+        _refuse([*lm.values(), *(f for f, v in given.items() if v != LM_ONLY[f])],
+                "--synthesizer aim", "the language model")
+        aim_settings = aim_settings.replace(epsilon=settings.dp.epsilon, delta=settings.dp.delta,
+                                            seed=settings.dp.seed)
+        synth = AIMSynthesizer(load_spec(spec), aim_settings)  # refuses undeclared bounds or categories
+        synth.check_available()
+        _fit_and_write(synth, data, test, holdout, compare_rows, out, force, budget, seed=aim_settings.seed,
+                       run_settings={"synthesizer": "aim", **aim_settings.to_dict()}, plan=synth.plan,
+                       train=lambda rows, run: synth.fit(rows, report=lambda m: typer.echo(m, err=True)),
+                       files="run.json, synthesizer.json, model.npz")
+        return
+    _refuse(list(changed_options(aim_settings, AIMSettings(), skip=AIM_SHARED_NAMES).values()),
+            "--synthesizer dp-2stage", "AIM")
+    from dpcare.synth.synthesizer import Synthesizer, plan, stage1_source
 
     settings = scaled_settings(settings, scale, {"lm.layers": layers, "stage1.epochs": stage1_epochs,
                                                  "dp.epochs": epochs})
     schema = load_spec(spec)
     public_table, public_schema = _public(public, public_data, public_spec)
     synth = Synthesizer(schema, settings, public_table=public_table, public_schema=public_schema)
+    stage1 = {"public": public, "public_data": str(public_data) if public_data else None}
+
+    def train(rows, run):
+        synth.fit(rows, checkpoint_dir=run.checkpoint_dir, report=lambda m: typer.echo(m, err=True))
+
+    source = stage1_source(settings, public_schema)
+    _fit_and_write(synth, data, test, holdout, compare_rows, out, force, budget, seed=settings.dp.seed,
+                   run_settings={**settings.to_dict(), "stage1_table": stage1},
+                   plan=lambda n: plan(settings, n), train=train, files="run.json, synthesizer.json, weights.pt",
+                   data_extra={"stage 1": source} if source else {})
+
+
+def _fit_and_write(synth, data: Path, test: Path | None, holdout: float, compare_rows: int, out: Path, force: bool,
+                   budget: Path | None, *, seed: int, run_settings: dict, plan, train, files: str,
+                   data_extra: dict | None = None) -> None:
+    """What ``synth fit`` does for either synthesizer: split by row count and seed alone, claim the run folder
+    and reserve the budget (``plan(training rows)``) before any row is read, read and check the real test rows,
+    ``train(training rows, run folder)``, compare with the public baseline, write the run and print its verdict."""
+    from dpcare.data import count_rows, load_table
+    from dpcare.privacy import guard_run
+    from dpcare.runs import RunFolder
+    from dpcare.synth.saved import check_test_rows
+    from dpcare.synth.support_baseline import describe
+    from dpcare.synth.synthesizer import holdout_split
+
+    schema = synth.schema
     if test is not None:
-        if not test.is_file():
-            raise MissingFileError(f"--test file not found: {test}")
         holdout = 0.0  # the test rows come from --test: every row of DATA trains
     rows = count_rows(data)  # public: every ledger states n
-    train_idx, test_idx = holdout_split(rows, holdout, settings.dp.seed)  # from the row count and seed alone
-    planned = plan(settings, len(train_idx))
-    stage1 = {"public": public, "public_data": str(public_data) if public_data else None}
-    run = RunFolder(out, "synth", {**settings.to_dict(), "stage1_table": stage1}, force=force,
-                    command="dpcare synth fit")
+    train_idx, test_idx = holdout_split(rows, holdout, seed)  # from the row count and seed alone
+    planned = plan(len(train_idx))
+    run = RunFolder(out, "synth", run_settings, force=force, command="dpcare synth fit")
     with guard_run(budget, planned, run_id=run.run_id, command="synth fit", data=data) as held:
         table = load_table(data, schema)
         if test is not None:
@@ -121,20 +188,18 @@ def fit(
         elif len(test_idx):
             real_test = table.iloc[test_idx].reset_index(drop=True)
             check_test_rows(real_test, schema, f"the held-out {holdout:g} of DATA ({len(test_idx)} rows, seed "
-                                               f"{settings.dp.seed})")
+                                               f"{seed})")
         else:
             real_test = None
-        synth.fit(table.iloc[train_idx].reset_index(drop=True), checkpoint_dir=run.checkpoint_dir,
-                  report=lambda message: typer.echo(message, err=True))
+        train(table.iloc[train_idx].reset_index(drop=True), run)
         if held is not None:
             held.actual = synth.ledger
     if real_test is not None:
         synth.compare_to_public(real_test, rows=compare_rows)
-    source = stage1_source(settings, public_schema)
     split = ({"test": str(test), "test rows": len(real_test)} if test is not None else
              {"held out": holdout, "test rows": len(test_idx), "held-out rows": test_idx.tolist()})
     synth.write(run, data={"path": str(data), "rows": rows, "training rows": len(train_idx), **split,
-                           **({"stage 1": source} if source else {})})
+                           **(data_extra or {})})
     if synth.guarantee is not None:
         typer.echo(synth.guarantee.describe())
     else:
@@ -144,7 +209,7 @@ def fit(
     else:
         typer.echo("no public-baseline comparison (--holdout 0 and no --test): nothing says this table beats "
                    "sampling from the declared support")
-    typer.echo(f"written to {out}/ (run.json, synthesizer.json, weights.pt)")
+    typer.echo(f"written to {out}/ ({files})")
 
 
 @app.command("sample")
@@ -152,31 +217,43 @@ def sample(
     folder: Annotated[Path, typer.Argument(help="a fitted synthesizer (a run folder of `dpcare synth fit`)")],
     n: Annotated[int, typer.Option(help="rows to sample")] = 1000,
     out: Annotated[Path, typer.Option(help="CSV to write (and its .sampling.json beside it)")] = Path("synthetic.csv"),
-    method: Annotated[str, typer.Option(help="constrained, rejection or imputation")] = "constrained",
+    method: Annotated[str, typer.Option(help="constrained, rejection or imputation (language models)")
+                      ] = "constrained",
     conditions: Annotated[Path | None, typer.Option(
         help="CSV with one row per sample fixing some columns (exact conditioning for leading columns)")] = None,
     temperature: Annotated[float, typer.Option(help="sampling temperature")] = 1.0,
     batch_size: Annotated[int, typer.Option(help="rows decoded together")] = 256,
     seed: Annotated[int, typer.Option(help="sampling seed")] = 0,
 ) -> None:
-    """Sample synthetic rows (sampling reads no private data: no privacy cost)."""
+    """Sample synthetic rows (sampling reads no private data: no privacy cost). --method, --conditions,
+    --temperature and --batch-size apply to a language model only."""
     import pandas as pd
 
     from dpcare.io import write_json, write_text
-    from dpcare.synth.synthesizer import Synthesizer
+    from dpcare.synth.aim import AIMSynthesizer
+    from dpcare.synth.saved import load_synthesizer
 
     if out.is_dir():
         raise SettingsError(f"--out {out} is a folder: give the CSV file to write")
     if conditions is not None and not conditions.is_file():
         raise MissingFileError(f"conditions file not found: {conditions}")
-    synth = Synthesizer.load(folder)
-    cond = pd.read_csv(conditions) if conditions else None
-    df = synth.sample(n, method=method, conditions=cond, temperature=temperature, batch_size=batch_size,
-                      seed=seed)
+    synth = load_synthesizer(folder)
+    if isinstance(synth, AIMSynthesizer):
+        given = {"--method": method != "constrained", "--conditions": conditions is not None,
+                 "--temperature": temperature != 1.0, "--batch-size": batch_size != 256}
+        _refuse([f for f, changed in given.items() if changed],
+                "an AIM synthesizer, which draws rows from its graphical model", "a language model's sampling")
+        df = synth.sample(n, seed=seed)
+        record = synth.last_sampling
+    else:
+        cond = pd.read_csv(conditions) if conditions else None
+        df = synth.sample(n, method=method, conditions=cond, temperature=temperature, batch_size=batch_size,
+                          seed=seed)
+        record = synth.last_sampling.to_dict()
     write_text(out, df.to_csv(index=False))
-    s = synth.last_sampling
-    write_json(sampling_record(out), {"run_id": synth.run_id, "synthesizer": str(folder), **s.to_dict()})
-    typer.echo(f"wrote {len(df)} rows to {out} ({s.rows_per_second:.1f} rows/s, valid rate {s.valid_rate:.3f})")
+    write_json(sampling_record(out), {"run_id": synth.run_id, "synthesizer": str(folder), **record})
+    speed = f"{record['rows_per_second']:.1f} rows/s" if record.get("rows_per_second") else "speed not measured"
+    typer.echo(f"wrote {len(df)} rows to {out} ({speed}, valid rate {record['valid_rate']:.3f})")
 
 
 def sampling_record(table: Path) -> Path:
@@ -205,9 +282,13 @@ def evaluate(
     fake, _ = table_and_spec(synthetic, spec)
     report = evaluate_synthetic(fake, real_train, real_test, schema, seed=seed)
     if synthesizer is not None:
-        from dpcare.synth.synthesizer import Synthesizer
+        from dpcare.synth.saved import load_synthesizer
 
-        report["perplexity"] = Synthesizer.load(synthesizer, progress=False).perplexity(real_test)
+        fitted = load_synthesizer(synthesizer, progress=False)
+        if hasattr(fitted, "perplexity"):
+            report["perplexity"] = fitted.perplexity(real_test)
+        else:
+            typer.echo("no perplexities: AIM is not a language model", err=True)
     path = out or synthetic.with_suffix(".report.json")
     write_json(path, report)
     typer.echo(format_report(report))

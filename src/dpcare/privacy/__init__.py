@@ -14,13 +14,14 @@ from dpcare.privacy.accountants import (
     make_accountant,
 )
 from dpcare.privacy.budget import Budget, Release, Spent, compose, guard_run, planned_training
-from dpcare.privacy.calibration import calibrate_noise_multiplier
+from dpcare.privacy.calibration import calibrate_noise_multiplier, calibrate_zcdp_rho
 from dpcare.privacy.events import (
     event_from_json,
     event_to_json,
     gaussian_event,
     laplace_event,
     sampled_gaussian_event,
+    zcdp_event,
 )
 from dpcare.privacy.guarantee import NEIGHBOURING, Guarantee, ProtectedUnit
 from dpcare.privacy.ledger import Entry, PrivacyLedger
@@ -45,9 +46,9 @@ from dpcare.privacy.validation import (
 
 __all__ = [
     "NEIGHBOURING", "PLD_DISCRETIZATION", "RDP_ORDERS", "Budget", "Entry", "Guarantee", "PrivacyLedger", "ProtectedUnit", "Release",
-    "ReproducibleNoiseWarning", "Spent", "WeakDeltaWarning", "calibrate_noise_multiplier", "check_delta", "check_epsilon", "check_noise_multiplier",
+    "ReproducibleNoiseWarning", "Spent", "WeakDeltaWarning", "calibrate_noise_multiplier", "calibrate_zcdp_rho", "check_delta", "check_epsilon", "check_noise_multiplier",
     "check_sampling_rate", "check_steps", "compose", "compute_delta", "compute_epsilon", "default_delta",
     "event_from_json", "event_to_json", "gaussian_event", "guard_run", "laplace_event", "legacy_delta", "make_accountant", "n_delta",
     "planned_training", "reproducible_noise_note", "sampled_gaussian_event", "secret_rng", "secret_seed",
-    "warn_if_reproducible",
+    "warn_if_reproducible", "zcdp_event",
 ]

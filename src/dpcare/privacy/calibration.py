@@ -35,7 +35,7 @@ from dpcare.privacy.accountants import (
     make_accountant,
     rdp_curve,
 )
-from dpcare.privacy.events import sampled_gaussian_event
+from dpcare.privacy.events import sampled_gaussian_event, zcdp_event
 from dpcare.privacy.validation import check_delta, check_epsilon, check_sampling_rate, check_steps
 
 MIN_SIGMA, MAX_SIGMA = 0.1, 1e5
@@ -196,6 +196,29 @@ def calibrate_noise_multiplier(sampling_rate: float, steps: int, target_epsilon:
             return sigma
         sigma *= 1 + tolerance
     raise RuntimeError(f"calibration failed to meet epsilon = {target:g}; please report this")
+
+
+def calibrate_zcdp_rho(target_epsilon: float, delta: float, tolerance: float = 1e-6) -> float:
+    """The largest rho (to relative ``tolerance``) whose rho-zCDP event the RDP accountant certifies at
+    (target_epsilon, delta): what an adaptive zCDP mechanism (AIM) may spend so that the run's ledger, which
+    composes its event with that accountant, prints at most the target. The epsilon of the answer is checked
+    with the same call the ledger makes (:func:`compute_epsilon` with ``"rdp"``)."""
+    target, delta = check_epsilon(target_epsilon), check_delta(delta)
+    if not 0 < tolerance <= 0.1:
+        raise PrivacyParameterError(f"tolerance must be in (0, 0.1], got tolerance = {tolerance!r}")
+
+    def eps(rho: float) -> float:
+        return compute_epsilon(zcdp_event(rho), delta, "rdp")
+
+    lo, hi = 1e-12, 1.0
+    while eps(hi) <= target:  # rho grows about like epsilon^2 / (4 log(1/delta)) for small epsilon
+        lo, hi = hi, hi * 4
+    if eps(lo) > target:
+        raise PrivacyParameterError(f"epsilon = {target:g} at delta = {delta:g} is below what any rho > 1e-12 meets")
+    while hi / lo > 1 + tolerance:  # eps(lo) <= target < eps(hi)
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if eps(mid) <= target else (lo, mid)
+    return lo
 
 
 def _floor(target: float) -> float:

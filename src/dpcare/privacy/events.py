@@ -13,11 +13,12 @@ knows, so it costs nothing and has no event.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dp_accounting import dp_event
 
-from dpcare.exceptions import DataError
+from dpcare.exceptions import DataError, PrivacyParameterError
 from dpcare.privacy.validation import check_noise_multiplier, check_sampling_rate, check_steps
 
 
@@ -45,6 +46,17 @@ def gaussian_event(noise_multiplier: float) -> dp_event.DpEvent:
     under add/remove) with N(0, sigma^2) noise per bin is ``gaussian_event(sigma)``.
     """
     return dp_event.GaussianDpEvent(check_noise_multiplier(noise_multiplier))
+
+
+def zcdp_event(rho: float) -> dp_event.DpEvent:
+    """A mechanism that is rho-zCDP as a whole (Bun & Steinke 2016, Definition 1.1), e.g. AIM: every Gaussian
+    measurement (rho = 1 / (2 sigma^2)) and exponential-mechanism selection (rho = epsilon^2 / 8, Cesar &
+    Rogers 2021) of an adaptive run added up. It is (alpha, rho * alpha)-RDP for every alpha > 1, so only the
+    RDP accountant composes it; the PLD accountant does not support it (a Gaussian with the same rho would be
+    tighter than an arbitrary rho-zCDP mechanism is)."""
+    if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho <= 0:
+        raise PrivacyParameterError(f"rho must be a finite number > 0, got rho = {rho!r}")
+    return dp_event.ZCDpEvent(float(rho))
 
 
 def laplace_event(noise_multiplier: float) -> dp_event.DpEvent:

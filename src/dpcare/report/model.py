@@ -145,6 +145,8 @@ def _event_fields(ev: dict[str, Any]) -> tuple[str, float | None, float | None, 
             q = float(ev["sampling_probability"])
         ev = ev["event"]
     name = str(ev.get("class_name", "unknown")).removesuffix("DpEvent")
+    if name == "ZC":  # dp-accounting's ZCDpEvent: a whole mechanism stated by its zCDP parameter
+        name = f"rho-zCDP mechanism (rho = {float(ev['rho']):.4g})"
     return (f"Poisson-sampled {name}" if q is not None else name), q, ev.get("noise_multiplier"), count
 
 

@@ -43,10 +43,13 @@ import json
 import math
 import numbers
 import os
+import re
+import secrets
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -230,29 +233,105 @@ def run_baseline(name: str, train_df: pd.DataFrame, schema, epsilon: float, delt
     with tempfile.TemporaryDirectory(prefix="dpcare-baseline-") as tmp:
         work = Path(tmp)
         train.to_csv(work / "train.csv", index=False)
-        (work / "job.json").write_text(json.dumps(job))
-        cmd = [str(baselines_python()), "-P", str(Path(__file__).resolve()), str(work)]
-        try:
-            res = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout,
-                                 env=_subprocess_env())
-        except subprocess.TimeoutExpired:
-            raise TimeoutError(f"SmartNoise {name} did not finish within {timeout} s") from None
-        if (work / REFUSED_FILE).exists():  # settings the worker found impossible (it cannot import dpcare)
-            raise PrivacyParameterError(json.loads((work / REFUSED_FILE).read_text())["error"])
-        if res.returncode != 0 or not (work / "result.json").exists():
-            tail = "\n".join(res.stderr.strip().splitlines()[-15:])
-            raise RuntimeError(f"SmartNoise {name} failed (exit status {res.returncode}):\n{tail}")
-        accounting = json.loads((work / "result.json").read_text())
+        accounting = run_job(job, work, timeout)
         synth = pd.read_csv(work / "synth.csv")
-    rng = np.random.default_rng(seed)
-    synth = synth.iloc[rng.permutation(len(synth))].reset_index(drop=True)  # mbi emits rows grouped by value
-    out = _decode(synth, layout, style, bins, rng)
+    out = _decoded(synth, layout, style, bins, seed)
     out.attrs["dp"] = accounting
     return out
 
 
+def _decoded(synth: pd.DataFrame, layout: list[dict], style: str, bins: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    synth = synth.iloc[rng.permutation(len(synth))].reset_index(drop=True)  # mbi emits rows grouped by value
+    return _decode(synth, layout, style, bins, rng)
+
+
+#: one line per AIM round when the job is verbose: the fraction of rho spent so far
+_BUDGET_LINE = re.compile(r"Budget Used\s+([0-9.eE+-]+)")
+
+
+def run_job(job: dict, work: Path, timeout: float | None = None,
+            progress: Callable[[float], None] | None = None) -> dict:
+    """Run one worker ``job`` (written to ``work``/job.json beside its input files) in the SmartNoise venv;
+    returns its result.json. ``progress``: called with the fraction of AIM's budget spent after each round
+    (the job is then run verbose and its output read line by line)."""
+    from dpcare.exceptions import PrivacyParameterError
+
+    (work / "job.json").write_text(json.dumps({**job, "verbose": progress is not None}))
+    cmd = [str(baselines_python()), "-P", str(Path(__file__).resolve()), str(work)]
+    name = job["name"]
+    with open(work / "stderr.txt", "w+") as err, open(work / "stdout.txt", "w+") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if progress else log, stderr=err, text=True,
+                                env=_subprocess_env())
+        try:
+            if progress is not None:
+                for line in proc.stdout:
+                    found = _BUDGET_LINE.search(line)
+                    if found:
+                        progress(min(float(found.group(1)), 1.0))
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise TimeoutError(f"SmartNoise {name} did not finish within {timeout} s") from None
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        err.seek(0)
+        stderr = err.read()
+    if (work / REFUSED_FILE).exists():  # settings the worker found impossible (it cannot import dpcare)
+        raise PrivacyParameterError(json.loads((work / REFUSED_FILE).read_text())["error"])
+    if proc.returncode != 0 or not (work / "result.json").exists():
+        tail = "\n".join(stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"SmartNoise {name} failed (exit status {proc.returncode}):\n{tail}")
+    return json.loads((work / "result.json").read_text())
+
+
+def fit_aim(train: pd.DataFrame, layout: list[dict], bins: int, rho: float, epsilon: float, delta: float,
+            options: dict | None = None, progress: Callable[[float], None] | None = None
+            ) -> tuple[dict, dict[str, np.ndarray], dict]:
+    """Fit AIM on the (schema-checked) private ``train`` rows at ``rho``-zCDP; returns the fitted model's
+    state (domain, cliques, total), its log-potential arrays and the worker's accounting record. The rows
+    are encoded with the public ``layout`` (:func:`_layout`); nothing else of them leaves this process."""
+    codes, specs = _encode(train, layout, "cube", bins)
+    job = {"name": "aim", "epsilon": float(epsilon), "delta": float(delta), "rho": float(rho), "n_samples": 0,
+           "seed": 0, "columns": specs, "options": options or {}, "save_model": True}
+    with tempfile.TemporaryDirectory(prefix="dpcare-aim-") as tmp:
+        work = Path(tmp)
+        codes.to_csv(work / "train.csv", index=False)
+        accounting = run_job(job, work, progress=progress)
+        state = json.loads((work / MODEL_STATE).read_text())
+        with np.load(work / MODEL_ARRAYS) as saved:
+            arrays = {k: saved[k] for k in saved.files}
+    return state, arrays, accounting
+
+
+def sample_aim(state: dict, arrays: dict[str, np.ndarray], layout: list[dict], bins: int, n: int,
+               seed: int = 0) -> pd.DataFrame:
+    """``n`` rows of a fitted AIM model (:func:`fit_aim`), decoded to the schema's columns. Reads no private
+    data: a function of the released model, ``n`` and ``seed``."""
+    specs = public_column_specs(layout, bins)
+    job = {"name": SAMPLE_JOB, "n_samples": int(n), "seed": int(seed), "columns": specs}
+    with tempfile.TemporaryDirectory(prefix="dpcare-aim-sample-") as tmp:
+        work = Path(tmp)
+        (work / MODEL_STATE).write_text(json.dumps(state))
+        np.savez(work / MODEL_ARRAYS, **arrays)
+        run_job(job, work)
+        synth = pd.read_csv(work / "synth.csv")
+    return _decoded(synth, layout, "cube", bins, seed)
+
+
+def public_column_specs(layout: list[dict], bins: int) -> list[dict]:
+    """The SmartNoise column specs of a cube encoding: names and cardinalities, from the layout alone."""
+    return [{"name": c["name"], "card": (len(c["categories"]) if c["kind"] == "categorical" else bins) + c["missing"]}
+            for c in layout]
+
+
 # --------------------------------------------------------------------------- worker (SmartNoise venv)
 REFUSED_FILE = "refused.json"  # the worker's refusal of the job's privacy settings: {"error": message}
+SAMPLE_JOB = "aim-sample"  # a job that samples a saved AIM model (no training rows)
+MODEL_STATE, MODEL_ARRAYS = "model.json", "model.npz"  # a fitted AIM model: domain and cliques; log-potentials
 
 
 class _Refused(Exception):
@@ -333,37 +412,118 @@ def _dpctgan(job: dict, train: pd.DataFrame, tt):
                    "preprocessor_epsilon": 0.0}
 
 
-def _worker(work: Path) -> None:
+def _fresh_entropy(torch_too: bool) -> None:
+    """Seed every generator a fit draws from (AIM's and MST's selections, DP-CTGAN's noise) from the OS:
+    seeded with the job's public seed, an adversary who knows it could replay those draws."""
     import random
 
-    job = json.loads((work / "job.json").read_text())
-    random.seed(job["seed"])
-    np.random.seed(job["seed"])
-    train = pd.read_csv(work / "train.csv")
-    start = time.perf_counter()
-    if job["name"] == "dpctgan":
+    random.seed(secrets.token_bytes(32))
+    np.random.seed(np.frombuffer(secrets.token_bytes(32), dtype=np.uint32))
+    if torch_too:
         import torch
 
-        torch.manual_seed(job["seed"])
-        try:
-            synth, acc = _dpctgan(job, train, _transformer(job["columns"], "gan"))
-        except _Refused as err:
-            (work / REFUSED_FILE).write_text(json.dumps({"error": str(err)}))
-            return
-    else:
-        from snsynth.aim import AIMSynthesizer
-        from snsynth.mst import MSTSynthesizer
-        from snsynth.utils import cdp_rho
+        torch.manual_seed(secrets.randbits(63))
 
-        cls = MSTSynthesizer if job["name"] == "mst" else AIMSynthesizer
-        synth = cls(epsilon=job["epsilon"], delta=job["delta"], **job["options"])
-        synth.fit(train, transformer=_transformer(job["columns"], "cube"))
-        acc = {"mechanism": f"{job['name'].upper()} (zCDP, Gaussian noise)", "epsilon": job["epsilon"],
-               "delta": job["delta"], "rho": cdp_rho(job["epsilon"], job["delta"]), "preprocessor_epsilon": 0.0}
-    fit_s = time.perf_counter() - start
-    out = synth.sample(job["n_samples"])
-    acc.update(fit_seconds=fit_s, sample_seconds=time.perf_counter() - start - fit_s)
-    out[[s["name"] for s in job["columns"]]].to_csv(work / "synth.csv", index=False)
+
+def _public_seed(seed: int) -> None:
+    """Seed the generators sampling draws from (post-processing of the fitted model: no privacy cost)."""
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed)
+    if "torch" in sys.modules:
+        import torch
+
+        torch.manual_seed(seed)
+
+
+def _fit_marginal(job: dict, train: pd.DataFrame):
+    """MST or AIM fitted on the encoded rows; AIM at the job's ``rho`` when given (dpcare calibrates it with its
+    own accountant, so that the ledger's epsilon is at most the target), else SmartNoise's ``cdp_rho``."""
+    import snsynth.aim.aim as aim_module
+    from snsynth.aim import AIMSynthesizer
+    from snsynth.mst import MSTSynthesizer
+    from snsynth.utils import cdp_rho
+
+    rho = job.get("rho")
+    if rho is not None:
+        if job["name"] != "aim":
+            raise RuntimeError("only AIM takes a calibrated rho")
+        aim_module.cdp_rho = lambda epsilon, delta: rho  # AIM reads its budget through this name only
+    cls = MSTSynthesizer if job["name"] == "mst" else AIMSynthesizer
+    options = dict(job["options"])
+    if job.get("verbose") and job["name"] == "aim":
+        options["verbose"] = True  # one line per round: "... Budget Used <fraction>" (the caller's progress)
+    synth = cls(epsilon=job["epsilon"], delta=job["delta"], **options)
+    synth.fit(train, transformer=_transformer(job["columns"], "cube"))
+    spent = synth.rho if job["name"] == "aim" else cdp_rho(job["epsilon"], job["delta"])
+    if rho is not None and spent != rho:
+        raise RuntimeError(f"AIM spent rho = {spent}, not the calibrated {rho}")
+    return synth, {"mechanism": f"{job['name'].upper()} (zCDP, Gaussian noise)", "epsilon": job["epsilon"],
+                   "delta": job["delta"], "rho": spent, "preprocessor_epsilon": 0.0}
+
+
+def _save_model(model, work: Path) -> None:
+    """The fitted graphical model (mbi MarkovRandomField): its domain, cliques and log-potentials, all that
+    sampling needs. Post-processing of the noisy measurements: releasing it costs nothing more."""
+    pots = model.potentials
+    arrays = {f"p{i}": np.asarray(pots.arrays[cl].values) for i, cl in enumerate(pots.cliques)}
+    np.savez(work / MODEL_ARRAYS, **arrays)
+    (work / MODEL_STATE).write_text(json.dumps({
+        "attributes": list(pots.domain.attributes), "shape": [int(x) for x in pots.domain.shape],
+        "cliques": [list(cl) for cl in pots.cliques], "total": float(model.total)}))
+
+
+def _load_model(work: Path):
+    import jax.numpy as jnp
+    from mbi import CliqueVector, Domain, Factor, MarkovRandomField, marginal_oracles
+
+    state = json.loads((work / MODEL_STATE).read_text())
+    domain = Domain(tuple(state["attributes"]), tuple(state["shape"]))
+    saved = np.load(work / MODEL_ARRAYS)
+    cliques = [tuple(cl) for cl in state["cliques"]]
+    arrays = {cl: Factor(domain.project(cl), jnp.asarray(saved[f"p{i}"])) for i, cl in enumerate(cliques)}
+    potentials = CliqueVector(domain, cliques, arrays)
+    marginals = marginal_oracles.message_passing_stable(potentials, state["total"])
+    return MarkovRandomField(potentials=potentials, marginals=marginals, total=state["total"])
+
+
+def _sample_saved(job: dict, work: Path) -> pd.DataFrame:
+    """``n_samples`` rows of a saved AIM model, decoded to the job's column codes (as AIM's own ``sample``)."""
+    model = _load_model(work)
+    _public_seed(job["seed"])
+    data = model.synthetic_data(rows=job["n_samples"])
+    names = [f"col{i}" for i in range(len(job["columns"]))]
+    rows = [tuple(t[1:]) for t in data.df[names].itertuples()]
+    return _transformer(job["columns"], "cube").inverse_transform(rows)
+
+
+def _worker(work: Path) -> None:
+    job = json.loads((work / "job.json").read_text())
+    start = time.perf_counter()
+    if job["name"] == SAMPLE_JOB:
+        out, acc = _sample_saved(job, work), {}
+    else:
+        train = pd.read_csv(work / "train.csv")
+        _fresh_entropy(torch_too=job["name"] == "dpctgan")
+        if job["name"] == "dpctgan":
+            try:
+                synth, acc = _dpctgan(job, train, _transformer(job["columns"], "gan"))
+            except _Refused as err:
+                (work / REFUSED_FILE).write_text(json.dumps({"error": str(err)}))
+                return
+        else:
+            synth, acc = _fit_marginal(job, train)
+        fit_s = time.perf_counter() - start
+        acc["fit_seconds"] = fit_s
+        if job.get("save_model"):
+            _save_model(synth.synthesizer, work)
+        _public_seed(job["seed"])
+        out = synth.sample(job["n_samples"]) if job["n_samples"] else None
+        start += fit_s
+    acc["sample_seconds"] = time.perf_counter() - start
+    if out is not None:
+        out[[s["name"] for s in job["columns"]]].to_csv(work / "synth.csv", index=False)
     (work / "result.json").write_text(json.dumps(acc, default=float))
 
 

@@ -10,6 +10,8 @@ its DP settings (learning rate, memory).
 Scales (:data:`SIZES`): ``SynthSettings()`` is the paper's run (the whole model, 5 + 10 epochs);
 ``SynthSettings.for_device()`` is the CPU scale on a CPU (the first transformer block, 1 + 2 epochs).
 A scale sets only the fields listed in :data:`SIZES`; everything else is the same in both.
+
+:class:`AIMSettings` are the settings of the other synthesizer, AIM (:mod:`dpcare.synth.aim`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpcare.exceptions import SettingsError
-from dpcare.settings import ComputeSettings, DPSettings, Settings, from_dict, require_unit, setting, to_dict
+from dpcare.settings import (
+    ComputeSettings,
+    DPSettings,
+    Settings,
+    from_dict,
+    require_unit,
+    rules,
+    setting,
+    to_dict,
+)
 
 MODES = ("dp-2stage-u", "dp-2stage-o", "dp-standard", "non-private")
 ORDERS = ("target-first", "target-last", "shuffle")
@@ -171,5 +182,26 @@ class SynthSettings(Settings):
         return "custom"
 
 
-__all__ = ["LORA_TARGETS", "MODES", "ORDERS", "SCALES", "SIZES", "LMSettings", "Stage2Settings",
+# --------------------------------------------------------------------------- AIM
+def _dp_rule(name: str) -> dataclasses.Field:
+    """A field declared exactly as DPSettings declares ``name`` (same checks, help and error)."""
+    default = next(f.default for f in dataclasses.fields(DPSettings) if f.name == name)
+    return dataclasses.field(default=default, metadata={"rule": rules(DPSettings)[name]})
+
+
+@dataclass(frozen=True)
+class AIMSettings(Settings):
+    """Settings of an :class:`~dpcare.synth.aim.AIMSynthesizer` (and of ``dpcare synth fit --synthesizer aim``)."""
+
+    epsilon: float = _dp_rule("epsilon")
+    delta: float | None = _dp_rule("delta")
+    seed: int = setting(0, kind="integer", help="public seed of the hold-out split and of sampling (AIM's noise and "
+                                                "selections never use it)")
+    bins: int = setting(20, kind="integer", low=2, help="equal-width bins of each numeric column between its "
+                                                        "declared bounds (log1p scale where the spec says so)")
+    max_model_size: float = setting(80.0, low=0, open_low=True,
+                                    help="AIM's limit on its graphical model, in MB (AIM's own default: 80)")
+
+
+__all__ = ["LORA_TARGETS", "MODES", "ORDERS", "SCALES", "SIZES", "AIMSettings", "LMSettings", "Stage2Settings",
            "StageSettings", "SynthSettings", "resolve_scale"]

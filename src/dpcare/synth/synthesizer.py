@@ -62,23 +62,18 @@ from dpcare.synth.objective import TokenLoss, role_perplexity
 from dpcare.synth.pseudo import numeric_ranges, uniform_pseudo_table
 from dpcare.synth.row_tokens import RowTokenizer
 from dpcare.synth.sampling import RowSampler, SamplingStats, cells_to_frame
+from dpcare.synth.saved import BASELINE_NOTE, KIND, STATE_FILE, check_test_rows, read_state
 from dpcare.synth.scale import FitEstimate, seconds_per_step, total_steps
 from dpcare.synth.serialize import RowSerializer
 from dpcare.synth.settings import MODES, LMSettings, Stage2Settings, StageSettings, SynthSettings
 
 log = logging.getLogger(__name__)
-KIND = "synth"  # the run kind of a saved synthesizer
-STATE_FILE, WEIGHTS_FILE = "synthesizer.json", "weights.pt"
+WEIGHTS_FILE = "weights.pt"
 STATE_FORMAT = "dpcare-synthesizer/2"
 HEADLINE = ("F1 XGB", "HIST20", "Pair", "CorAcc")
 REFERENCE = "real training table (reference)"
 #: the fraction of the private table ``dpcare synth fit`` holds out as real test rows (without --test)
 HOLDOUT = 0.1
-#: the smallest real test split the public-baseline comparison is run on
-MIN_TEST_ROWS = 10
-BASELINE_NOTE = ("The public-baseline comparison at fit (run.json baselines) scores models on real held-out test "
-                 "rows: a release outside the guarantee, for those allowed to see the data (the rows did not train "
-                 "the synthesizer).")
 EVALUATION_NOTE = ("The metrics of `dpcare synth evaluate` read the real training and test tables: they are a release "
                    "outside the guarantee, for those allowed to see the data (only the synthesizer is covered).")
 
@@ -101,17 +96,6 @@ def holdout_split(rows: int, fraction: float = HOLDOUT, seed: int = 0) -> tuple[
     """(training, test) row positions of a private table (:func:`dpcare.data.splits.holdout_split`, default
     fraction :data:`HOLDOUT`)."""
     return split_holdout(rows, fraction, seed)
-
-
-def check_test_rows(test: pd.DataFrame, schema: TableSchema, where: str) -> None:
-    """Refuse, before anything trains, real test rows the comparison cannot be scored on."""
-    if len(test) < MIN_TEST_ROWS:
-        raise DataError(f"{where} holds {len(test)} rows: at least {MIN_TEST_ROWS} are needed to compare the "
-                        "synthetic table with the public baseline; hold out more rows (--holdout), pass --test, or "
-                        "--holdout 0 to skip the comparison")
-    if test[schema.target].nunique() < 2:
-        raise DataError(f"{where} holds a single class of '{schema.target}': AUROC is undefined there; hold out more "
-                        "rows (--holdout), use another --seed or pass --test")
 
 
 def stage1_source(settings: SynthSettings, public_schema: TableSchema | None = None) -> str | None:
@@ -415,20 +399,12 @@ class Synthesizer(SavesRunFolder):
     def load(cls, folder: str | Path, progress: bool = True) -> Synthesizer:
         """A synthesizer saved by :meth:`save` or ``dpcare synth fit`` (works in a fresh process)."""
         folder = Path(folder)
-        if not folder.is_dir():
-            raise MissingFileError(f"{folder} is not a saved synthesizer: no such folder")
-        if not (folder / MANIFEST).is_file() and (folder / STATE_FILE).is_file():
-            raise DataError(f"{folder} holds a synthesizer saved before dpcare's run-folder format (no {MANIFEST}): "
-                            "that format no longer loads; fit the synthesizer again")
-        manifest = read_manifest(folder)
-        if manifest.kind != KIND:
-            raise DataError(f"{folder} holds a {manifest.kind!r} run, not a saved synthesizer")
-        for name in (STATE_FILE, WEIGHTS_FILE):
-            if not (folder / name).is_file():
-                raise MissingFileError(f"{folder} is not a saved synthesizer (no {name})")
-        state = json.loads((folder / STATE_FILE).read_text())
+        manifest, state = read_state(folder)
         if state.get("format") != STATE_FORMAT:
-            raise DataError(f"{folder / STATE_FILE} is not a {STATE_FORMAT} synthesizer state")
+            raise DataError(f"{folder / STATE_FILE} is not a {STATE_FORMAT} synthesizer state (format "
+                            f"{state.get('format')!r}; dpcare.synth.load_synthesizer loads either kind)")
+        if not (folder / WEIGHTS_FILE).is_file():
+            raise MissingFileError(f"{folder} is not a saved synthesizer (no {WEIGHTS_FILE})")
         public = TableSchema.from_dict(state["public_schema"]) if state["public_schema"] else None
         settings = SynthSettings.from_dict(manifest.settings)
         self = cls(TableSchema.from_dict(state["schema"]), settings, progress=progress, public_schema=public)
