@@ -38,9 +38,10 @@ Modalities and their commands (``dpcare <cmd> --help``):
 - tabular: ``dpcare train DATA --spec SPEC --method M --epsilon E --seed S --out RUN`` on the table exported by
   ``dpcare datasets --export DATASET`` (methods dp-sgd, feature-dp, label-dp); ``--rows N`` keeps N random rows
   (seed 0; default all).
-- synth: ``dpcare synth fit DATA --spec SPEC --mode dp-2stage-u --epsilon E --seed S --out RUN`` on ``--rows``
-  random rows (seed 0; default 2,000, as docs/dp2stage.md measured) of the DP-2Stage benchmark's 10 columns;
-  ``--holdout F`` passes ``--holdout F`` (the held-out share; default the command's 0.1).
+- synth: ``dpcare synth fit DATA --spec SPEC --synthesizer dp-2stage --mode dp-2stage-u --epsilon E --seed S
+  --out RUN`` on ``--rows`` random rows (seed 0; default 2,000, as docs/dp2stage.md measured) of the DP-2Stage
+  benchmark's 10 columns; method ``aim`` runs ``--synthesizer aim`` instead of ``--mode``; ``--holdout F``
+  passes ``--holdout F`` (the held-out share; default the command's 0.1).
 - notes: ``dpcare text classify NOTES --method M --epsilon E --seed S --split-seed S --no-impute --out RUN`` on
   ``dpcare text generate --n-notes N --seed 0`` (default 600, as docs/text-fusiondp.md measured; ``--no-impute``
   as there, ``--impute`` to impute with the LM); a method other than fusiondp gets the paper's Table 3 C and
@@ -299,7 +300,8 @@ def cell_command(a: argparse.Namespace, files: dict[str, Any], method: str, eps:
                 "--seed", seed, "--out", run]
     if a.modality == "synth":
         holdout = [] if a.holdout is None else ["--holdout", f"{a.holdout:g}"]
-        return [*dpcare(), "synth", "fit", files["data"], "--spec", files["spec"], "--mode", method, "--epsilon",
+        which = ["--synthesizer", "aim"] if method == "aim" else ["--synthesizer", "dp-2stage", "--mode", method]
+        return [*dpcare(), "synth", "fit", files["data"], "--spec", files["spec"], *which, "--epsilon",
                 f"{eps:g}", *holdout, "--seed", seed, "--out", run]
     if a.modality == "notes":
         from dpcare.text.classify.settings import PAPER_SETTINGS
@@ -361,6 +363,10 @@ def keep_cell_options(out: Path, options: Sequence[str]) -> None:
 
     if not (out / "cell_options.json").exists():
         write_json(out / "cell_options.json", list(options))
+
+
+#: methods whose noise no seed pins (AIM: OpenDP's secure generator); their cells never get --noise-seed
+UNPINNED = frozenset({"aim"})
 
 
 def noise_seed_option(command: Sequence[Any]) -> bool:
@@ -523,7 +529,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if read_run(run) is not None:
             print(f"skip {name}: {run / RUN_JSON} is finished", flush=True)
             continue
-        cmd = full_command(a, files, method, eps, seed, run, pin_noise)
+        cmd = full_command(a, files, method, eps, seed, run, pin_noise and method not in UNPINNED)
         keep_cell_options(out, a.cell_options)
         seconds = run_command(cmd, out / "logs" / f"{name}.log", commands)
         if seconds > 0:

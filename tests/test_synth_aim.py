@@ -1,0 +1,275 @@
+"""AIM as a synthesizer of its own (dpcare.synth.aim, ``synth fit --synthesizer aim``).
+
+Fast tests (no SmartNoise: the worker is replaced by a stand-in that records its job and input files):
+the rho-zCDP accounting and its calibration, the plan made before any row is read, the isolation of
+everything the public transformer sees, fresh entropy for the fit's selections, the run folder round
+trip, and the command line's refusals. The slow test fits the real AIM in .venv-baselines end to end.
+"""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from helpers import SPEC, toy_table
+from typer.testing import CliRunner
+
+import dpcare.synth.baselines as bl
+from dpcare.cli import app
+from dpcare.data import TableSchema
+from dpcare.exceptions import PrivacyParameterError, SettingsError, SpecError
+from dpcare.privacy import (
+    Budget,
+    PrivacyLedger,
+    calibrate_zcdp_rho,
+    compute_epsilon,
+    zcdp_event,
+)
+from dpcare.runs import read_manifest
+from dpcare.synth.aim import AIMSynthesizer
+from dpcare.synth.saved import load_synthesizer
+from dpcare.synth.settings import AIMSettings
+
+SCHEMA = TableSchema.from_dict(SPEC)
+runner = CliRunner()
+
+
+# ------------------------------------------------------------------ accounting
+@pytest.mark.parametrize("eps", [0.5, 1.0, 3.0, 8.0])
+def test_the_calibrated_rho_meets_the_target_and_no_more(eps):
+    rho = calibrate_zcdp_rho(eps, 1e-5)
+    assert compute_epsilon(zcdp_event(rho), 1e-5, "rdp") <= eps
+    assert compute_epsilon(zcdp_event(rho * 1.001), 1e-5, "rdp") > eps  # the largest such rho, to 0.1%
+    # the classic conversion rho + 2 sqrt(rho log(1/delta)) (Bun & Steinke, Prop. 1.3) is looser, never tighter
+    assert rho + 2 * math.sqrt(rho * math.log(1e5)) >= eps
+
+
+def test_a_zcdp_release_is_composed_by_rdp_and_refused_by_pld():
+    with pytest.raises(PrivacyParameterError, match="rho must be a finite number > 0"):
+        zcdp_event(0.0)
+    rdp = PrivacyLedger(1000, accountant="rdp")
+    rdp.charge("aim", zcdp_event(0.5))
+    # (alpha, 0.5 alpha)-RDP is the RDP of a Gaussian with sigma = 1: the RDP accountant gives the same epsilon
+    from dp_accounting import dp_event
+
+    assert rdp.epsilon() == pytest.approx(compute_epsilon(dp_event.GaussianDpEvent(1.0), rdp.delta, "rdp"))
+    assert PrivacyLedger.from_state_dict(rdp.state_dict()).epsilon() == rdp.epsilon()
+    pld = PrivacyLedger(1000, accountant="pld")
+    pld.charge("aim", zcdp_event(0.5))
+    with pytest.raises(PrivacyParameterError, match="does not support"):
+        pld.epsilon()  # a PLD ledger must not treat an arbitrary zCDP mechanism as a Gaussian
+
+
+def test_a_pld_budget_adds_an_aim_release_by_basic_composition(tmp_path):
+    budget = Budget.create(tmp_path / "b.json", 10.0, 1e-3, "toy")
+    ledger = AIMSynthesizer(SCHEMA, epsilon=3.0).plan(500)
+    budget.reserve(ledger, "r1", "synth fit")
+    spent = Budget.load(tmp_path / "b.json").spent()
+    assert spent.method == "basic" and spent.epsilon == pytest.approx(ledger.epsilon())
+
+
+def test_the_plan_is_made_from_the_settings_and_row_count_alone():
+    synth = AIMSynthesizer(SCHEMA, epsilon=3.0)
+    ledger = synth.plan(800)
+    assert ledger.accountant == "rdp" and ledger.n == 800 and ledger.delta == pytest.approx(1e-5)
+    assert 2.99 < ledger.epsilon() <= 3.0
+    (entry,) = ledger.entries
+    assert entry.event.rho == calibrate_zcdp_rho(3.0, 1e-5)
+    assert AIMSynthesizer(SCHEMA, epsilon=3.0).plan(5000).delta == pytest.approx(0.01 / 5000)
+    with pytest.raises(PrivacyParameterError, match="delta"):
+        AIMSynthesizer(SCHEMA, epsilon=3.0, delta=0.01).plan(800)  # delta >= 1/n
+    with pytest.raises(PrivacyParameterError, match="epsilon"):
+        AIMSettings(epsilon=0.0)
+
+
+def test_columns_without_declared_support_are_refused_when_made():
+    d = json.loads(json.dumps(SPEC))
+    del d["columns"][2]["bounds"]  # hr
+    with pytest.raises(SpecError, match="column 'hr'.*public bounds"):
+        AIMSynthesizer(TableSchema.from_dict(d))
+
+
+# ------------------------------------------------------------------ the worker, replaced
+class FakeWorker:
+    """Stands in for the SmartNoise worker: records each job and its training file, and writes a tiny model
+    (a uniform graphical model over each column) for fit jobs, uniform codes for sample jobs."""
+
+    def __init__(self):
+        self.jobs, self.inputs = [], []
+
+    def __call__(self, job, work, timeout=None, progress=None):
+        self.jobs.append(json.loads(json.dumps(job)))
+        # run_job would write job.json beside the input files: record it as it would be written
+        self.inputs.append({"job.json": json.dumps(job).encode(), **{p.name: p.read_bytes() for p in work.iterdir()}})
+        if job["name"] == bl.SAMPLE_JOB:
+            rng = np.random.default_rng(job["seed"])
+            codes = {c["name"]: rng.integers(0, c["card"], job["n_samples"]) for c in job["columns"]}
+            pd.DataFrame(codes).to_csv(work / "synth.csv", index=False)
+            return {}
+        if progress is not None:
+            progress(0.5)
+            progress(1.0)
+        cols = [f"col{i}" for i in range(len(job["columns"]))]
+        np.savez(work / bl.MODEL_ARRAYS, **{f"p{i}": np.zeros(c["card"]) for i, c in enumerate(job["columns"])})
+        (work / bl.MODEL_STATE).write_text(json.dumps({
+            "attributes": cols, "shape": [c["card"] for c in job["columns"]], "cliques": [[c] for c in cols],
+            "total": 100.0}))
+        return {"rho": job["rho"], "fit_seconds": 0.01}
+
+
+@pytest.fixture
+def worker(monkeypatch):
+    fake = FakeWorker()
+    monkeypatch.setattr(bl, "run_job", fake)
+    monkeypatch.setattr(AIMSynthesizer, "check_available", staticmethod(lambda: None))
+    return fake
+
+
+def other_private_table(df: pd.DataFrame) -> pd.DataFrame:
+    """A table of the same size with every value changed (within the spec)."""
+    other = toy_table(len(df), seed=99)
+    other["lab"] = other["lab"].fillna(7.5)
+    return other
+
+
+def test_what_the_public_transformer_sees_does_not_depend_on_the_private_rows(worker):
+    """The worker builds SmartNoise's transformer from the job's column specs: they, and every job field,
+    must be bit-identical for two private tables; only train.csv differs. Red when the layout (bins, bounds)
+    is taken from the data, e.g. _layout reading df.min()/max()."""
+    df = toy_table(300)
+    AIMSynthesizer(SCHEMA, epsilon=2.0, progress=False).fit(df)
+    AIMSynthesizer(SCHEMA, epsilon=2.0, progress=False).fit(other_private_table(df))
+    (a, b), (ia, ib) = worker.jobs, worker.inputs
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    assert ia["job.json"] == ib["job.json"] and ia["train.csv"] != ib["train.csv"]
+    assert set(ia) == {"job.json", "train.csv"}
+    assert a["columns"] == bl.public_column_specs(bl._layout(SCHEMA, 20), 20)
+
+
+def test_sampling_sends_the_model_and_no_private_row(worker, tmp_path):
+    synth = AIMSynthesizer(SCHEMA, epsilon=2.0, progress=False).fit(toy_table(300))
+    out = synth.sample(50, seed=3)
+    job, files = worker.jobs[-1], worker.inputs[-1]
+    assert job["name"] == bl.SAMPLE_JOB and set(files) == {"job.json", bl.MODEL_STATE, bl.MODEL_ARRAYS}
+    assert len(out) == 50 and list(out.columns) == [c.name for c in SCHEMA.columns]
+    assert out["hr"].between(20, 250).all() and set(out["group"]) <= {"a", "b", "c"}
+
+
+def test_fit_save_load_and_sample_again(worker, tmp_path):
+    df = toy_table(300)
+    synth = AIMSynthesizer(SCHEMA, epsilon=2.0, progress=False).fit(df.iloc[:250])
+    synth.compare_to_public(df.iloc[250:], rows=60)
+    synth.save(tmp_path / "aim")
+    m = read_manifest(tmp_path / "aim")
+    g = m.models[0]["guarantee"]
+    assert m.kind == "synth" and m.models[0]["name"] == "aim" and m.settings["synthesizer"] == "aim"
+    assert g["accountant"] == "rdp" and g["n"] == 250 and g["epsilon"] <= 2.0 and m.baselines
+    assert any("OpenDP" in n for n in m.notes)
+    back = load_synthesizer(tmp_path / "aim")
+    assert isinstance(back, AIMSynthesizer) and back.guarantee.epsilon == synth.guarantee.epsilon
+    pd.testing.assert_frame_equal(back.sample(40, seed=1), synth.sample(40, seed=1))
+    from dpcare.synth.synthesizer import Synthesizer
+
+    with pytest.raises(ValueError, match="load_synthesizer loads either kind"):
+        Synthesizer.load(tmp_path / "aim")
+
+
+def test_a_fit_refuses_a_worker_that_spent_another_rho(worker, monkeypatch):
+    def greedy(job, work, timeout=None, progress=None):
+        return {**FakeWorker()(job, work), "rho": job["rho"] * 1.01}
+
+    monkeypatch.setattr(bl, "run_job", greedy)
+    with pytest.raises(RuntimeError, match="not the planned"):
+        AIMSynthesizer(SCHEMA, epsilon=2.0, progress=False).fit(toy_table(100))
+
+
+def test_the_fit_draws_its_selections_from_fresh_entropy_not_the_public_seed():
+    """AIM's and MST's exponential mechanisms draw from numpy's global generator: seeded with the job's public
+    seed, anyone could replay the selections. Red when _fresh_entropy seeds with a constant."""
+    draws = []
+    for _ in range(2):
+        bl._fresh_entropy(torch_too=False)
+        draws.append(np.random.random(4))
+    assert not np.array_equal(*draws)
+    bl._public_seed(7)  # sampling (post-processing) is reproducible from the seed
+    x = np.random.random(4)
+    np.random.seed(7)
+    assert np.array_equal(x, np.random.random(4))
+
+
+# ------------------------------------------------------------------ command line
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(SPEC))
+    toy_table(200).to_csv(tmp_path / "train.csv", index=False)
+    return tmp_path
+
+
+def aim_args(d, *extra):
+    return ["synth", "fit", str(d / "train.csv"), "--spec", str(d / "spec.yaml"), "--out", str(d / "out"),
+            "--synthesizer", "aim", *extra]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--lr", "0.1"], "--lr does not apply to --synthesizer aim: it sets the language model"),
+    (["--layers", "2", "--scale", "paper"], "--layers, --scale do not apply to --synthesizer aim"),
+    (["--noise-seed", "1"], "--noise-seed does not apply to aim"),
+    (["--bins", "1"], "--bins must be an integer >= 2"),
+])
+def test_options_that_do_not_apply_are_refused_before_any_row_is_read(files, monkeypatch, extra, message):
+    monkeypatch.setattr("dpcare.data.load_table", lambda *a, **k: pytest.fail("the private table was read"))
+    r = runner.invoke(app, aim_args(files, *extra))
+    assert r.exit_code == 2 and message in r.stderr, r.output
+    assert not (files / "out").exists()
+
+
+def test_aim_options_are_refused_for_the_language_model(files, monkeypatch):
+    monkeypatch.setattr("dpcare.data.load_table", lambda *a, **k: pytest.fail("the private table was read"))
+    r = runner.invoke(app, ["synth", "fit", str(files / "train.csv"), "--spec", str(files / "spec.yaml"), "--out",
+                            str(files / "out"), "--max-model-size", "5"])
+    assert r.exit_code == 2 and "--max-model-size does not apply to --synthesizer dp-2stage" in r.stderr
+
+
+def test_the_cli_fits_writes_samples_and_reserves_the_planned_budget(files, worker):
+    budget = files / "b.json"
+    assert runner.invoke(app, ["budget", "init", str(budget), "--epsilon", "5", "--delta", "1e-3", "--dataset",
+                               "toy"]).exit_code == 0
+    r = runner.invoke(app, aim_args(files, "--epsilon", "2", "--compare-rows", "60", "--budget", str(budget)))
+    assert r.exit_code == 0, r.output
+    assert "RDP accountant, n = 180" in r.output and "public baseline" in r.output
+    assert sorted(p.name for p in (files / "out").iterdir()) == ["model.npz", "run.json", "synthesizer.json"]
+    (release,) = json.loads(budget.read_text())["releases"]
+    assert release["status"] == "done" and release["epsilon"] <= 2.0
+    s = runner.invoke(app, ["synth", "sample", str(files / "out"), "--n", "30", "--out", str(files / "s.csv")])
+    assert s.exit_code == 0 and len(pd.read_csv(files / "s.csv")) == 30, s.output
+    refused = runner.invoke(app, ["synth", "sample", str(files / "out"), "--temperature", "0.5", "--out",
+                                  str(files / "t.csv")])
+    assert refused.exit_code == 2 and "--temperature does not apply to an AIM synthesizer" in refused.stderr
+
+
+def test_an_unavailable_aim_is_refused_before_any_row_is_read(files, monkeypatch):
+    monkeypatch.setattr(bl, "available_baselines", lambda: {"aim": "no interpreter", "mst": None, "dpctgan": None})
+    monkeypatch.setattr("dpcare.data.load_table", lambda *a, **k: pytest.fail("the private table was read"))
+    r = runner.invoke(app, aim_args(files))
+    assert r.exit_code == 2 and "--synthesizer dp-2stage" in r.stderr and "no interpreter" in r.stderr
+
+
+# ------------------------------------------------------------------ the real AIM (SmartNoise venv)
+@pytest.mark.slow
+def test_the_real_aim_fits_saves_and_samples_in_a_fresh_process(files):
+    error = bl.available_baselines()["aim"]
+    if error is not None:
+        pytest.skip(f"SmartNoise AIM unavailable: {error}")
+    r = runner.invoke(app, aim_args(files, "--epsilon", "3", "--bins", "5", "--compare-rows", "60"))
+    assert r.exit_code == 0, r.output
+    m = read_manifest(files / "out")
+    assert m.models[0]["guarantee"]["epsilon"] <= 3.0 and m.baselines[0]["verdict"]
+    s = runner.invoke(app, ["synth", "sample", str(files / "out"), "--n", "100", "--out", str(files / "s.csv"),
+                            "--seed", "4"])
+    assert s.exit_code == 0, s.output
+    fake = pd.read_csv(files / "s.csv")
+    assert len(fake) == 100 and fake["hr"].between(20, 250).all() and set(fake["group"]) <= {"a", "b", "c"}
+    again = load_synthesizer(files / "out").sample(100, seed=4)  # the saved model: the same rows again
+    pd.testing.assert_frame_equal(again.reset_index(drop=True), load_synthesizer(files / "out").sample(100, seed=4))
