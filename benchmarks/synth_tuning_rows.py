@@ -9,7 +9,7 @@ study's 10 columns and their spec.
 
     OMP_NUM_THREADS=1 python benchmarks/synth_tuning_rows.py --dataset adult --out results/synth-tune2
     dpcare synth fit results/synth-tune2/adult-train.csv --spec results/synth-tune2/adult-10cols.yaml \\
-        --test results/synth-tune2/adult-validation.csv --epsilon 8 --seed 0 --out RUN
+        --synthesizer dp-2stage --test results/synth-tune2/adult-validation.csv --epsilon 8 --seed 0 --out RUN
 """
 
 from __future__ import annotations

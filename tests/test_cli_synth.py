@@ -37,7 +37,8 @@ def files(tmp_path_factory):
 
 
 def fit_args(d, out, *extra):
-    return ["synth", "fit", str(d / "train.csv"), "--spec", str(d / "spec.yaml"), "--out", str(out), "--model",
+    return ["synth", "fit", str(d / "train.csv"), "--spec", str(d / "spec.yaml"), "--out", str(out),
+            "--synthesizer", "dp-2stage", "--model",
             str(d / "gpt2"), "--stage1-epochs", "1", "--epochs", "1", "--compare-rows", "80", *extra]
 
 
@@ -172,7 +173,7 @@ def test_a_non_empty_out_is_refused_before_anything_is_read(files, tmp_path, mon
 ])
 def test_a_bad_value_names_its_flag(files, tmp_path, option, value, message):
     r = runner.invoke(app, ["synth", "fit", str(tmp_path / "never-read.csv"), "--spec", str(files / "spec.yaml"),
-                            "--out", str(tmp_path / "out"), option, value])
+                            "--synthesizer", "dp-2stage", "--out", str(tmp_path / "out"), option, value])
     assert r.exit_code == 2 and f"error: {message}" in r.stderr, r.output
     assert not (tmp_path / "out").exists()
 
@@ -190,8 +191,8 @@ def test_the_scale_sets_exactly_the_options_left_at_their_default():
 
 def test_fit_errors_are_named(files, tmp_path):
     d = files
-    r = runner.invoke(app, ["synth", "fit", str(d / "train.csv"), "--spec", str(d / "spec.yaml"), "--model",
-                            str(d / "missing-model"), "--out", str(tmp_path / "x")])
+    r = runner.invoke(app, ["synth", "fit", str(d / "train.csv"), "--spec", str(d / "spec.yaml"), "--synthesizer",
+                            "dp-2stage", "--model", str(d / "missing-model"), "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "unknown model path" in r.output
     r = runner.invoke(app, fit_args(d, tmp_path / "y", "--mode", "dp-2stage-o"))
     assert r.exit_code == 2 and "public table" in r.output

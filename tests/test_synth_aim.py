@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 import dpcare.synth.baselines as bl
 from dpcare.cli import app
 from dpcare.data import TableSchema
-from dpcare.exceptions import PrivacyParameterError, SettingsError, SpecError
+from dpcare.exceptions import PrivacyParameterError, SpecError
 from dpcare.privacy import (
     Budget,
     PrivacyLedger,
@@ -225,10 +225,19 @@ def test_options_that_do_not_apply_are_refused_before_any_row_is_read(files, mon
     assert not (files / "out").exists()
 
 
+def test_aim_is_the_default_and_a_language_model_option_alone_is_refused_with_the_fix(files, monkeypatch):
+    """Without --synthesizer, synth fit fits AIM; an explicit --mode (even the LM's default) must not silently
+    fit AIM instead of the language model the user asked for."""
+    monkeypatch.setattr("dpcare.data.load_table", lambda *a, **k: pytest.fail("the private table was read"))
+    r = runner.invoke(app, ["synth", "fit", str(files / "train.csv"), "--spec", str(files / "spec.yaml"), "--out",
+                            str(files / "out"), "--mode", "dp-2stage-u"])
+    assert r.exit_code == 2 and "add --synthesizer dp-2stage" in r.stderr, r.output
+
+
 def test_aim_options_are_refused_for_the_language_model(files, monkeypatch):
     monkeypatch.setattr("dpcare.data.load_table", lambda *a, **k: pytest.fail("the private table was read"))
     r = runner.invoke(app, ["synth", "fit", str(files / "train.csv"), "--spec", str(files / "spec.yaml"), "--out",
-                            str(files / "out"), "--max-model-size", "5"])
+                            str(files / "out"), "--synthesizer", "dp-2stage", "--max-model-size", "80"])
     assert r.exit_code == 2 and "--max-model-size does not apply to --synthesizer dp-2stage" in r.stderr
 
 

@@ -126,18 +126,6 @@ def settings_options(param: str, default: Any, skip: Iterable[str] = ()) -> Call
     return decorate
 
 
-def changed_options(settings: Any, default: Any, skip: Iterable[str] = ()) -> dict[str, str]:
-    """The settings of ``settings`` that differ from ``default``'s, as {dotted path: command-line flag}: the
-    options a user set (to refuse those that do not apply). Names in ``skip`` as in :func:`settings_options`."""
-    def value(obj: Any, path: tuple[str, ...]) -> Any:
-        for name in path:
-            obj = getattr(obj, name)
-        return obj
-
-    return {".".join(o.path): o.flag for o in _options(default, set(skip))
-            if value(settings, o.path) != o.default}
-
-
 def _compute(settings: Any) -> ComputeSettings | None:
     """The command's compute settings (device, precision, processes), if it trains."""
     return next((v for f in dataclasses.fields(settings) if isinstance(v := getattr(settings, f.name), ComputeSettings)),
@@ -159,4 +147,4 @@ def launch_processes(nproc: int) -> int:
     return subprocess.run(command, check=False).returncode
 
 
-__all__ = ["changed_options", "settings_options"]
+__all__ = ["settings_options"]

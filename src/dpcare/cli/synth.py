@@ -4,8 +4,8 @@
 come from the declarations of :class:`~dpcare.synth.settings.SynthSettings` (the DP settings of stage 2 as in
 ``dpcare train``, stage 1 as ``--stage1-*``), except the settings a scale sets (``--layers``,
 ``--stage1-epochs``, ``--epochs``), which default to the ``--scale``'s values. With ``--synthesizer aim``
-only the shared settings (:data:`AIM_SHARED`) and the run options apply; a language-model option set to
-anything but its default is refused.
+(the default) only the run's options (:data:`RUN_OPTIONS`) and AIM's own apply; a language-model option
+given on the command line is refused, and ``--bins`` / ``--max-model-size`` with ``--synthesizer dp-2stage``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import typer
 
 from dpcare.cli.budget import BudgetOption
 from dpcare.cli.common import table_and_spec
-from dpcare.cli.options import changed_options, settings_options
+from dpcare.cli.options import settings_options
 from dpcare.cli.train import ForceOption
 from dpcare.exceptions import MissingFileError, SettingsError
 from dpcare.synth.settings import AIMSettings, SynthSettings
@@ -58,16 +58,25 @@ def scaled_settings(settings: SynthSettings, scale: str, given: dict[str, object
 
 #: the synthesizers ``synth fit`` can fit: DP-2Stage's language model (its modes by --mode) or AIM
 SYNTHESIZERS = ("dp-2stage", "aim")
-#: the settings of ``synth fit`` that also set AIM (every other one sets the language model only)
-AIM_SHARED = ("dp.epsilon", "dp.delta", "dp.seed")
-#: the options of ``synth fit`` outside the settings that set the language model only, with their defaults
-AIM_SHARED_NAMES = tuple(p.split(".")[1] for p in AIM_SHARED)  # AIMSettings' names of the shared settings
-LM_ONLY = {"--scale": "auto", "--layers": None, "--stage1-epochs": None, "--epochs": None, "--public": None,
-           "--public-data": None, "--public-spec": None}
+#: the settings of ``synth fit`` that also set AIM (every other setting sets the language model only)
+AIM_SHARED = ("epsilon", "delta", "seed")
+#: the options of ``synth fit`` that apply to both synthesizers (the run's data, folder, split and budget)
+RUN_OPTIONS = frozenset({"data", "spec", "out", "synthesizer", "test", "holdout", "compare_rows", "force", "budget",
+                         *(f"dp_{name}" for name in AIM_SHARED)})
+#: AIM's own options (AIMSettings' fields outside AIM_SHARED)
+AIM_ONLY = frozenset({"bins", "max_model_size"})
+#: the options of ``synth sample`` that set a language model's sampling
+LM_SAMPLING = frozenset({"method", "conditions", "temperature", "batch_size"})
+
+
+def given_options(ctx: typer.Context) -> dict[str, str]:
+    """The options given on the command line of the running command: {parameter name: its flag}."""
+    return {p.name: p.opts[0] for p in ctx.command.params
+            if getattr(ctx.get_parameter_source(p.name), "name", None) == "COMMANDLINE"}
 
 
 def _refuse(flags: list[str], where: str, what: str) -> None:
-    """Refuse options set to a non-default value where they do not apply (``what``: what they set)."""
+    """Refuse options given where they do not apply (``what``: what they set)."""
     if flags:
         one = len(flags) == 1
         raise SettingsError(f"{', '.join(sorted(flags))} {'does' if one else 'do'} not apply to {where}: "
@@ -75,17 +84,18 @@ def _refuse(flags: list[str], where: str, what: str) -> None:
 
 
 @app.command("fit")
-@settings_options("aim_settings", AIMSettings(), skip=AIM_SHARED_NAMES)  # --bins, --max-model-size
+@settings_options("aim_settings", AIMSettings(), skip=AIM_SHARED)  # --bins, --max-model-size
 @settings_options("settings", SynthSettings(), skip=("dp.unit", "lm.train_head", *SCALED))
 def fit(
+    ctx: typer.Context,
     data: Annotated[Path, typer.Argument(help="private table (CSV or Parquet)")],
     spec: Annotated[Path, typer.Option(help="privacy spec: column types, public bounds and categories")],
     out: Annotated[Path, typer.Option(help="run folder to write (run.json, synthesizer.json and the model); rerun "
                                            "the same command to resume an interrupted language-model fit")
                    ] = Path("results/synth"),
-    synthesizer: Annotated[str, typer.Option(help="dp-2stage (a language model, DP-2Stage; --mode picks its variant) "
-                                                  "or aim (noisy marginals and a graphical model, AIM; needs "
-                                                  "SmartNoise in .venv-baselines)")] = "dp-2stage",
+    synthesizer: Annotated[str, typer.Option(help="aim (noisy marginals and a graphical model, AIM; runs in SmartNoise's "
+                                                  ".venv-baselines, which scripts/setup.sh installs) or dp-2stage (a "
+                                                  "language model, DP-2Stage; --mode picks its variant)")] = "aim",
     scale: Annotated[str, typer.Option(help="auto (cpu unless the model trains on a GPU), cpu (first block, 1 + 2 "
                                             "epochs: minutes) or paper (whole model, 5 + 10 epochs)")] = "auto",
     layers: Annotated[int | None, typer.Option(help="keep only the first k transformer blocks (default: the scale's)")
@@ -122,14 +132,13 @@ def fit(
     if synthesizer == "aim":
         from dpcare.synth.aim import AIMSynthesizer
 
-        lm = changed_options(settings, SynthSettings(), skip=("dp.unit", "lm.train_head", *SCALED, *AIM_SHARED))
-        if "dp.noise_seed" in lm:
+        given = given_options(ctx)
+        if "dp_noise_seed" in given:
             raise SettingsError("--noise-seed does not apply to aim: its noise comes from OpenDP's secure generator, "
                                 "which no seed pins")
-        given = {"--scale": scale, "--layers": layers, "--stage1-epochs": stage1_epochs, "--epochs": epochs,
-                 "--public": public, "--public-data": public_data, "--public-spec": public_spec}
-        _refuse([*lm.values(), *(f for f, v in given.items() if v != LM_ONLY[f])],
-                "--synthesizer aim", "the language model")
+        hint = "" if "synthesizer" in given else " (add --synthesizer dp-2stage to fit the language model)"
+        _refuse([f for name, f in given.items() if name not in RUN_OPTIONS | AIM_ONLY],
+                "--synthesizer aim" + hint, "the language model")
         aim_settings = aim_settings.replace(epsilon=settings.dp.epsilon, delta=settings.dp.delta,
                                             seed=settings.dp.seed)
         synth = AIMSynthesizer(load_spec(spec), aim_settings)  # refuses undeclared bounds or categories
@@ -139,8 +148,7 @@ def fit(
                        train=lambda rows, run: synth.fit(rows, report=lambda m: typer.echo(m, err=True)),
                        files="run.json, synthesizer.json, model.npz")
         return
-    _refuse(list(changed_options(aim_settings, AIMSettings(), skip=AIM_SHARED_NAMES).values()),
-            "--synthesizer dp-2stage", "AIM")
+    _refuse([f for name, f in given_options(ctx).items() if name in AIM_ONLY], "--synthesizer dp-2stage", "AIM")
     from dpcare.synth.synthesizer import Synthesizer, plan, stage1_source
 
     settings = scaled_settings(settings, scale, {"lm.layers": layers, "stage1.epochs": stage1_epochs,
@@ -214,6 +222,7 @@ def _fit_and_write(synth, data: Path, test: Path | None, holdout: float, compare
 
 @app.command("sample")
 def sample(
+    ctx: typer.Context,
     folder: Annotated[Path, typer.Argument(help="a fitted synthesizer (a run folder of `dpcare synth fit`)")],
     n: Annotated[int, typer.Option(help="rows to sample")] = 1000,
     out: Annotated[Path, typer.Option(help="CSV to write (and its .sampling.json beside it)")] = Path("synthetic.csv"),
@@ -239,9 +248,7 @@ def sample(
         raise MissingFileError(f"conditions file not found: {conditions}")
     synth = load_synthesizer(folder)
     if isinstance(synth, AIMSynthesizer):
-        given = {"--method": method != "constrained", "--conditions": conditions is not None,
-                 "--temperature": temperature != 1.0, "--batch-size": batch_size != 256}
-        _refuse([f for f, changed in given.items() if changed],
+        _refuse([f for name, f in given_options(ctx).items() if name in LM_SAMPLING],
                 "an AIM synthesizer, which draws rows from its graphical model", "a language model's sampling")
         df = synth.sample(n, seed=seed)
         record = synth.last_sampling

@@ -24,7 +24,7 @@ from dpcare.synth.settings import SCALES, SIZES, resolve_scale
 
 LONG_SECONDS = 15 * 60  # estimates above this are logged as warnings
 PAPER_HINT = ("paper scale (the whole model, 5 + 10 epochs): SynthSettings.for_device('paper'), "
-              "on the command line `dpcare synth fit ... --scale paper`")
+              "on the command line `dpcare synth fit ... --synthesizer dp-2stage --scale paper`")
 
 
 def total_steps(epochs: float, rows: int, batch_size: int) -> int:
