@@ -135,6 +135,11 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
                 "--model", "no-such-model", "--out", "ft"], "no-such-model"),
     ("synth fit: an unknown mode",
      lambda d: ["synth", "fit", _table(d), "--spec", _spec(d), "--mode", "dp-3stage"], "--mode must be one of"),
+    ("synth fit: a language-model option for the default synthesizer, AIM",
+     lambda d: ["synth", "fit", _table(d), "--spec", _spec(d), "--lr", "0.01"], "add --synthesizer dp-2stage"),
+    ("synth fit: an AIM option for the language model",
+     lambda d: ["synth", "fit", _table(d), "--spec", _spec(d), "--synthesizer", "dp-2stage", "--bins", "10"],
+     "--bins does not apply"),
 ]
 
 
