@@ -282,3 +282,23 @@ def test_the_real_aim_fits_saves_and_samples_in_a_fresh_process(files):
     assert len(fake) == 100 and fake["hr"].between(20, 250).all() and set(fake["group"]) <= {"a", "b", "c"}
     again = load_synthesizer(files / "out").sample(100, seed=4)  # the saved model: the same rows again
     pd.testing.assert_frame_equal(again.reset_index(drop=True), load_synthesizer(files / "out").sample(100, seed=4))
+
+
+def test_evaluate_and_report_read_an_aim_run(files, worker):
+    from dpcare.privacy import event_to_json
+    from dpcare.report.model import _event_fields
+
+    toy_table(100, seed=1).to_csv(files / "test.csv", index=False)
+    assert runner.invoke(app, aim_args(files, "--compare-rows", "60")).exit_code == 0
+    assert runner.invoke(app, ["synth", "sample", str(files / "out"), "--n", "80", "--out",
+                               str(files / "s.csv")]).exit_code == 0
+    r = runner.invoke(app, ["synth", "evaluate", str(files / "s.csv"), "--train", str(files / "train.csv"), "--test",
+                            str(files / "test.csv"), "--spec", str(files / "spec.yaml"), "--synthesizer",
+                            str(files / "out")])
+    assert r.exit_code == 0 and "no perplexities: AIM is not a language model" in r.stderr, r.output
+    m = read_manifest(files / "out")
+    assert any(row.get("synthetic table") == "s.csv" and row["source"] == "sampled from this run" for row in m.metrics)
+    assert _event_fields(event_to_json(zcdp_event(0.5)))[0] == "rho-zCDP mechanism (rho = 0.5)"
+    html = files / "r.html"
+    assert runner.invoke(app, ["report", str(files / "out"), "--out", str(html)]).exit_code == 0
+    assert "rho-zCDP mechanism" in html.read_text()
