@@ -83,6 +83,10 @@ def test_synth_cells_pass_the_held_out_share_only_when_given(bench):
     assert given[given.index("--holdout") + 1] == "0.33"
     default = bench.cell_command(argparse.Namespace(modality="synth", holdout=None), files, "dp-2stage-u", 8.0, 1, "r")
     assert "--holdout" not in default
+    # the language model's cells name it (AIM is synth fit's default now); AIM's cells never pin the noise
+    assert default[default.index("--synthesizer") + 1] == "dp-2stage" and "--mode" in default
+    aim = bench.cell_command(argparse.Namespace(modality="synth", holdout=None), files, "aim", 8.0, 1, "r")
+    assert aim[aim.index("--synthesizer") + 1] == "aim" and "--mode" not in aim and "aim" in bench.UNPINNED
 
 
 def _png_rows(part):
