@@ -144,7 +144,7 @@ def fit(
         synth = AIMSynthesizer(load_spec(spec), aim_settings)  # refuses undeclared bounds or categories
         synth.check_available()
         _fit_and_write(synth, data, test, holdout, compare_rows, out, force, budget, seed=aim_settings.seed,
-                       run_settings={"synthesizer": "aim", **aim_settings.to_dict()}, plan=synth.plan,
+                       run_settings=synth.run_settings(), plan=synth.plan,
                        train=lambda rows, run: synth.fit(rows, report=lambda m: typer.echo(m, err=True)),
                        files="run.json, synthesizer.json, model.npz")
         return

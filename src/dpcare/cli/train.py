@@ -40,12 +40,12 @@ def train(
 ) -> None:
     """Train a model on a table with a privacy spec; print test AUPRC/AUROC and the guarantee."""
     from dpcare.data import count_rows, load_spec
-    from dpcare.exceptions import DataError, DPCareError
-    from dpcare.io import strict_json
     from dpcare.privacy import guard_run
     from dpcare.runs import RunFolder
     from dpcare.tabular import fit, plan
     from dpcare.tabular.audit import audit_split
+    from dpcare.exceptions import DataError, DPCareError
+    from dpcare.io import strict_json
     from dpcare.tabular.recipe import check_imputer_inputs, read_and_split
     from dpcare.tabular.tuning import candidates, parse_grid, plan_tuning
     from dpcare.tabular.tuning import tune as tune_privately

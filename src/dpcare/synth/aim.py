@@ -85,6 +85,11 @@ class AIMSynthesizer(SavesRunFolder):
         self.baseline: dict[str, Any] | None = None  # set by compare_to_public
         self.last_sampling: dict[str, Any] | None = None
 
+    def run_settings(self) -> dict[str, Any]:
+        """The settings a run folder records (and a resumed run is matched on): the synthesizer's name and its
+        settings, from which :meth:`load` rebuilds it."""
+        return {"synthesizer": NAME, **self.settings.to_dict()}
+
     # ------------------------------------------------------------------ privacy
     def plan(self, rows: int) -> PrivacyLedger:
         """The ledger a fit on ``rows`` private rows will hold, from the settings and the row count alone (a
@@ -194,7 +199,7 @@ class AIMSynthesizer(SavesRunFolder):
         """run.json of the fitted synthesizer: settings, guarantee and ledger, what is public, the baseline."""
         self._require_fitted()
         g = self.guarantee
-        m = Manifest(settings={"synthesizer": NAME, **self.settings.to_dict()}, data=data or {},
+        m = Manifest(settings=self.run_settings(), data=data or {},
                      files={"state": STATE_FILE, "model": MODEL_FILE})
         m.add_model(NAME, g.to_dict(), self.ledger.state_dict())
         m.not_protected.append("The spec (column names, declared bounds and categories, hence AIM's bins) is a public "
@@ -231,8 +236,7 @@ class AIMSynthesizer(SavesRunFolder):
 
     def save(self, folder: str | Path, force: bool = False) -> Path:
         self._require_fitted()
-        return self.write(RunFolder(folder, self.RUN_KIND, {"synthesizer": NAME, **self.settings.to_dict()},
-                                    force=force))
+        return self.write(RunFolder(folder, self.RUN_KIND, self.run_settings(), force=force))
 
     @classmethod
     def load(cls, folder: str | Path, progress: bool = True) -> AIMSynthesizer:

@@ -140,6 +140,12 @@ def _scaled(s: pd.Series, col: dict) -> np.ndarray:
     return np.log1p(x) if col["log"] else x
 
 
+def _cube_spec(col: dict, bins: int) -> dict:
+    """A column's SmartNoise spec as codes: its categories (or ``bins`` bins) and a "missing" code if nullable."""
+    return {"name": col["name"], "card": (len(col["categories"]) if col["kind"] == "categorical" else bins)
+            + col["missing"]}
+
+
 def _encode(df: pd.DataFrame, layout: list[dict], style: str, bins: int):
     """Codes (and DP-CTGAN's scaled numbers) plus the SmartNoise column specs, all from the schema."""
     data, specs = {}, []
@@ -147,14 +153,14 @@ def _encode(df: pd.DataFrame, layout: list[dict], style: str, bins: int):
         name, s = col["name"], df[col["name"]]
         if col["kind"] == "categorical":
             data[name] = _category_codes(s, col)
-            specs.append({"name": name, "card": len(col["categories"]) + col["missing"]})
+            specs.append(_cube_spec(col, bins))
             continue
         t = _scaled(s, col)
         lo, hi = col["range"]
         if style == "cube":
             code = np.minimum(np.floor((t - lo) / (hi - lo) * bins), bins - 1)
             data[name] = np.where(np.isnan(t), bins, code).astype(int)
-            specs.append({"name": name, "card": bins + col["missing"]})
+            specs.append(_cube_spec(col, bins))
         else:
             data[name] = np.where(np.isnan(t), (lo + hi) / 2, t)
             specs.append({"name": name, "lower": lo, "upper": hi})
@@ -324,8 +330,7 @@ def sample_aim(state: dict, arrays: dict[str, np.ndarray], layout: list[dict], b
 
 def public_column_specs(layout: list[dict], bins: int) -> list[dict]:
     """The SmartNoise column specs of a cube encoding: names and cardinalities, from the layout alone."""
-    return [{"name": c["name"], "card": (len(c["categories"]) if c["kind"] == "categorical" else bins) + c["missing"]}
-            for c in layout]
+    return [_cube_spec(c, bins) for c in layout]
 
 
 # --------------------------------------------------------------------------- worker (SmartNoise venv)
@@ -480,9 +485,9 @@ def _load_model(work: Path):
 
     state = json.loads((work / MODEL_STATE).read_text())
     domain = Domain(tuple(state["attributes"]), tuple(state["shape"]))
-    saved = np.load(work / MODEL_ARRAYS)
     cliques = [tuple(cl) for cl in state["cliques"]]
-    arrays = {cl: Factor(domain.project(cl), jnp.asarray(saved[f"p{i}"])) for i, cl in enumerate(cliques)}
+    with np.load(work / MODEL_ARRAYS) as saved:
+        arrays = {cl: Factor(domain.project(cl), jnp.asarray(saved[f"p{i}"])) for i, cl in enumerate(cliques)}
     potentials = CliqueVector(domain, cliques, arrays)
     marginals = marginal_oracles.message_passing_stable(potentials, state["total"])
     return MarkovRandomField(potentials=potentials, marginals=marginals, total=state["total"])
@@ -500,12 +505,13 @@ def _sample_saved(job: dict, work: Path) -> pd.DataFrame:
 
 def _worker(work: Path) -> None:
     job = json.loads((work / "job.json").read_text())
-    start = time.perf_counter()
     if job["name"] == SAMPLE_JOB:
+        start = time.perf_counter()
         out, acc = _sample_saved(job, work), {}
     else:
         train = pd.read_csv(work / "train.csv")
         _fresh_entropy(torch_too=job["name"] == "dpctgan")
+        start = time.perf_counter()
         if job["name"] == "dpctgan":
             try:
                 synth, acc = _dpctgan(job, train, _transformer(job["columns"], "gan"))
@@ -514,13 +520,12 @@ def _worker(work: Path) -> None:
                 return
         else:
             synth, acc = _fit_marginal(job, train)
-        fit_s = time.perf_counter() - start
-        acc["fit_seconds"] = fit_s
+        acc["fit_seconds"] = time.perf_counter() - start
         if job.get("save_model"):
             _save_model(synth.synthesizer, work)
         _public_seed(job["seed"])
+        start = time.perf_counter()
         out = synth.sample(job["n_samples"]) if job["n_samples"] else None
-        start += fit_s
     acc["sample_seconds"] = time.perf_counter() - start
     if out is not None:
         out[[s["name"] for s in job["columns"]]].to_csv(work / "synth.csv", index=False)
