@@ -8,6 +8,7 @@ trip, and the command line's refusals. The slow test fits the real AIM in .venv-
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -116,7 +117,7 @@ class FakeWorker:
         (work / bl.MODEL_STATE).write_text(json.dumps({
             "attributes": cols, "shape": [c["card"] for c in job["columns"]], "cliques": [[c] for c in cols],
             "total": 100.0}))
-        return {"rho": job["rho"], "fit_seconds": 0.01}
+        return {"rho": job["rho"], "rho_spent": job["rho"], "fit_seconds": 0.01}
 
 
 @pytest.fixture
@@ -258,6 +259,36 @@ def test_the_cli_fits_writes_samples_and_reserves_the_planned_budget(files, work
     assert refused.exit_code == 2 and "--temperature does not apply to an AIM synthesizer" in refused.stderr
 
 
+def test_an_interrupted_cli_fit_resumes_from_its_checkpoint_under_the_same_reservation(files, worker,
+                                                                                         monkeypatch):
+    """The worker's checkpoint lives in the run's staging folder: a rerun of the same command finds it (and the
+    budget's reservation of the interrupted run, not a second one), and the finished run folder holds none."""
+    budget = files / "b.json"
+    runner.invoke(app, ["budget", "init", str(budget), "--epsilon", "5", "--delta", "1e-3", "--dataset", "toy"])
+    args = aim_args(files, "--epsilon", "2", "--compare-rows", "60", "--budget", str(budget))
+    staging = files / ".out.partial" / "checkpoints" / "aim-rounds.npz"
+
+    def killed(job, work, timeout=None, progress=None):
+        worker.jobs.append(job)
+        Path(job["checkpoint"]).parent.mkdir(parents=True, exist_ok=True)
+        Path(job["checkpoint"]).write_bytes(b"rounds so far")  # what the real worker saves after a round
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bl, "run_job", killed)
+    assert runner.invoke(app, args).exit_code != 0
+    assert Path(worker.jobs[0]["checkpoint"]) == staging.resolve() and staging.read_bytes() == b"rounds so far"
+    (reserved,) = json.loads(budget.read_text())["releases"]
+    assert reserved["status"] == "reserved"
+    monkeypatch.setattr(bl, "run_job", worker)
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    fits = [job for job in worker.jobs if job["name"] == "aim"]
+    assert len(fits) == 2 and fits[1]["checkpoint"] == fits[0]["checkpoint"]
+    (release,) = json.loads(budget.read_text())["releases"]
+    assert release["status"] == "done" and release["run_id"] == reserved["run_id"]
+    assert not (files / ".out.partial").exists() and not (files / "out" / "checkpoints").exists()
+
+
 def test_an_unavailable_aim_is_refused_before_any_row_is_read(files, monkeypatch):
     monkeypatch.setattr(bl, "available_baselines", lambda: {"aim": "no interpreter", "mst": None, "dpctgan": None})
     monkeypatch.setattr("dpcare.data.load_table", lambda *a, **k: pytest.fail("the private table was read"))
@@ -266,11 +297,15 @@ def test_an_unavailable_aim_is_refused_before_any_row_is_read(files, monkeypatch
 
 
 # ------------------------------------------------------------------ the real AIM (SmartNoise venv)
-@pytest.mark.slow
-def test_the_real_aim_fits_saves_and_samples_in_a_fresh_process(files):
+def real_aim_or_skip():
     error = bl.available_baselines()["aim"]
     if error is not None:
         pytest.skip(f"SmartNoise AIM unavailable: {error}")
+
+
+@pytest.mark.slow
+def test_the_real_aim_fits_saves_and_samples_in_a_fresh_process(files):
+    real_aim_or_skip()
     r = runner.invoke(app, aim_args(files, "--epsilon", "3", "--bins", "5", "--compare-rows", "60"))
     assert r.exit_code == 0, r.output
     m = read_manifest(files / "out")
@@ -302,3 +337,27 @@ def test_evaluate_and_report_read_an_aim_run(files, worker):
     html = files / "r.html"
     assert runner.invoke(app, ["report", str(files / "out"), "--out", str(html)]).exit_code == 0
     assert "rho-zCDP mechanism" in html.read_text()
+
+
+@pytest.mark.slow
+def test_the_real_aim_resumes_a_killed_fit_after_its_last_round(tmp_path, monkeypatch):
+    """The worker is killed at its first progress line (after round 1 is saved); the second fit resumes after
+    that round and its rounds' tally is exactly rho (the fit refuses any other)."""
+    real_aim_or_skip()
+
+    class Killed(Exception):
+        pass
+
+    def kill(fraction):
+        raise Killed
+
+    fit_aim = bl.fit_aim
+    monkeypatch.setattr(bl, "fit_aim", lambda *args, **kwargs: fit_aim(*args, **{**kwargs, "progress": kill}))
+    df = toy_table(200)
+    with pytest.raises(Killed):
+        AIMSynthesizer(SCHEMA, epsilon=3.0, bins=5, progress=False).fit(df, checkpoint_dir=tmp_path)
+    assert (tmp_path / "aim-rounds.npz").is_file()
+    monkeypatch.undo()
+    synth = AIMSynthesizer(SCHEMA, epsilon=3.0, bins=5, progress=False).fit(df, checkpoint_dir=tmp_path)
+    assert synth.info["resumed_after_round"] >= 1 and synth.info["rounds"] > synth.info["resumed_after_round"]
+    assert len(synth.sample(50)) == 50

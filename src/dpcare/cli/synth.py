@@ -91,7 +91,7 @@ def fit(
     data: Annotated[Path, typer.Argument(help="private table (CSV or Parquet)")],
     spec: Annotated[Path, typer.Option(help="privacy spec: column types, public bounds and categories")],
     out: Annotated[Path, typer.Option(help="run folder to write (run.json, synthesizer.json and the model); rerun "
-                                           "the same command to resume an interrupted language-model fit")
+                                           "the same command to resume an interrupted fit (AIM after its last round)")
                    ] = Path("results/synth"),
     synthesizer: Annotated[str, typer.Option(help="aim (noisy marginals and a graphical model, AIM; runs in SmartNoise's "
                                                   ".venv-baselines, which scripts/setup.sh installs) or dp-2stage (a "
@@ -145,7 +145,8 @@ def fit(
         synth.check_available()
         _fit_and_write(synth, data, test, holdout, compare_rows, out, force, budget, seed=aim_settings.seed,
                        run_settings=synth.run_settings(), plan=synth.plan,
-                       train=lambda rows, run: synth.fit(rows, report=lambda m: typer.echo(m, err=True)),
+                       train=lambda rows, run: synth.fit(rows, report=lambda m: typer.echo(m, err=True),
+                                                       checkpoint_dir=run.checkpoint_dir),
                        files="run.json, synthesizer.json, model.npz")
         return
     _refuse([f for name, f in given_options(ctx).items() if name in AIM_ONLY], "--synthesizer dp-2stage", "AIM")

@@ -21,6 +21,9 @@ Privacy:
   basic composition.
 * The noise comes from OpenDP's secure generator and the selections from fresh OS entropy, never from the
   public ``seed`` (which only splits, and seeds sampling): no seed reproduces a fit.
+* A fit saves its rounds to ``checkpoint_dir`` after each one and resumes from them
+  (:mod:`dpcare.synth.aim_rounds`); the rounds' measurements and selections are added up afresh and must
+  come to exactly rho, so a resume re-spends nothing.
 * n is public, as in every dpcare ledger; AIM estimates its model's total from the noisy marginals.
 * Sampling reads no private data: rows are post-processing of the released model.
 
@@ -30,6 +33,8 @@ real held-out rows, so the two synthesizers' verdicts are comparable.
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,6 +60,7 @@ from dpcare.synth.settings import AIMSettings
 NAME = "aim"  # the model's name in run.json
 MODEL_FILE = "model.npz"
 STATE_FORMAT = "dpcare-aim-synthesizer/1"
+CHECKPOINT_FILE = "aim-rounds.npz"  # in the checkpoint folder: the rounds so far (dpcare.synth.aim_rounds)
 ACCOUNTANT = "rdp"  # the only dp-accounting accountant that composes a zCDP event
 NOT_REPRODUCIBLE = ("AIM draws its noise from OpenDP's secure generator and its selections from fresh OS entropy: "
                     "no seed reproduces a fit, and a rerun gives another model.")
@@ -116,9 +122,13 @@ class AIMSynthesizer(SavesRunFolder):
                                 "dp-2stage)")
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, df: pd.DataFrame, report: Callable[[str], None] | None = None) -> AIMSynthesizer:
+    def fit(self, df: pd.DataFrame, report: Callable[[str], None] | None = None,
+            checkpoint_dir: str | os.PathLike | None = None) -> AIMSynthesizer:
         """Fit on the private table ``df``; returns self. A progress bar follows the share of the budget spent
-        (one step per AIM round); ``report`` gets one line before the fit starts."""
+        (one step per AIM round); ``report`` gets one line before the fit starts. ``checkpoint_dir``: AIM's
+        rounds are saved there after each one, and a fit of the same settings and rows resumes from them (they
+        hold noisy measurements and a digest of the rows: keep the folder private and delete it afterwards;
+        ``dpcare synth fit`` uses its run's staging folder, deleted when the run finishes)."""
         from dpcare.progress import progress
         from dpcare.synth.baselines import fit_aim
 
@@ -139,13 +149,16 @@ class AIMSynthesizer(SavesRunFolder):
 
             self.state, self.arrays, accounting = fit_aim(
                 df, self.layout, s.bins, rho, s.epsilon, ledger.delta,
-                options={"max_model_size": s.max_model_size}, progress=advance)
-        if accounting["rho"] != rho:
-            raise RuntimeError(f"AIM spent rho = {accounting['rho']}, not the planned {rho}")
+                options={"max_model_size": s.max_model_size}, progress=advance,
+                checkpoint=None if checkpoint_dir is None else Path(checkpoint_dir) / CHECKPOINT_FILE)
+        if accounting["rho"] != rho or not math.isclose(accounting.get("rho_spent", math.nan), rho, rel_tol=1e-9):
+            raise RuntimeError(f"AIM spent rho = {accounting['rho']} ({accounting.get('rho_spent')} by its rounds' "
+                               f"tally), not the planned {rho}")
         self.ledger = ledger
         self.info = {"rows": len(df), "rho": rho, "cliques": [list(c) for c in self.state["cliques"]],
                      "fit_seconds": round(time.perf_counter() - start, 3),
-                     "aim_fit_seconds": round(accounting["fit_seconds"], 3)}
+                     "aim_fit_seconds": round(accounting["fit_seconds"], 3), "rounds": accounting.get("rounds"),
+                     "resumed_after_round": accounting.get("resumed_after_round")}
         return self
 
     # ------------------------------------------------------------------ fitted state

@@ -33,12 +33,15 @@ SmartNoise's own PrivacyEngine says after training. As
 SmartNoise gives it: batches are not Poisson-sampled, and its conditional sampler uses
 exact category frequencies (smartnoise-sdk issues #301, #484), which that number does not
 cover. MST hands the exact row count to its estimator (``known_total``, as in the original
-private-pgm code). MST/AIM noise comes from OpenDP's secure RNG, so ``seed`` does not make
+private-pgm code). AIM's rounds are run by :mod:`dpcare.synth.aim_rounds` (the paper's schedule with
+SmartNoise's selection, OpenDP's noise and mbi's estimation), which saves them after every round to the
+job's ``checkpoint`` and resumes from it, and checks that its measurements and selections add up to rho. MST/AIM noise comes from OpenDP's secure RNG, so ``seed`` does not make
 them reproducible.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import numbers
@@ -295,14 +298,17 @@ def run_job(job: dict, work: Path, timeout: float | None = None,
 
 
 def fit_aim(train: pd.DataFrame, layout: list[dict], bins: int, rho: float, epsilon: float, delta: float,
-            options: dict | None = None, progress: Callable[[float], None] | None = None
-            ) -> tuple[dict, dict[str, np.ndarray], dict]:
+            options: dict | None = None, progress: Callable[[float], None] | None = None,
+            checkpoint: str | os.PathLike | None = None) -> tuple[dict, dict[str, np.ndarray], dict]:
     """Fit AIM on the (schema-checked) private ``train`` rows at ``rho``-zCDP; returns the fitted model's
     state (domain, cliques, total), its log-potential arrays and the worker's accounting record. The rows
-    are encoded with the public ``layout`` (:func:`_layout`); nothing else of them leaves this process."""
+    are encoded with the public ``layout`` (:func:`_layout`); nothing else of them leaves this process.
+    ``checkpoint``: a file the rounds are saved to after each one, and resumed from (private: delete it
+    once the fit is done)."""
     codes, specs = _encode(train, layout, "cube", bins)
     job = {"name": "aim", "epsilon": float(epsilon), "delta": float(delta), "rho": float(rho), "n_samples": 0,
-           "seed": 0, "columns": specs, "options": options or {}, "save_model": True}
+           "seed": 0, "columns": specs, "options": options or {}, "save_model": True,
+           "checkpoint": None if checkpoint is None else str(Path(checkpoint).resolve())}
     with tempfile.TemporaryDirectory(prefix="dpcare-aim-") as tmp:
         work = Path(tmp)
         codes.to_csv(work / "train.csv", index=False)
@@ -442,11 +448,80 @@ def _public_seed(seed: int) -> None:
         torch.manual_seed(seed)
 
 
-def _fit_marginal(job: dict, train: pd.DataFrame):
+def _rounds_module():
+    """dpcare.synth.aim_rounds, imported by path (this interpreter has no dpcare)."""
+    import importlib.util
+
+    name = "dpcare_aim_rounds"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("aim_rounds.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before exec: its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _resumable_aim(checkpoint: str | None, digest: str):
+    """SmartNoise's AIMSynthesizer with its rounds run by :func:`~dpcare.synth.aim_rounds.run_rounds`: the same
+    mechanism (SmartNoise's selection, OpenDP's noise, mbi's estimation, the paper's schedule), its state saved
+    to ``checkpoint`` after every round and resumed from it (keyed to the settings and ``digest`` of the rows)."""
+    import snsynth.aim.aim as lib
+    from mbi import LinearMeasurement, estimation, marginal_oracles
+
+    r = _rounds_module()
+
+    def noise(sigma: float, size: int) -> np.ndarray:
+        return np.asarray(lib.gaussian_noise(sigma, size), dtype=float)
+
+    class ResumableAIM(lib.AIMSynthesizer):
+        resumed_round = None  # the round a fit resumed after (None: it started afresh)
+
+        def AIM(self, data, workload):
+            def estimate(state):
+                measured = [LinearMeasurement(m.y, m.clique, m.sigma) for m in state.measurements]
+                return estimation.mirror_descent(data.domain, measured, iters=1000,
+                                                 marginal_oracle=marginal_oracles.message_passing_stable)
+
+            rounds = self.rounds or r.ROUNDS_PER_COLUMN * len(data.domain)
+            key = {"rho": self.rho, "rounds": rounds, "max_model_size": self.max_model_size,
+                   "attributes": list(data.domain.attributes), "shape": [int(x) for x in data.domain.shape],
+                   "rows": digest}
+            candidates = lib.compile_workload(workload)
+            answers = {cl: np.asarray(data.project(cl).datavector(), dtype=float) for cl in candidates}
+            state = r.AIMRounds.load(checkpoint, key) if checkpoint else None
+            if state is None:
+                state = r.AIMRounds.start(self.rho, rounds)
+                r.measure_one_way(state, answers, noise)
+                if checkpoint:
+                    state.save(checkpoint, key)
+            else:
+                self.resumed_round = state.round
+                if self.verbose:
+                    print("Resumed after round", state.round, "Budget Used", state.used / self.rho, flush=True)
+
+            def select(model, state):
+                small = lib.filter_candidates(candidates, model, state.size_limit(self.max_model_size))
+                return self._worst_approximated(small, answers, model, state.epsilon, state.sigma)
+
+            def after_round(state, clique):  # saved before the progress line: a caller may stop at that line
+                if checkpoint:
+                    state.save(checkpoint, key)
+                if self.verbose:
+                    print("Selected", clique, "Budget Used", state.used / self.rho, flush=True)
+
+            self.synthesizer = r.run_rounds(state, answers, estimate=estimate, select=select, noise=noise,
+                                            fitted=lambda model, cl: np.asarray(model.project(cl).datavector()),
+                                            after_round=after_round)
+            self.rho_spent, self.rounds_run = state.check_spent(), state.round
+
+    return ResumableAIM
+
+
+def _fit_marginal(job: dict, train: pd.DataFrame, digest: str = ""):
     """MST or AIM fitted on the encoded rows; AIM at the job's ``rho`` when given (dpcare calibrates it with its
-    own accountant, so that the ledger's epsilon is at most the target), else SmartNoise's ``cdp_rho``."""
+    own accountant, so that the ledger's epsilon is at most the target), else SmartNoise's ``cdp_rho``, and
+    checkpointed to the job's ``checkpoint`` when given (``digest``: of the rows, the checkpoint's key)."""
     import snsynth.aim.aim as aim_module
-    from snsynth.aim import AIMSynthesizer
     from snsynth.mst import MSTSynthesizer
     from snsynth.utils import cdp_rho
 
@@ -455,17 +530,20 @@ def _fit_marginal(job: dict, train: pd.DataFrame):
         if job["name"] != "aim":
             raise RuntimeError("only AIM takes a calibrated rho")
         aim_module.cdp_rho = lambda epsilon, delta: rho  # AIM reads its budget through this name only
-    cls = MSTSynthesizer if job["name"] == "mst" else AIMSynthesizer
+    is_aim = job["name"] == "aim"
+    cls = _resumable_aim(job.get("checkpoint"), digest) if is_aim else MSTSynthesizer
     options = dict(job["options"])
-    if job.get("verbose") and job["name"] == "aim":
+    if job.get("verbose") and is_aim:
         options["verbose"] = True  # one line per round: "... Budget Used <fraction>" (the caller's progress)
     synth = cls(epsilon=job["epsilon"], delta=job["delta"], **options)
     synth.fit(train, transformer=_transformer(job["columns"], "cube"))
-    spent = synth.rho if job["name"] == "aim" else cdp_rho(job["epsilon"], job["delta"])
+    spent = synth.rho if is_aim else cdp_rho(job["epsilon"], job["delta"])
     if rho is not None and spent != rho:
         raise RuntimeError(f"AIM spent rho = {spent}, not the calibrated {rho}")
+    extra = {"rho_spent": synth.rho_spent, "rounds": synth.rounds_run, "resumed_after_round": synth.resumed_round
+             } if is_aim else {}
     return synth, {"mechanism": f"{job['name'].upper()} (zCDP, Gaussian noise)", "epsilon": job["epsilon"],
-                   "delta": job["delta"], "rho": spent, "preprocessor_epsilon": 0.0}
+                   "delta": job["delta"], "rho": spent, "preprocessor_epsilon": 0.0, **extra}
 
 
 def _save_model(model, work: Path) -> None:
@@ -510,6 +588,7 @@ def _worker(work: Path) -> None:
         out, acc = _sample_saved(job, work), {}
     else:
         train = pd.read_csv(work / "train.csv")
+        digest = hashlib.sha256((work / "train.csv").read_bytes()).hexdigest()
         _fresh_entropy(torch_too=job["name"] == "dpctgan")
         start = time.perf_counter()
         if job["name"] == "dpctgan":
@@ -519,7 +598,7 @@ def _worker(work: Path) -> None:
                 (work / REFUSED_FILE).write_text(json.dumps({"error": str(err)}))
                 return
         else:
-            synth, acc = _fit_marginal(job, train)
+            synth, acc = _fit_marginal(job, train, digest)
         acc["fit_seconds"] = time.perf_counter() - start
         if job.get("save_model"):
             _save_model(synth.synthesizer, work)
