@@ -118,6 +118,7 @@ def worker(rank: int, world: int, store: str, out: str) -> None:
         secret, _ = patient_run(noise_seed=None)  # the secret root: OS entropy drawn on rank 0, taken by every rank
         result["secret"] = [p.detach().clone() for p in secret.parameters()]
         torch.save(result, Path(out) / f"rank{rank}.pt")
+        dist.barrier()  # as in mismatch_worker
     finally:
         dist.destroy_process_group()
 
@@ -152,5 +153,6 @@ def mismatch_worker(rank: int, world: int, store: str, out: str) -> None:
             report[case + "_steps"] = trainer.step_count
             report[case + "_charges"] = len(trainer.ledger.entries)
         torch.save(report, Path(out) / f"mismatch{rank}.pt")
+        dist.barrier()  # neither rank tears gloo down while the other still talks to it (a rare SIGABRT at exit)
     finally:
         dist.destroy_process_group()

@@ -130,7 +130,7 @@ def test_a_save_that_fails_leaves_the_last_round_in_place(tmp_path, monkeypatch)
 
 
 def test_bad_budgets_are_refused():
-    with pytest.raises(ValueError, match="rho > 0"):
+    with pytest.raises(RuntimeError, match="rho > 0"):
         AIMRounds.start(0.0, 16)
-    with pytest.raises(ValueError, match="at least one round"):
+    with pytest.raises(RuntimeError, match="at least one round"):
         AIMRounds.start(1.0, 0)

@@ -66,8 +66,8 @@ class AIMRounds:
 
     @classmethod
     def start(cls, rho: float, rounds: int) -> AIMRounds:
-        if not rho > 0 or rounds < 1:
-            raise ValueError(f"AIM needs rho > 0 and at least one round, got rho = {rho}, {rounds} rounds")
+        if not rho > 0 or rounds < 1:  # dpcare calibrates both: a broken invariant, not a user's input
+            raise RuntimeError(f"AIM needs rho > 0 and at least one round, got rho = {rho}, {rounds} rounds")
         return cls(rho, rounds, sigma=math.sqrt(rounds / (2 * MEASURE_SHARE * rho)),
                    epsilon=math.sqrt(8 * (1 - MEASURE_SHARE) * rho / rounds))
 
