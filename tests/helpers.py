@@ -55,3 +55,14 @@ def benchmark_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def needs_smartnoise(name: str) -> None:
+    """Skip the calling test when SmartNoise's ``name`` (mst, aim, dpctgan) cannot run on this machine."""
+    import pytest
+
+    from dpcare.synth.baselines import available_baselines
+
+    error = available_baselines()[name]
+    if error is not None:
+        pytest.skip(f"SmartNoise {name} unavailable: {error}")

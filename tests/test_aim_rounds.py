@@ -68,11 +68,10 @@ def test_the_schedule_spends_exactly_rho(rho, anneal):
 def test_an_interrupted_fit_resumes_with_its_measurements_and_spends_rho_once(tmp_path):
     """Red when a resume loses what the checkpoint holds (the budget used, a measurement, a selection): the
     resumed rounds would then spend rho again, and the tally refuses the fit."""
-    path, seen = tmp_path / "aim-rounds.npz", []
+    path = tmp_path / "aim-rounds.npz"
 
     def save_then_stop(state, clique):
         state.save(path, KEY)
-        seen.append(state.round)
         if state.round == 5:
             raise Stop
 

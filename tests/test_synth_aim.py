@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from helpers import SPEC, toy_table
+from helpers import SPEC, needs_smartnoise, toy_table
 from typer.testing import CliRunner
 
 import dpcare.synth.baselines as bl
@@ -297,15 +297,9 @@ def test_an_unavailable_aim_is_refused_before_any_row_is_read(files, monkeypatch
 
 
 # ------------------------------------------------------------------ the real AIM (SmartNoise venv)
-def real_aim_or_skip():
-    error = bl.available_baselines()["aim"]
-    if error is not None:
-        pytest.skip(f"SmartNoise AIM unavailable: {error}")
-
-
 @pytest.mark.slow
 def test_the_real_aim_fits_saves_and_samples_in_a_fresh_process(files):
-    real_aim_or_skip()
+    needs_smartnoise("aim")
     r = runner.invoke(app, aim_args(files, "--epsilon", "3", "--bins", "5", "--compare-rows", "60"))
     assert r.exit_code == 0, r.output
     m = read_manifest(files / "out")
@@ -343,7 +337,7 @@ def test_evaluate_and_report_read_an_aim_run(files, worker):
 def test_the_real_aim_resumes_a_killed_fit_after_its_last_round(tmp_path, monkeypatch):
     """The worker is killed at its first progress line (after round 1 is saved); the second fit resumes after
     that round and its rounds' tally is exactly rho (the fit refuses any other)."""
-    real_aim_or_skip()
+    needs_smartnoise("aim")
 
     class Killed(Exception):
         pass

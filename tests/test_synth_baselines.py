@@ -5,14 +5,13 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import SPEC, toy_table
+from helpers import SPEC, needs_smartnoise, toy_table
 
 from dpcare.data import TableSchema, load_dataset, load_table
 from dpcare.synth.baselines import (
     _decode,
     _encode,
     _layout,
-    available_baselines,
     run_baseline,
 )
 
@@ -20,12 +19,6 @@ from dpcare.synth.baselines import (
 def toy():
     schema = TableSchema.from_dict(SPEC)
     return load_table(toy_table(200), schema), schema
-
-
-def needs(name):
-    error = available_baselines()[name]
-    if error is not None:
-        pytest.skip(f"SmartNoise {name} unavailable: {error}")
 
 
 def check_output(out, df, schema, n):
@@ -85,7 +78,7 @@ def test_encoding_uses_only_the_schema_and_round_trips():
 
 @pytest.mark.parametrize("name", ["mst", "dpctgan"])
 def test_baseline_on_toy_table(name):
-    needs(name)
+    needs_smartnoise(name)
     df, schema = toy()
     out = run_baseline(name, df, schema, 1.0, 1e-5, 60, seed=1, bins=8, epochs=2, batch_size=100, timeout=300)
     check_output(out, df, schema, 60)
@@ -98,7 +91,7 @@ def test_baseline_on_toy_table(name):
 @pytest.mark.parametrize("name", [pytest.param("mst", marks=pytest.mark.slow),  # ~60 s each (XLA compiles)
                                   pytest.param("aim", marks=pytest.mark.slow), "dpctgan"])
 def test_baseline_on_adult(name):
-    needs(name)
+    needs_smartnoise(name)
     df, schema = load_dataset("adult", part="train")
     df = df.sample(300, random_state=0).reset_index(drop=True)
     out = run_baseline(name, df, schema, 1.0, 1e-5, 100, epochs=2, timeout=600)
@@ -106,7 +99,7 @@ def test_baseline_on_adult(name):
 
 
 def test_timeout_is_reported():
-    needs("mst")
+    needs_smartnoise("mst")
     df, schema = toy()
     with pytest.raises(TimeoutError, match="within 0.5 s"):
         run_baseline("mst", df, schema, 1.0, 1e-5, 10, timeout=0.5)
@@ -115,7 +108,7 @@ def test_timeout_is_reported():
 def test_dpctgan_calibration_uses_the_engine_orders():
     """The benchmark's setting (1,500 Adult rows, batch 500, 5 epochs, epsilon 1) once picked order 11, which
     SmartNoise's engine does not use, and overspent (1.0005 > 1): calibration must use the engine's orders."""
-    needs("dpctgan")
+    needs_smartnoise("dpctgan")
     df, schema = load_dataset("adult", part="train")
     df = df.sample(1500, random_state=0).reset_index(drop=True)
     out = run_baseline("dpctgan", df, schema, 1.0, 1500 ** -1.1, 20, epochs=5, batch_size=500, timeout=600)
@@ -131,6 +124,6 @@ def test_dpctgan_refusals_are_privacy_and_data_errors():
     df, schema = toy()
     with pytest.raises(DataError, match="at least 2 training rows"):
         run_baseline("dpctgan", df.iloc[:1], schema, 1.0, 1e-5, 10)
-    needs("dpctgan")
+    needs_smartnoise("dpctgan")
     with pytest.raises(PrivacyParameterError, match="DP-CTGAN cannot meet epsilon = 0.01"):
         run_baseline("dpctgan", df, schema, 0.01, 1e-5, 10, epochs=1, batch_size=100, timeout=300)

@@ -91,7 +91,7 @@ def fit(
     data: Annotated[Path, typer.Argument(help="private table (CSV or Parquet)")],
     spec: Annotated[Path, typer.Option(help="privacy spec: column types, public bounds and categories")],
     out: Annotated[Path, typer.Option(help="run folder to write (run.json, synthesizer.json and the model); rerun "
-                                           "the same command to resume an interrupted fit (AIM after its last round)")
+                                           "the same command to resume an interrupted fit (AIM: from its last finished round)")
                    ] = Path("results/synth"),
     synthesizer: Annotated[str, typer.Option(help="aim (noisy marginals and a graphical model, AIM; runs in SmartNoise's "
                                                   ".venv-baselines, which scripts/setup.sh installs) or dp-2stage (a "

@@ -35,8 +35,8 @@ exact category frequencies (smartnoise-sdk issues #301, #484), which that number
 cover. MST hands the exact row count to its estimator (``known_total``, as in the original
 private-pgm code). AIM's rounds are run by :mod:`dpcare.synth.aim_rounds` (the paper's schedule with
 SmartNoise's selection, OpenDP's noise and mbi's estimation), which saves them after every round to the
-job's ``checkpoint`` and resumes from it, and checks that its measurements and selections add up to rho. MST/AIM noise comes from OpenDP's secure RNG, so ``seed`` does not make
-them reproducible.
+job's ``checkpoint``, resumes from it, and checks that its measurements and selections add up to rho.
+MST/AIM noise comes from OpenDP's secure RNG, so ``seed`` does not make them reproducible.
 """
 
 from __future__ import annotations
@@ -588,7 +588,8 @@ def _worker(work: Path) -> None:
         out, acc = _sample_saved(job, work), {}
     else:
         train = pd.read_csv(work / "train.csv")
-        digest = hashlib.sha256((work / "train.csv").read_bytes()).hexdigest()
+        # the checkpoint's key (a resume on other rows starts afresh); only an AIM fit that checkpoints reads it
+        digest = hashlib.sha256((work / "train.csv").read_bytes()).hexdigest() if job.get("checkpoint") else ""
         _fresh_entropy(torch_too=job["name"] == "dpctgan")
         start = time.perf_counter()
         if job["name"] == "dpctgan":
