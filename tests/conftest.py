@@ -1,4 +1,7 @@
+import faulthandler
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -6,6 +9,62 @@ import pytest
 import torch
 
 torch.set_num_threads(1)
+
+#: pytest-timeout's limit for tests marked slow (the others take pyproject's ``timeout``)
+SLOW_TEST_TIMEOUT = 1200
+#: a test still running this long after its limit is stuck where pytest-timeout's signal cannot reach (C code:
+#: gloo, Ray, a child's pipe): faulthandler dumps every thread's stack and ends the process, so xdist reports the
+#: worker lost while running that test and, with --max-worker-restart=0 (scripts/test.sh), ends the run at once
+STUCK_GRACE = float(os.environ.get("DPCARE_TEST_STUCK_GRACE", "60"))
+#: folder for those dumps (scripts/test.sh sets it and prints what lands there); unset: the worker's stderr
+DUMPS_ENV = "DPCARE_TEST_DUMPS"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TEST_TIMEOUT))
+
+
+def _limit(item) -> float:
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        return float(marker.args[0])
+    return float(item.config.getini("timeout") or 0)
+
+
+def _dump_file(config):
+    folder = os.environ.get(DUMPS_ENV)
+    if not folder:
+        return None
+    if not hasattr(config, "_dpcare_dump"):
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        config._dpcare_dump = open(Path(folder) / f"stuck-{worker}.txt", "w")  # noqa: SIM115 (process lifetime)
+    return config._dpcare_dump
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Arm the last-resort dump for the test about to run (see STUCK_GRACE), naming it first in the dump."""
+    limit = _limit(item)
+    if limit <= 0:
+        yield
+        return
+    out = _dump_file(item.config)
+    if out is not None:
+        out.seek(0)
+        out.truncate()
+        out.write(f"stuck past its {limit:.0f} s limit: {item.nodeid}\n")
+        out.flush()
+    faulthandler.dump_traceback_later(limit + STUCK_GRACE, exit=True,
+                                      file=out if out is not None else sys.__stderr__)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        if out is not None:
+            out.seek(0)
+            out.truncate()
 
 
 @pytest.fixture(scope="module")
