@@ -194,3 +194,46 @@ def test_imputation_shards_on_ray_keep_the_notes_order(local_ray, tmp_path):
     assert stats["notes"] == serial_stats["notes"] == 7 and stats["workers"] == 2
     shards = [json.loads(line) for k in (0, 1) for line in (tmp_path / f"imputation.{k}.jsonl").read_text().splitlines()]
     assert shards == serial  # each shard journalled its own contiguous part
+
+
+def _die_on(x: int) -> int:
+    if x == 3:
+        import os
+
+        os._exit(1)  # the worker process is lost, as when the machine kills it for memory
+    return x
+
+
+def test_a_lost_worker_stops_the_work_with_a_clear_error_naming_the_task(local_ray):
+    from dpcare.exceptions import WorkerLostError
+
+    with pytest.raises(WorkerLostError, match=r"the parallel run \(3\) was lost .*WorkerCrashedError.*rerun the same "
+                                              r"command to resume"):
+        parallel.map_tasks(_die_on, [(1,), (2,), (3,), (4,)], workers=2)
+    assert parallel.map_tasks(_square, [(5,), (6,)], workers=2) == [25, 36]  # the instance still serves
+
+
+OWN_INSTANCE = """
+import json, ray
+from dpcare import parallel
+assert parallel.map_tasks(abs, [(-1,), (-2,)], workers=2) == [1, 2]
+ctx = ray.get_runtime_context()
+print(json.dumps({"namespace": ctx.namespace, "gcs": ctx.gcs_address, "temp": parallel.ray_temp_dir()}))
+"""
+
+
+def test_each_process_starts_its_own_ray_in_its_own_namespace_and_folder(local_ray, tmp_path):
+    """Another Ray on the machine (here the test's own) is never joined: a second process gets a new instance,
+    namespace and temporary folder, and its folder is gone when it ends."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    mine = local_ray.get_runtime_context()
+    assert mine.namespace.startswith("dpcare-") and Path(parallel.ray_temp_dir(), "session_latest").exists()
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", OWN_INSTANCE], capture_output=True, text=True, env=env, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    other = json.loads(done.stdout.strip().splitlines()[-1])
+    assert other["gcs"] != mine.gcs_address and other["namespace"] != mine.namespace
+    assert other["temp"] != parallel.ray_temp_dir() and not Path(other["temp"]).exists()  # removed at exit

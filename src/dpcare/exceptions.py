@@ -55,5 +55,10 @@ class MissingDependencyError(DPCareError, ImportError):
     """An optional package or model that is not installed; also an ImportError."""
 
 
+class WorkerLostError(DPCareError):
+    """A parallel worker (a Ray task's process, its node or an object it held) was lost: the machine, not the
+    input, failed; the message says what was lost and how to resume from the run's journal."""
+
+
 __all__ = ["BudgetExceededError", "DPCareError", "DataError", "MissingDependencyError", "MissingFileError",
-           "NotFittedError", "PrivacyParameterError", "SettingsError", "SpecError", "UnknownNameError"]
+           "NotFittedError", "WorkerLostError", "PrivacyParameterError", "SettingsError", "SpecError", "UnknownNameError"]

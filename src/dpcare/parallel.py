@@ -5,7 +5,10 @@
 thread (and :func:`gpus_per_task` GPUs: none by default, so Ray hides the GPUs from the tasks). Where Ray runs:
 
 * on this machine by default: a private local Ray instance with ``workers`` CPUs, started on first use (about
-  10 s) and kept for the rest of the process; nothing to set up;
+  10 s) and kept for the rest of the process; nothing to set up. It is the process's own: a new instance
+  (never one that happens to run on the machine), in a namespace of its own and a temporary folder of its own
+  (:func:`ray_temp_dir`, removed when the process ends), so that another Ray on the machine, a user's or a
+  second dpcare run's, shares neither its sessions, sockets nor spilled objects;
 * on a cluster when an address is given, by :func:`configure` (the command line's ``--ray-address``) or by
   the ``RAY_ADDRESS`` environment variable (the head's ``host:6379``, as ``ray start`` prints it). dpcare
   and its dependencies must be installed on every node; ``workers`` then caps the tasks in flight.
@@ -14,7 +17,9 @@ Results are yielded as each task finishes (so a journal can record each finished
 or, by :func:`map_tasks`, gathered in task order. A task's result is its function's return value whichever
 way it ran: the same seeds give the same results serially and on Ray. When a task fails, it is named on
 stderr, the others go on, and the first failure is raised once they have finished; the serial path raises at
-once (as a plain loop would).
+once (as a plain loop would). A lost worker, node or object (killed for memory, say) is not the task's failure:
+it stops the work at once with a :class:`~dpcare.exceptions.WorkerLostError` naming the task and saying that
+a rerun resumes from the journal of the finished tasks.
 
 ``fn`` and the tasks must pickle (module-level functions, ``functools.partial`` of them). An argument shared
 by several tasks (the same object: a data set, a model) is shipped to the object store once, not per task.
@@ -22,14 +27,18 @@ by several tasks (the same object: a data set, a model) is shipped to the object
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import socket
 import sys
+import tempfile
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from dpcare.exceptions import MissingDependencyError, SettingsError
+from dpcare.exceptions import MissingDependencyError, SettingsError, WorkerLostError
 from dpcare.runtime import FAST_ALLOCATOR, THREADS
 
 RAY_VERSION = "2.60.0"  # the version pyproject.toml pins
@@ -37,6 +46,7 @@ GPUS_ENV = "DPCARE_RAY_GPUS_PER_TASK"
 _address: str | None = None  # set by configure(); None: RAY_ADDRESS, else a local instance
 _gpus: float | None = None  # set by configure(); None: DPCARE_RAY_GPUS_PER_TASK, else 0
 _remote = None  # the Ray remote function, made once per process
+_temp_dir: str | None = None  # the local instance's own temporary folder, once started
 
 
 def configure(address: str | None = None, gpus_per_task: float | None = None) -> None:
@@ -70,6 +80,28 @@ def gpus_per_task() -> float:
 def ray_address() -> str | None:
     """The cluster Ray tasks go to: :func:`configure`'s address, else ``RAY_ADDRESS``; None: this machine."""
     return _address or os.environ.get("RAY_ADDRESS") or None
+
+
+def ray_temp_dir() -> str | None:
+    """The temporary folder of this process's own local Ray instance (sessions, sockets, logs, spilled objects);
+    None before it starts or when the tasks go to a cluster."""
+    return _temp_dir
+
+
+def _own_temp_dir() -> str:
+    """A fresh temporary folder for a local Ray instance, removed at exit (after Ray has shut down). Short,
+    under the system's temporary folder: Ray's socket paths must stay under the OS limit of ~107 bytes."""
+    global _temp_dir
+    _temp_dir = tempfile.mkdtemp(prefix="dpcare-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
+
+    def remove(path: str = _temp_dir) -> None:
+        import ray
+
+        ray.shutdown()
+        shutil.rmtree(path, ignore_errors=True)
+
+    atexit.register(remove)
+    return _temp_dir
 
 
 def _call(fn: Callable[..., Any], *args: Any) -> Any:
@@ -106,7 +138,8 @@ def _ray(workers: int, gpus: float):
         # one thread per task, and the allocator setting of dpcare.runtime, in workers started anywhere
         runtime_env = {"env_vars": {**FAST_ALLOCATOR, **THREADS}}
         common = {"include_dashboard": False, "log_to_driver": False, "ignore_reinit_error": True,
-                  "logging_level": logging.WARNING, "runtime_env": runtime_env}
+                  "logging_level": logging.WARNING, "runtime_env": runtime_env,
+                  "namespace": f"dpcare-{os.getpid()}-{uuid.uuid4().hex[:8]}"}
         try:
             if address:
                 _check_reachable(address)
@@ -115,7 +148,7 @@ def _ray(workers: int, gpus: float):
                 # the workers import what this process can (its sys.path), as spawned processes would
                 path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
                 runtime_env["env_vars"]["PYTHONPATH"] = path
-                ray.init(address="local", num_cpus=workers, **common)
+                ray.init(address="local", num_cpus=workers, _temp_dir=_own_temp_dir(), **common)
         except ConnectionError as e:
             hint = ("" if os.environ.get("RAY_AUTH_MODE") else "; a cluster started by `ray start` checks a token: "
                     "set RAY_AUTH_MODE=token, with the head's ~/.ray/auth_token here (or RAY_AUTH_TOKEN)")
@@ -155,7 +188,7 @@ def run_tasks(fn: Callable[..., Any], tasks: Iterable[tuple], workers: int = 1) 
         return
     gpus = gpus_per_task()  # checked before Ray starts
     ray = _ray(workers, gpus)
-    from ray.exceptions import RayTaskError
+    from ray.exceptions import RayError, RayTaskError
 
     fn_ref = ray.put(fn)
     shared = _shared_refs(ray, [(fn, *t) for t in tasks])
@@ -171,22 +204,36 @@ def run_tasks(fn: Callable[..., Any], tasks: Iterable[tuple], workers: int = 1) 
             i = pending.pop(ref)
             try:
                 result = ray.get(ref)
-            except RayTaskError as e:
+            except RayTaskError as e:  # the task's own function raised
                 cause = e.cause if isinstance(getattr(e, "cause", None), BaseException) else e
                 print(f"run ({_describe(tasks[i])}) failed: {cause!r}; the others go on", file=sys.stderr,
                       flush=True)
                 if failed is None:
                     failed = (cause, e)
                 continue
+            except RayError as e:  # not the task: its worker, node or result was lost
+                raise WorkerLostError(_lost_message(tasks[i], e)) from e
             yield i, result
     finally:  # the caller stopped early (or failed): nothing keeps running for it
         for ref in pending:
-            ray.cancel(ref, force=True)
+            try:
+                ray.cancel(ref, force=True)
+            except RayError:  # its worker is already gone (the error being raised says why)
+                pass
     if failed is not None:
         cause, error = failed
         if cause is error:
             raise error
         raise cause from error  # the task's own error (a DPCareError stays one); the remote traceback chained
+
+
+def _lost_message(task: tuple, error: BaseException) -> str:
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    where = f"on the Ray cluster at {ray_address()}" if ray_address() else "on this machine's Ray instance"
+    return (f"the parallel run ({_describe(task)}) was lost {where}: {type(error).__name__}"
+            f"{': ' + first[:300] if first else ''}. This is the machine, not the input: a worker killed for "
+            "memory or by another process, or a node gone. The runs that finished are kept in the run's journal; "
+            "rerun the same command to resume (with fewer --workers if memory is short)")
 
 
 def map_tasks(fn: Callable[..., Any], tasks: Iterable[tuple], workers: int = 1,
@@ -202,4 +249,4 @@ def map_tasks(fn: Callable[..., Any], tasks: Iterable[tuple], workers: int = 1,
     return results
 
 
-__all__ = ["GPUS_ENV", "configure", "gpus_per_task", "map_tasks", "ray_address", "run_tasks"]
+__all__ = ["GPUS_ENV", "configure", "gpus_per_task", "map_tasks", "ray_address", "ray_temp_dir", "run_tasks"]
