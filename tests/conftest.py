@@ -54,7 +54,8 @@ def pytest_runtest_protocol(item, nextitem):
     if out is not None:
         out.seek(0)
         out.truncate()
-        out.write(f"stuck past its {limit:.0f} s limit: {item.nodeid}\n")
+        out.write(f"{item.nodeid}, {limit:.0f} s limit, was still running {limit + STUCK_GRACE:.0f} s after it "
+                  "began:\n")
         out.flush()
     faulthandler.dump_traceback_later(limit + STUCK_GRACE, exit=True,
                                       file=out if out is not None else sys.__stderr__)

@@ -41,6 +41,30 @@ def _spec(root: Path, text: str | None = None) -> str:
     return "spec.yaml"
 
 
+def _latin1(root: Path) -> str:
+    """A table exported as Latin-1 (a Windows spreadsheet's CSV): 'fémale' in row 1."""
+    df = toy_table(200)
+    df.loc[0, "sex"] = "f\u00e9male"
+    df.to_csv(root / "latin1.csv", index=False, encoding="latin-1")
+    return "latin1.csv"
+
+
+def _three_classes(root: Path) -> tuple[str, str]:
+    """A table whose target takes 3 values, and a spec that declares them."""
+    df = toy_table(200)
+    df["death"] = df["death"] + (df["age"] > 80)
+    df.to_csv(root / "three.csv", index=False)
+    (root / "spec3.yaml").write_text(yaml.safe_dump({**SPEC, "target": {**SPEC["target"], "categories": [0, 1, 2]}}))
+    return "three.csv", "spec3.yaml"
+
+
+def _file_in_the_way(root: Path, name: str) -> str:
+    """``blocker/<name>``, where ``blocker`` is a file: its folder can be neither made nor written (as a
+    read-only folder, which the root user of a test machine cannot make)."""
+    (root / "blocker").write_text("a file, not a folder")
+    return f"blocker/{name}"
+
+
 def _events(root: Path, bad_time: bool = False) -> str:
     rng = np.random.default_rng(0)
     rows = []
@@ -100,7 +124,14 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      lambda d: ["train", _table(d), "--spec", _spec(d), "--out", _write(d, "out.txt", "x")],
      "is a file, not a folder"),
     ("train: --out holds another run",
-     lambda d: ["train", _table(d), "--spec", _spec(d), "--out", _run(d)], "is not empty"),
+     lambda d: ["train", _table(d), "--spec", _spec(d), "--out", _run(d)], "already holds a finished tabular run"),
+    ("train: the command of a finished run, again",
+     lambda d: ["train", "train.csv", "--spec", "spec.yaml", "--out", _run(d), "--method", "non-private", "--epochs",
+                "1", "--hidden", "8"], "already holds this run, finished with these settings"),
+    ("train: a CSV that is not UTF-8 (a Latin-1 export)",
+     lambda d: ["train", _latin1(d), "--spec", _spec(d)], r"latin1.csv is not UTF-8 text \(line 2, byte 0xe9"),
+    ("train: a target with three categories",
+     lambda d: (lambda t, s: ["train", t, "--spec", s])(*_three_classes(d)), "declares 3 categories"),
     ("train: a fusion method without its public support table",
      lambda d: ["train", _table(d), "--spec", _spec(d), "--method", "fusiondp"], "--public-data"),
     ("train: a single-class test split",
@@ -116,6 +147,13 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      lambda d: ["audit", "loss", _run(d), "--data", _table(d, name="other.csv", n=250)], "split was drawn over"),
     ("report: a folder no run wrote",
      lambda d: ["report", _dir(d, "stray"), "--out", "r.html"], "not a dpcare run folder"),
+    ("report: --out is a folder",
+     lambda d: ["report", _run(d), "--out", _dir(d, "pages")], "--out pages is a folder"),
+    ("report: --out where no file can be written",
+     lambda d: ["report", _run(d), "--out", _file_in_the_way(d, "r.html")], "cannot write --out blocker/r.html: blocker is a file"),
+    ("budget init: where no file can be written",
+     lambda d: ["budget", "init", _file_in_the_way(d, "b.json"), "--epsilon", "1", "--delta", "1e-5", "--dataset",
+                "x"], "cannot write budget file blocker/b.json: blocker is a file"),
     ("budget init: the file exists",
      lambda d: ["budget", "init", _write(d, "b.json", "{}"), "--epsilon", "1", "--delta", "1e-5", "--dataset", "x"],
      "already exists"),
@@ -133,6 +171,11 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("text finetune: an unknown model folder",
      lambda d: ["text", "finetune", _write(d, "notes.jsonl", '{"note_id": "n1", "patient_id": "p1", "text": "x"}\n'),
                 "--model", "no-such-model", "--out", "ft"], "no-such-model"),
+    ("synth fit: a CSV that is not UTF-8 (a Latin-1 export)",
+     lambda d: ["synth", "fit", _latin1(d), "--spec", _spec(d)], "latin1.csv is not UTF-8 text"),
+    ("synth fit: a target with three categories, with the verdict",
+     lambda d: (lambda t, s: ["synth", "fit", t, "--spec", s])(*_three_classes(d)),
+     "declares 3 categories.*--holdout 0"),
     ("synth fit: an unknown mode",
      lambda d: ["synth", "fit", _table(d), "--spec", _spec(d), "--mode", "dp-3stage"], "--mode must be one of"),
     ("synth fit: a language-model option for the default synthesizer, AIM",
@@ -163,6 +206,19 @@ def test_bad_input_is_named_with_exit_2_and_nothing_written(tmp_path, what, buil
     assert r.stderr.startswith("error: ") and "Traceback" not in r.output, r.output
     assert re.search(pattern, r.stderr), r.stderr
     assert written == [], f"{what}: wrote {written}"
+
+
+def test_ctrl_c_says_what_was_kept_and_how_to_resume(tmp_path, monkeypatch):
+    def interrupted_fit(*args, checkpoint_dir=None, **kwargs):
+        Path(checkpoint_dir).mkdir(parents=True)  # the run has begun to keep its work
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("dpcare.tabular.fit", interrupted_fit)
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["train", _table(tmp_path), "--spec", _spec(tmp_path), "--out", "run"])
+    assert r.exit_code == 130, r.output
+    assert r.stderr.strip() == ("interrupted; the work done so far is kept in .run.partial: rerun the same command "
+                                "to resume from it")
 
 
 def test_the_bad_input_page_is_current(tmp_path):

@@ -69,7 +69,7 @@ def test_a_test_stuck_in_c_is_dumped_and_its_lost_worker_ends_the_run(tmp_path):
     assert done.returncode == 1, done.stdout
     assert "crashed while running 'test_stuck.py::test_stuck'" in done.stdout
     dump = "".join(p.read_text() for p in dumps.iterdir())
-    assert "stuck past its 2 s limit: test_stuck.py::test_stuck" in dump and "Timeout" in dump
+    assert "test_stuck.py::test_stuck, 2 s limit, was still running 5 s after it began" in dump and "Timeout" in dump
     assert "in test_stuck" in dump  # the stack names where it was stuck
 
 

@@ -26,6 +26,29 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], mode: str
     return path
 
 
+def check_writable_file(path: str | os.PathLike, what: str) -> Path:
+    """Refuse, before any work, an output file that cannot be written: ``path`` is a folder, or its folder cannot
+    be made or written (read-only, no permission, a file in the way). ``what`` names it for the user
+    ("--out", "budget file"). Probes by creating (and removing) a temporary file beside it, as the atomic
+    write will."""
+    from dpcare.exceptions import SettingsError
+
+    path = Path(path)
+    if path.is_dir():
+        raise SettingsError(f"{what} {path} is a folder: give the file to write")
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise SettingsError(f"cannot write {what} {path}: {blocker} is a file, not a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".probe")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise SettingsError(f"cannot write {what} {path}: {e.strerror or e} ({e.filename or path.parent})") from None
+    return path
+
+
 def strict_json(obj: Any) -> Any:
     """``obj`` with every NaN or infinite float replaced by None: JSON has no NaN or Infinity (Python's json
     module writes them, and other readers reject the file)."""

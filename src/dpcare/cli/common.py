@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Annotated
 
@@ -34,6 +35,35 @@ class ErrorReportingGroup(TyperGroup):
 
             abandon_unwritten()  # a refused run leaves no half-made run folder
             fail(err)
+        except KeyboardInterrupt:
+            interrupted()
+        except UnicodeDecodeError as err:  # a reader that did not name its file: say what is wrong all the same
+            fail(DPCareError(f"an input file is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8"))
+        except OSError as err:
+            if err.errno not in ENVIRONMENT_ERRNOS:
+                raise  # anything else is a bug and keeps its traceback
+            where = f" {err.filename}" if err.filename else ""
+            fail(DPCareError(f"cannot use{where}: {err.strerror or err}"))
+
+
+#: OS errors that are the machine's or the user's doing, not a bug: reported in one line (no permission, a read-only
+#: file system, a file or folder where the other was expected, a full disk or quota)
+ENVIRONMENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR, errno.ENOSPC,
+                      errno.EDQUOT, errno.ENAMETOOLONG}
+
+
+def interrupted() -> None:
+    """Ctrl-C: say what was kept and how to resume, then exit with status 130 (as a shell's SIGINT)."""
+    from dpcare.runs.folder import unfinished_staging
+
+    kept = unfinished_staging()
+    if kept:
+        said = (f"interrupted; the work done so far is kept in {', '.join(str(p) for p in kept)}: rerun the same "
+                "command to resume from it")
+    else:
+        said = "interrupted before the run wrote anything: rerun the same command to start it again"
+    typer.secho(said, fg=typer.colors.YELLOW, err=True)
+    raise typer.Exit(130)
 
 
 def table_and_spec(data: Path, spec: Path):

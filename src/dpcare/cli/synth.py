@@ -20,7 +20,7 @@ from dpcare.cli.budget import BudgetOption
 from dpcare.cli.common import table_and_spec
 from dpcare.cli.options import settings_options
 from dpcare.cli.train import ForceOption
-from dpcare.exceptions import MissingFileError, SettingsError
+from dpcare.exceptions import MissingFileError, SettingsError, SpecError
 from dpcare.synth.settings import AIMSettings, SynthSettings
 
 app = typer.Typer(help="DP synthetic tables from a language model (DP-2Stage).", no_args_is_help=True)
@@ -182,9 +182,16 @@ def _fit_and_write(synth, data: Path, test: Path | None, holdout: float, compare
     from dpcare.synth.support_baseline import describe
     from dpcare.synth.synthesizer import holdout_split
 
+    from dpcare.synth.evaluate import EFFICACY
+
     schema = synth.schema
     if test is not None:
         holdout = 0.0  # the test rows come from --test: every row of DATA trains
+    if test is not None or holdout > 0:  # the verdict is scored on them: refused now, not after the fit
+        try:
+            schema.require_binary_target(EFFICACY)
+        except SpecError as e:
+            raise SpecError(f"{e}; or fit without a verdict: --holdout 0 and no --test") from None
     rows = count_rows(data)  # public: every ledger states n
     train_idx, test_idx = holdout_split(rows, holdout, seed)  # from the row count and seed alone
     planned = plan(len(train_idx))

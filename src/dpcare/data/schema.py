@@ -122,6 +122,15 @@ class TableSchema:
         if not self.public_columns:
             raise SpecError("feature-level DP needs at least one public column; the spec declares none")
 
+    def require_binary_target(self, needed_by: str) -> None:
+        """Refuse a target that does not declare exactly two categories, saying what needs them (``needed_by``:
+        "the tabular recipe", "the verdict's ML efficacy"), before any row is read."""
+        declared = list(self.column(self.target).categories or ())
+        if len(declared) != 2:
+            raise SpecError(f"target '{self.target}' declares {len(declared)} categories {declared}: {needed_by} "
+                            "needs a binary outcome (two categories, e.g. [0, 1]); recode the target as one class "
+                            "against the rest, or declare the two categories it takes")
+
     def with_roles(self, private: list[str]) -> TableSchema:
         """The same schema with exactly ``private`` as private feature columns (others public)."""
         unknown = sorted(set(private) - set(self.feature_columns))

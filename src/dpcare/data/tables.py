@@ -22,7 +22,9 @@ def read_table(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     if suffix in (".csv", ".txt"):
         _check_header(path)
         try:
-            return pd.read_csv(path)
+            return pd.read_csv(path, encoding="utf-8")
+        except UnicodeDecodeError:
+            raise not_utf8(path) from None
         except pd.errors.EmptyDataError:
             raise DataError(f"data file {path} is empty") from None
         except pd.errors.ParserError as err:
@@ -46,12 +48,35 @@ def _existing_file(source: str | Path) -> Path:
     return path
 
 
+def not_utf8(path: Path) -> DataError:
+    """The error for a text file that is not UTF-8: the first byte that is not, by line, and how to convert."""
+    import codecs
+
+    decoder, offset, line, where = codecs.getincrementaldecoder("utf-8")(), 0, 1, ""
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as e:
+                bad = offset + e.start
+                line += chunk[:e.start].count(b"\n")
+                where = f" (line {line}, byte 0x{chunk[e.start]:02x} at offset {bad})"
+                break
+            offset += len(chunk)
+            line += chunk.count(b"\n")
+    return DataError(f"data file {path} is not UTF-8 text{where}: save it as UTF-8, e.g. `iconv -f latin1 -t utf-8 "
+                     f"{path.name} > {path.stem}.utf8{path.suffix}` for a Latin-1 (Windows) export")
+
+
 def _check_header(path: Path) -> None:
     """pandas renames a repeated CSV column to 'age.1' without a word: a repeated name is an error instead."""
     import csv
 
-    with open(path, newline="") as f:
-        header = next(csv.reader(f), [])
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            header = next(csv.reader(f), [])
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     seen, repeated = set(), []
     for name in header:
         if name in seen and name not in repeated:
@@ -73,8 +98,11 @@ def count_rows(source: str | Path) -> int:
 
         return int(pq.ParquetFile(path).metadata.num_rows)
     if suffix in (".csv", ".txt"):
-        with open(path, newline="") as f:
-            return max(sum(1 for _ in csv.reader(f)) - 1, 0)
+        try:
+            with open(path, newline="", encoding="utf-8") as f:
+                return max(sum(1 for _ in csv.reader(f)) - 1, 0)
+        except UnicodeDecodeError:
+            raise not_utf8(path) from None
     raise DataError(f"data file {path}: unknown format {suffix!r} (use .csv or .parquet)")
 
 

@@ -55,7 +55,7 @@ from dpcare.exceptions import (
     SpecError,
     UnknownNameError,
 )
-from dpcare.io import atomic_write
+from dpcare.io import atomic_write, check_writable_file
 from dpcare.privacy.accountants import ACCOUNTANTS, compute_epsilon, make_accountant
 from dpcare.privacy.guarantee import Guarantee, ProtectedUnit
 from dpcare.privacy.ledger import PrivacyLedger
@@ -225,6 +225,7 @@ class Budget:
         if budget.path.exists() and not force:  # checked again under the lock; refused here it leaves no lock file
             raise DPCareError(f"a budget file already exists at {budget.path} (its releases would be lost; "
                               "`dpcare budget init --force` or Budget.create(..., force=True) overwrites it)")
+        check_writable_file(budget.path, "budget file")
         with _locked(budget.path):
             if budget.path.exists() and not force:
                 raise DPCareError(f"a budget file already exists at {budget.path} (its releases would be lost; "

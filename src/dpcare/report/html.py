@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dpcare.exceptions import SettingsError
-from dpcare.io import write_text
+from dpcare.io import check_writable_file, write_text
 from dpcare.report.collect import collect
 from dpcare.report.model import Privacy, Run
 from dpcare.report.plots import bar_png, data_uri, roc_png
@@ -225,4 +225,5 @@ def write_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, 
     """Read every folder (a clear error for one that no dpcare command wrote) and write the page atomically."""
     if not run_dirs:
         raise SettingsError("give at least one run folder")
+    check_writable_file(out, "--out")
     return write_text(out, render([collect(d) for d in run_dirs], title))

@@ -52,18 +52,44 @@ def staging_path(out: Path) -> Path:
     return out.parent / f".{out.name}.partial"
 
 
-def check_output(out: str | os.PathLike, force: bool = False, flag: str = "--out") -> Path:
-    """The output folder, refused (before any work) if it is a file, or a non-empty folder without ``force``."""
+def check_output(out: str | os.PathLike, force: bool = False, flag: str = "--out", kind: str | None = None,
+                 settings: Any = None) -> Path:
+    """The output folder, refused (before any work) if it is a file, or a non-empty folder without ``force``;
+    one that holds a finished run says so (the same run, when ``kind`` and ``settings`` match it)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise SettingsError(f"{flag} {out} is a file, not a folder: choose a folder for the run's outputs")
     if out.is_dir() and any(out.iterdir()) and not force:
+        finished = _finished_run(out, kind, settings)
+        if finished:
+            raise SettingsError(f"{flag} {out} is not empty (it {finished}; `dpcare report {out} --out report.html` "
+                                "shows its results): choose a new folder for another run, or pass --force to run "
+                                "again and replace it whole when the new run finishes")
         raise SettingsError(f"{flag} {out} is not empty (a run folder holds exactly one run): choose a new folder, "
                             "or pass --force to replace it whole when the new run finishes")
     if not os.access(out.parent if out.parent.exists() else Path.cwd(), os.W_OK):
         raise SettingsError(f"{flag} {out}: its parent folder is not writable")
     return out
 
+
+
+def _finished_run(out: Path, kind: str | None, settings: Any) -> str | None:
+    """How to name the finished run ``out`` holds ("holds this run, finished ...": same kind and settings), or
+    None when it holds no readable run.json."""
+    try:
+        manifest = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or not manifest.get("run_id"):
+        return None
+    recorded = manifest.get("settings") or {}
+    wanted = json.loads(json.dumps(settings or {}, default=str))  # as run.json stores them
+    # the run may record more than it was given (what it resolved: steps, noise multiplier): compare what was given
+    same = (kind is not None and manifest.get("kind") == kind and isinstance(recorded, dict)
+            and isinstance(wanted, dict) and all(recorded.get(k) == v for k, v in wanted.items()))
+    if same:
+        return "already holds this run, finished with these settings"
+    return f"already holds a finished {manifest.get('kind') or 'dpcare'} run"
 
 
 def _throwaway_folder() -> Path:
@@ -79,7 +105,7 @@ class RunFolder:
                  command: str = "", flag: str = "--out"):
         if process_rank() != 0:  # a torch.distributed worker: rank 0 writes the run; this rank's copy is thrown away
             out = _throwaway_folder()
-        self.out = check_output(out, force, flag)
+        self.out = check_output(out, force, flag, kind, settings)
         self._made = [p for p in self.out.parents if not p.exists()]  # folders this run would create, deepest first
         self.kind, self.command, self.force = kind, command, force
         self.settings = settings or {}
@@ -210,5 +236,11 @@ def abandon_unwritten() -> None:
         run.abandon()
 
 
+def unfinished_staging() -> list[Path]:
+    """The staging folders of this process's unfinished runs that hold something to resume (an interrupted
+    command names them)."""
+    return [run.staging for run in list(_OPEN) if run.staging.is_dir()]
+
+
 __all__ = ["CHECKPOINTS", "PARTIAL", "RunFolder", "SavesRunFolder", "abandon_unwritten", "check_output",
-           "fingerprint", "new_run_id", "pinned_noise_seed", "staging_path"]
+           "fingerprint", "new_run_id", "pinned_noise_seed", "staging_path", "unfinished_staging"]

@@ -31,7 +31,6 @@ from dpcare.exceptions import (
     DataError,
     MissingDependencyError,
     SettingsError,
-    SpecError,
     UnknownNameError,
 )
 
@@ -102,12 +101,15 @@ def efficacy_scores(train: pd.DataFrame, test: pd.DataFrame, schema: TableSchema
     return y_test, _model(model, schema, seed).fit(x_train, y_train).predict_proba(x_test)[:, 1], positive
 
 
+#: what needs a binary target in a synthetic table's evaluation (and so in synth fit's verdict)
+EFFICACY = "ML efficacy (the AUC of a model trained on the synthetic rows, and the verdict built on it)"
+
+
 def _efficacy_data(train: pd.DataFrame, test: pd.DataFrame, schema: TableSchema):
     """The checked tables as (positive class, (x, y) of ``train``, (x, y) of ``test``); the test table must hold
     both classes of the binary target."""
+    schema.require_binary_target(EFFICACY)
     categories = schema.column(schema.target).categories
-    if categories is None or len(categories) != 2:
-        raise SpecError(f"ML efficacy needs a binary target; '{schema.target}' has categories {categories}")
     test = check_table(test, schema, "real test")
     train = check_table(train, schema, "training")
     positive = _positive_class(test[schema.target], categories)

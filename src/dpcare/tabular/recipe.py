@@ -106,9 +106,14 @@ def training_rows(rows: int, seed: int, holdout: bool) -> int:
     return len(split_indices(rows, SPLITS, seed)["train"]) if holdout else rows
 
 
+#: what refuses a target of other than two categories (AUPRC, AUROC and the verdict are binary)
+BINARY_ONLY = "the tabular recipe (AUPRC, AUROC and its verdict)"
+
+
 def plan(schema: TableSchema, settings: TabularSettings, rows: int, holdout: bool = True) -> Guarantee | None:
     """What :func:`fit` will release on a table of ``rows`` rows, from the settings alone: a budget checks
     it before any row is read. None for a non-private run."""
+    schema.require_binary_target(BINARY_ONLY)
     objective = objective_for(settings)
     if not objective.private:
         return None
@@ -342,6 +347,7 @@ def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: T
     initialisation and public sampling when it must differ from the split's ``settings.dp.seed`` (private
     tuning: its own draws per candidate on the same split; a pinned ``noise_seed`` is moved by as much)."""
     settings = settings or TabularSettings()
+    schema.require_binary_target(BINARY_ONLY)
     check_imputer_inputs(settings, public_data, imputer)
     frame, parts = read_and_split(data, schema, settings.dp.seed, holdout)
     imp = fit_imputer(schema, settings, public_data, imputer)  # public rows only

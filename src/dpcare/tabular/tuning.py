@@ -39,6 +39,7 @@ from dpcare.privacy.calibration import calibrate_noise_multiplier
 from dpcare.privacy.events import event_from_json
 from dpcare.privacy.validation import check_delta
 from dpcare.tabular.recipe import (
+    BINARY_ONLY,
     SPLITS,
     TabularModel,
     fit,
@@ -103,6 +104,7 @@ def plan_tuning(schema: TableSchema, settings: TabularSettings, rows: int, k: in
     """The tuning run's ledger before any row is read: the selection charged and the K x T candidate steps at the
     shared sigma*; with sigma* and the selection's noise multiplier. Its n counts training and validation rows."""
     check_tunable(settings)
+    schema.require_binary_target(BINARY_ONLY)
     if not 0 < selection_share < 1:
         raise SettingsError(f"selection_share must be in (0, 1), got {selection_share!r}")
     n_train, n_val = tuning_units(rows, settings.dp.seed)
