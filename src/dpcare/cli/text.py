@@ -30,6 +30,11 @@ NotesArg = Annotated[Path, typer.Argument(help="notes: a JSONL file (note_id, pa
 FormatOption = Annotated[str, typer.Option("--format", help="how NOTES are stored: jsonl (default), json (one array "
                                                             "of note objects), txt (a folder of .txt notes), brat, "
                                                             "noteevents, i2b2-2010 or i2b2-2014")]
+PatientsOption = Annotated[str | None, typer.Option(
+    "--patients", help="which patient each note belongs to, for formats that name none (txt, brat, i2b2-2010; "
+                       "overrides i2b2-2014's file names): a CSV of note_id,patient_id (note_id = the file name "
+                       "without .txt), or a file-name pattern with a (?P<patient>...) group, e.g. "
+                       "'(?P<patient>\\d+)_.*'. Without it each such note is its own patient (warned)")]
 ModelArg = Annotated[Path, typer.Argument(help="a folder written by `dpcare text finetune --out`")]
 ForceOption = Annotated[bool, typer.Option("--force", help="replace a non-empty --out folder whole when the run "
                                                            "finishes (default: refuse it)")]
@@ -59,15 +64,17 @@ def mask(
     out: Annotated[Path, typer.Option(help="JSONL of the public views: note_id, patient_id, masked text, slots")],
     placeholder: Annotated[str, typer.Option(help="text of a masked span; {label} is its type")] = "[{label}]",
     format: FormatOption = "jsonl",
+    patients: PatientsOption = None,
 ) -> None:
     """Mask the sensitive spans of each note (spaCy NER + rules + philter-lite's de-identification filters,
     docs/text-masking.md). The output holds the public view only; a span the masker misses stays in it (check
     the recall on annotated notes)."""
     from dpcare.io import write_json_lines
+    from dpcare.text.patients import patient_mapping
     from dpcare.text.readers import read_notes
     from dpcare.text.views.masking import SpanMasker
 
-    corpus = read_notes(notes, format)
+    corpus = read_notes(notes, format, patient_mapping(patients))
     masker = SpanMasker(placeholder=placeholder)
     masked = masker.mask_many(corpus)
     write_json_lines(out, (m.public_dict() for m in masked))
@@ -88,6 +95,7 @@ def finetune(
              "report`")] = None,
     physical_batch: Annotated[int, typer.Option(help="rows per forward/backward pass (memory only)")] = 8,
     format: FormatOption = "jsonl",
+    patients: PatientsOption = None,
     force: ForceOption = False,
     budget: BudgetOption = None,
     settings: FinetuneSettings = None,
@@ -100,18 +108,21 @@ def finetune(
     from dpcare.text.lm.finetune import finetune_with, plan
     from dpcare.text.lm.saved import WEIGHTS, finetune_manifest, save_finetuned
     from dpcare.text.lm.scoring import read_test_notes
+    from dpcare.text.patients import patient_mapping
     from dpcare.text.readers import read_notes, read_patient_ids
 
     if settings.model != "smollm2" and not Path(settings.model).is_dir():
         raise MissingFileError(f"unknown model path {settings.model!r}: not a folder (use 'smollm2' or a local "
                                "Hugging Face causal-LM folder)")
-    ids = read_patient_ids(notes, format)  # the n that every ledger states; no note text is read before the budget
+    patient_of = patient_mapping(patients)  # a malformed mapping is refused before anything is read
+    ids = read_patient_ids(notes, format, patient_of)  # the n that every ledger states; no note text is read before the budget
     planned = plan(settings, len(ids))
     recorded = settings.to_dict()
     run = RunFolder(out, "text-finetune", recorded, force=force, command="dpcare text finetune")
-    held_out = read_test_notes(test, format, settings.task, ids) if test is not None else None
+    held_out = read_test_notes(test, format, settings.task, ids, patient_of) if test is not None else None
     with guard_run(budget, planned, run_id=run.run_id, command="text finetune", data=notes) as held:
-        net, tokenizer, info = finetune_with(read_notes(notes, format), settings, checkpoint_dir=run.checkpoint_dir,
+        net, tokenizer, info = finetune_with(read_notes(notes, format, patient_of), settings,
+                                             checkpoint_dir=run.checkpoint_dir,
                                              progress=True, max_physical_batch=physical_batch)
         if held is not None:
             held.actual = PrivacyLedger.from_state_dict(info["ledger"])
@@ -145,6 +156,7 @@ def ner(
     batch_size: Annotated[int, typer.Option(help="windows decoded together (speed only)")] = 8,
     baseline: BaselineOption = True,
     format: FormatOption = "jsonl",
+    patients: PatientsOption = None,
 ) -> None:
     """Extract problem / treatment / test spans with a fine-tuned NER model (constrained decoding: every
     entity is a span of the note); scores exact-match span F1 when the notes carry gold entities, beside the
@@ -154,13 +166,14 @@ def ner(
     from dpcare.text import write_jsonl
     from dpcare.text.lm.saved import load_finetuned
     from dpcare.text.lm.scoring import score_ner
+    from dpcare.text.patients import patient_mapping
     from dpcare.text.readers import read_notes
 
     net, tokenizer, meta = load_finetuned(model_dir)
     r = meta["recipe"]
     if r["task"] != "ner":
         raise SettingsError(f"{model_dir} was fine-tuned for {r['task']!r}, not ner")
-    corpus = read_notes(notes, format)
+    corpus = read_notes(notes, format, patient_mapping(patients))
     scores = score_ner(net, tokenizer, r, corpus, max_tokens, batch_size, baseline)
     predicted = scores.outputs
     write_jsonl([replace(n, entities=tuple(p)) for n, p in zip(corpus, predicted)], out)
@@ -182,6 +195,7 @@ def summarise(
                                    "the masker finds are replaced by [**TYPE**])")] = False,
     baseline: BaselineOption = True,
     format: FormatOption = "jsonl",
+    patients: PatientsOption = None,
 ) -> None:
     """Summarise each note's hospital course (summary_source, or the whole text when it has none) with a
     fine-tuned summarisation model; scores ROUGE-L when the notes carry reference summaries, beside the public
@@ -191,12 +205,13 @@ def summarise(
     from dpcare.io import write_json_lines
     from dpcare.text.lm.saved import load_finetuned
     from dpcare.text.lm.scoring import comparison_lines, score_summaries
+    from dpcare.text.patients import patient_mapping
     from dpcare.text.readers import read_notes
 
     net, tokenizer, meta = load_finetuned(model_dir)
     if meta["recipe"]["task"] != "summarisation":
         raise SettingsError(f"{model_dir} was fine-tuned for {meta['recipe']['task']!r}, not summarisation")
-    corpus = read_notes(notes, format)
+    corpus = read_notes(notes, format, patient_mapping(patients))
     scores = score_summaries(net, tokenizer, meta["recipe"], corpus, max_tokens, baseline)
     written = scores.outputs
     if scores.result is not None:  # the summaries as generated, against the references
@@ -276,17 +291,19 @@ def codes(
                                                "present, are scored)")],
     out: Annotated[Path, typer.Option(help="JSONL to write: note_id, the predicted codes, every code's score")],
     format: FormatOption = "jsonl",
+    patients: PatientsOption = None,
 ) -> None:
     """Predict the ICD codes of new notes with a trained classifier (it reads the note text only: nothing is
     masked or imputed). Scores micro / macro F1 when the notes carry their codes."""
     from dpcare.io import write_json_lines
     from dpcare.text.classify.recipe import NoteClassifier
+    from dpcare.text.patients import patient_mapping
     from dpcare.text.readers import read_notes
 
     if out.is_dir():
         raise SettingsError(f"--out {out} is a folder: give the JSONL file to write")
     model = NoteClassifier.load(run_dir)
-    corpus = read_notes(notes, format)
+    corpus = read_notes(notes, format, patient_mapping(patients))
     scores = model.predict_proba(corpus)
     rows = ({"note_id": n.note_id, "codes": [c for c, p in zip(model.codes, row) if p >= model.threshold],
              "scores": {c: round(float(p), 6) for c, p in zip(model.codes, row)}} for n, row in zip(corpus, scores))

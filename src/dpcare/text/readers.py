@@ -20,9 +20,9 @@ from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 from dpcare.exceptions import DataError, MissingFileError, SettingsError, UnknownNameError
+from dpcare.text.patients import PatientOf, warn_each_note_its_own_patient
 from dpcare.text.spans import PHI_TYPES, Note, Span, check_spans, note_to_dict
 
-PatientOf = Callable[[str], str]
 PHI_TAGS = frozenset(PHI_TYPES.values()) | {"PHI"}
 
 
@@ -471,28 +471,44 @@ def write_jsonl(notes: Iterable[Note], path: str | os.PathLike) -> Path:
 
 # --- any format, by name --------------------------------------------------------------------------
 
-#: format name -> (what it reads, "file" / "folder" / "either", reader)
-NOTE_FORMATS: dict[str, tuple[str, str, Callable[[Path], list[Note]]]] = {
+#: format name -> (what it reads, "file" / "folder" / "either", reader of (path, note-id -> patient-id or None))
+NOTE_FORMATS: dict[str, tuple[str, str, Callable[[Path, PatientOf | None], list[Note]]]] = {
     "jsonl": ("a JSON-lines file, one note per line (note_id, patient_id, text, optional icd_codes, phi, "
-              "entities, summary_source, summary_target)", "file", lambda p: read_jsonl(p)),
-    "noteevents": ("MIMIC-III NOTEEVENTS.csv (ROW_ID, SUBJECT_ID, TEXT, ...)", "file", lambda p: read_noteevents(p)),
+              "entities, summary_source, summary_target)", "file", lambda p, _: read_jsonl(p)),
+    "noteevents": ("MIMIC-III NOTEEVENTS.csv (ROW_ID, SUBJECT_ID, TEXT, ...)", "file",
+                   lambda p, _: read_noteevents(p)),
     "i2b2-2010": ("a folder of i2b2/n2c2 2010 notes (.txt, with .con concepts)", "folder",
-                  lambda p: read_i2b2_2010(p)),
+                  lambda p, of: read_i2b2_2010(p, patient_id=of)),
     "i2b2-2014": ("an i2b2 2014 de-identification .xml file or a folder of them", "either",
-                  lambda p: read_i2b2_2014_xml(p)),
-    "json": ("a JSON file holding one array of note objects (the jsonl fields)", "file", lambda p: read_json_array(p)),
-    "txt": ("a folder of plain .txt notes, each note its own patient (BRAT .ann files beside them are read too)",
-            "folder", lambda p: read_brat(p)),
-    "brat": ("a folder of .txt notes (with BRAT .ann annotations, optional); each note its own patient", "folder",
-             lambda p: read_brat(p)),
+                  lambda p, of: read_i2b2_2014_xml(p, patient_id=of)),
+    "json": ("a JSON file holding one array of note objects (the jsonl fields)", "file",
+             lambda p, _: read_json_array(p)),
+    "txt": ("a folder of plain .txt notes (BRAT .ann files beside them are read too); each note its own patient "
+            "unless --patients maps them", "folder", lambda p, of: read_brat(p, patient_id=of)),
+    "brat": ("a folder of .txt notes (with BRAT .ann annotations, optional); each note its own patient unless "
+             "--patients maps them", "folder", lambda p, of: read_brat(p, patient_id=of)),
 }
+#: formats whose notes name no patient: a --patients mapping applies (i2b2 2014's file names name one, which a
+#: mapping may override); without one, a folder of several notes is warned about
+UNNAMED_PATIENTS = ("txt", "brat", "i2b2-2010")
+MAPPABLE = (*UNNAMED_PATIENTS, "i2b2-2014")
 
 
-def read_notes(path: str | os.PathLike, format: str = "jsonl") -> list[Note]:
+def _check_mapping(format: str, patients: PatientOf | None) -> None:
+    if patients is not None and format not in MAPPABLE:
+        raise SettingsError(f"--format {format} names each note's patient itself: --patients applies only to "
+                            f"{list(MAPPABLE)}")
+
+
+def read_notes(path: str | os.PathLike, format: str = "jsonl", patients: PatientOf | None = None) -> list[Note]:
     """The notes of ``path`` in ``format`` (a name of :data:`NOTE_FORMATS`); a path of the wrong kind (a file
-    for a folder format, or the reverse) is an error naming what the format expects."""
+    for a folder format, or the reverse) is an error naming what the format expects. ``patients`` maps a note's
+    id (its file name without the suffix) to its patient in the formats that name none
+    (:func:`dpcare.text.patients.patient_mapping`); without it each such note is its own patient, with a
+    warning."""
     if format not in NOTE_FORMATS:
         raise UnknownNameError(f"unknown notes format {format!r}; choose one of {list(NOTE_FORMATS)}")
+    _check_mapping(format, patients)
     what, kind, reader = NOTE_FORMATS[format]
     path = Path(path)
     if not path.exists():
@@ -501,21 +517,25 @@ def read_notes(path: str | os.PathLike, format: str = "jsonl") -> list[Note]:
         raise DataError(f"{path} is a folder; --format {format} reads {what}")
     if kind == "folder" and not path.is_dir():
         raise DataError(f"{path} is a file; --format {format} reads {what} (--format jsonl reads a JSON-lines file)")
-    return reader(path)
+    notes = reader(path, patients)
+    if format in UNNAMED_PATIENTS and patients is None:
+        warn_each_note_its_own_patient(path, len(notes))
+    return notes
 
 
-def count_patients(path: str | os.PathLike, format: str = "jsonl") -> int:
+def count_patients(path: str | os.PathLike, format: str = "jsonl", patients: PatientOf | None = None) -> int:
     """The number of :func:`read_patient_ids` of the notes at ``path``."""
-    return len(read_patient_ids(path, format))
+    return len(read_patient_ids(path, format, patients))
 
 
-def read_patient_ids(path: str | os.PathLike, format: str = "jsonl") -> set[str]:
+def read_patient_ids(path: str | os.PathLike, format: str = "jsonl", patients: PatientOf | None = None) -> set[str]:
     """Distinct patient ids of the notes at ``path`` in ``format``, from the ids alone where the format allows:
     the JSONL lines' patient_id, NOTEEVENTS' SUBJECT_ID column, the file names of a folder format (a note per
-    .txt, an i2b2 2014 record per patient-record stem). The notes are checked when they are read."""
+    .txt, an i2b2 2014 record per patient-record stem; ``patients`` maps those, as in :func:`read_notes`). The
+    notes are checked when they are read."""
     path = Path(path)
     if format != "jsonl":
-        return _patient_ids_of(path, format)
+        return _patient_ids_of(path, format, patients)
     if not path.is_file():
         raise MissingFileError(f"no such file: {path}")
     ids = set()
@@ -532,20 +552,24 @@ def read_patient_ids(path: str | os.PathLike, format: str = "jsonl") -> set[str]
     return ids
 
 
-def _patient_ids_of(path: Path, format: str) -> set[str]:
+def _patient_ids_of(path: Path, format: str, patients: PatientOf | None) -> set[str]:
     if format not in NOTE_FORMATS:
         raise UnknownNameError(f"unknown notes format {format!r}; choose one of {list(NOTE_FORMATS)}")
+    _check_mapping(format, patients)
     what, kind, _ = NOTE_FORMATS[format]
     if not path.exists():
         raise MissingFileError(f"no such file or folder: {path} (--format {format} reads {what})")
-    if format in ("txt", "brat", "i2b2-2010") and path.is_dir():
-        ids = {p.stem for p in path.glob("*.txt")}
+    if format in UNNAMED_PATIENTS and path.is_dir():
+        stems = [p.stem for p in path.glob("*.txt")]
+        ids = {(patients or str)(stem) for stem in stems}
+        if patients is None:
+            warn_each_note_its_own_patient(path, len(stems))
     elif format == "i2b2-2014" and path.is_dir():
-        ids = {_patient_2014(p.stem) for p in path.glob("*.xml")}
+        ids = {(patients or _patient_2014)(p.stem) for p in path.glob("*.xml")}
     elif format == "noteevents" and path.is_file():
         ids = _noteevents_subjects(path)
     else:  # one file holding everything (a JSON array, one i2b2 2014 file): read it
-        ids = {n.patient_id for n in read_notes(path, format)}
+        ids = {n.patient_id for n in read_notes(path, format, patients)}
     if not ids:
         raise DataError(f"{path}: no notes (--format {format} reads {what})")
     return {str(i) for i in ids}

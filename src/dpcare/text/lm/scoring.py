@@ -125,14 +125,15 @@ def score_notes(net, tokenizer, recipe: dict[str, Any], notes: Sequence, progres
     return score_summaries(net, tokenizer, recipe, notes, progress=progress)
 
 
-def read_test_notes(path, format: str, task: str, training_patients: set[str]) -> list:
+def read_test_notes(path, format: str, task: str, training_patients: set[str], patients=None) -> list:
     """The held-out notes of ``dpcare text finetune --test``, checked before any training note is read: the
     file reads, shares no patient with the training notes (a shared patient would be scored on what it trained
-    on) and carries the task's gold annotations."""
+    on) and carries the task's gold annotations. ``patients``: the notes-to-patient mapping of the training
+    notes (:func:`dpcare.text.patients.patient_mapping`), applied to these too."""
     from dpcare.text.readers import read_notes
     from dpcare.text.spans import ENTITY_LABELS
 
-    notes = read_notes(path, format)
+    notes = read_notes(path, format, patients)
     shared = sorted({n.patient_id for n in notes} & set(training_patients))
     if shared:
         raise DataError(f"--test {path}: {len(shared)} patient(s) are also in the training notes, e.g. {shared[:3]}: "
