@@ -65,7 +65,7 @@ def _file_in_the_way(root: Path, name: str) -> str:
     return f"blocker/{name}"
 
 
-def _events(root: Path, bad_time: bool = False) -> str:
+def _events(root: Path, bad_time: bool = False, conflict: bool = False) -> str:
     rng = np.random.default_rng(0)
     rows = []
     for p in range(6):
@@ -74,6 +74,8 @@ def _events(root: Path, bad_time: bool = False) -> str:
                          else f"2020-01-02 {h - 24:02d}:00", "variable": "hr", "value": 80 + rng.normal()})
     if bad_time:
         rows[3]["time"] = "yesterday at noon"
+    if conflict:  # a second, other heart rate at one recorded time
+        rows.append({**rows[5], "value": rows[5]["value"] + 30})
     import pandas as pd
 
     pd.DataFrame(rows).to_csv(root / "events.csv", index=False)
@@ -159,6 +161,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "already exists"),
     ("forecast fit: an unreadable time",
      lambda d: ["forecast", "fit", _events(d, bad_time=True), "--spec", "ts.yaml"], "yesterday at noon"),
+    ("forecast fit: two different values of a variable at one time",
+     lambda d: ["forecast", "fit", _events(d, conflict=True), "--spec", "ts.yaml"], "hold differing values"),
     ("forecast fit: a window longer than every stay",
      lambda d: ["forecast", "fit", _events(d), "--spec", "ts.yaml", "--input-len", "400"], "window"),
     ("images fit: an empty folder",

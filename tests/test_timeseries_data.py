@@ -414,3 +414,39 @@ def test_bundled_mimic_demo_and_pbcseq_windows():
     assert 1500 <= windows <= 2600 and 50 <= with_windows <= 70
     stays, patients, windows, with_windows = counts["pbcseq"]
     assert stays == 312 and patients == 312 and 400 <= windows <= 1000
+
+
+# ------------------------------------------------------------- differing values at one time (issue 51, part 5)
+def _conflicting_events() -> pd.DataFrame:
+    rows = [("p1", "s1", 0.0, "hr", 80.0), ("p1", "s1", 0.0, "hr", 100.0), ("p1", "s1", 0.0, "sbp", 120.0),
+            ("p1", "s1", 0.0, "sbp", 120.0), ("p1", "s1", 1.5, "hr", 90.0), ("p2", "s2", 0.0, "hr", 70.0)]
+    return pd.DataFrame(rows, columns=["patient_id", "stay_id", "time", "variable", "value"])
+
+
+def test_differing_values_at_one_time_are_refused_unless_a_rule_is_declared():
+    from dpcare.exceptions import DataError
+    from dpcare.timeseries.binning import bin_events, resolve_duplicates
+
+    events = validate_events(_conflicting_events())
+    with pytest.raises(DataError, match=r"1 \(stay, time, variable\) triple\(s\) hold differing values, e\.g\. stay "
+                                        r"'s1' at 0 h: hr = \[80\.0, 100\.0\].*duplicates: first, last or mean"):
+        bin_events(events, ["hr", "sbp"])
+    hr_at_0 = {rule: resolve_duplicates(events, rule).query("stay_id == 's1' and time == 0 and variable == 'hr'")
+               ["value"].tolist() for rule in ("first", "last", "mean")}
+    assert hr_at_0 == {"first": [80.0], "last": [100.0], "mean": [90.0]}
+    assert len(resolve_duplicates(events, "first")) == len(events) - 1  # a repeated equal value is no conflict
+    first = bin_events(events, ["hr", "sbp"], duplicates="first")
+    assert first.values[0][0].tolist() == [80.0, 120.0]
+
+
+def test_the_rule_comes_from_the_data_sets_spec():
+    from dpcare.exceptions import SpecError
+    from dpcare.timeseries import DATASETS
+    from dpcare.timeseries.datasets import events_dataset
+
+    assert DATASETS["mimic_demo"].duplicates == "first" and DATASETS["pbcseq"].duplicates == "refuse"
+    spec = {"name": "toy", "step": "hour", "window": {"input_len": 1, "output_len": 1}, "default_variables": ["hr"],
+            "variables": {"hr": {"center": 80.0, "scale": 15.0}}}
+    assert events_dataset(_conflicting_events(), {**spec, "duplicates": "mean"}).duplicates == "mean"
+    with pytest.raises(SpecError, match="'duplicates' must be one of"):
+        events_dataset(_conflicting_events(), {**spec, "duplicates": "median"})

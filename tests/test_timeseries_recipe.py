@@ -134,6 +134,7 @@ def test_save_load_forecast_round_trip(fitted, tmp_path):
     assert loaded.guarantee == fitted.guarantee and loaded.metrics == pytest.approx(fitted.metrics)
     assert loaded.standardizer.center == fitted.standardizer.center and loaded.window == fitted.window
     assert loaded.split == fitted.split and set(loaded.split["test"]).isdisjoint(loaded.split["train"])
+    assert loaded.duplicates == fitted.duplicates == "refuse"  # new events are binned by the training data's rule
     # one row per stay and future hour; the hour follows the stay's last binned hour; values in their units
     stays = new.groupby("stay_id")["time"].max()
     assert len(a) == 2 * len(stays) and list(a.columns[:4]) == ["patient_id", "stay_id", "horizon", "hour"]

@@ -12,6 +12,9 @@ from dpcare.exceptions import DataError, SettingsError, SpecError
 from dpcare.timeseries.events import EVENT_COLUMNS
 
 STEPS = ("hour", "visit")
+#: what to do with several values of one variable at one time of one stay that differ: refuse them (the default:
+#: silently keeping one would decide the data for the user), or the rule the data's spec declares
+DUPLICATE_RULES = ("refuse", "first", "last", "mean")
 
 
 @dataclass
@@ -37,16 +40,18 @@ class BinnedStays:
 
 
 def bin_events(events: pd.DataFrame, variables: Iterable[str] | None = None,
-               step: str = "hour") -> BinnedStays:
+               step: str = "hour", duplicates: str = "refuse") -> BinnedStays:
     """Grid a validated event table (see validate_events) per stay.
 
     ``step="hour"``: bin floor(time) (time in hours since the stay's start), T_stay = last bin + 1.
     ``step="visit"``: each distinct time of a stay is one step, in time order. Per (stay, step,
-    variable) the FIRST value is kept (earliest time; ties by row order). ``variables=None``: all,
-    sorted. Stays without any observation of the chosen variables are left out.
+    variable) the FIRST value is kept (earliest time; ties by row order). Values that differ at the SAME
+    time are first resolved by ``duplicates`` (:func:`resolve_duplicates`: refused by default).
+    ``variables=None``: all, sorted. Stays without any observation of the chosen variables are left out.
     """
     if step not in STEPS:
         raise SettingsError(f"step must be one of {STEPS}, got {step!r}")
+    check_duplicate_rule(duplicates)
     missing = [c for c in EVENT_COLUMNS if c not in events.columns]
     if missing:
         raise DataError(f"the event table lacks column(s) {missing}; run validate_events first")
@@ -63,13 +68,44 @@ def bin_events(events: pd.DataFrame, variables: Iterable[str] | None = None,
             raise SettingsError(f"variables are repeated: {list(chosen)}")
     if not chosen:
         raise DataError("the event table is empty")
-    return grid_events(events, chosen, step)
+    return grid_events(events, chosen, step, duplicates)
 
 
-def grid_events(events: pd.DataFrame, chosen: tuple[str, ...], step: str) -> BinnedStays:
+def check_duplicate_rule(rule: str, where: str = "duplicates") -> str:
+    if rule not in DUPLICATE_RULES:
+        raise SettingsError(f"{where} must be one of {list(DUPLICATE_RULES)}, got {rule!r}")
+    return rule
+
+
+def resolve_duplicates(events: pd.DataFrame, rule: str = "refuse") -> pd.DataFrame:
+    """``events`` with every (stay, time, variable) holding one value: values that differ there are refused
+    (``"refuse"``, naming how many and one example) or combined by the declared rule: ``"first"`` / ``"last"``
+    (in row order) or ``"mean"``. Repeats of one value are harmless and kept as they are (binning keeps one)."""
+    check_duplicate_rule(rule)
+    keys = ["stay_id", "time", "variable"]
+    spread = events.groupby(keys, sort=False)["value"].transform("nunique")
+    conflicting = spread > 1
+    if not conflicting.any():
+        return events
+    if rule == "refuse":
+        first = events[conflicting].iloc[0]
+        same = events[conflicting & (events["stay_id"] == first["stay_id"]) & (events["time"] == first["time"])
+                      & (events["variable"] == first["variable"])]["value"].tolist()
+        triples = int(events[conflicting].groupby(keys, sort=False).ngroups)
+        raise DataError(f"{triples} (stay, time, variable) triple(s) hold differing values, e.g. stay "
+                        f"'{first['stay_id']}' at {first['time']:g} h: {first['variable']} = {same[:5]}; declare how "
+                        f"to combine them (duplicates: first, last or mean in the time-series spec) or clean the "
+                        "data")
+    if rule == "mean":
+        events = events.assign(value=events.groupby(keys, sort=False)["value"].transform("mean"))
+        return events[~events.duplicated(keys, keep="first")]
+    return events[~(conflicting & events.duplicated(keys, keep="first" if rule == "first" else "last"))]
+
+
+def grid_events(events: pd.DataFrame, chosen: tuple[str, ...], step: str, duplicates: str = "refuse") -> BinnedStays:
     """:func:`bin_events` without its checks that every chosen variable is observed (a lazy reader grids a
     few subjects at a time: a chunk may lack a variable). ``events``: validated, ``chosen``: distinct."""
-    ev = events.loc[events["variable"].isin(chosen), list(EVENT_COLUMNS)]
+    ev = resolve_duplicates(events.loc[events["variable"].isin(chosen), list(EVENT_COLUMNS)], duplicates)
     if step == "hour" and (ev["time"] < 0).any():
         raise DataError(f"negative time {ev['time'].min()} h: times must be hours since the "
                         "stay's start (shift them so that every stay starts at 0)")

@@ -23,7 +23,7 @@ from dpcare.exceptions import (
     SpecError,
     UnknownNameError,
 )
-from dpcare.timeseries.binning import Standardizer
+from dpcare.timeseries.binning import DUPLICATE_RULES, Standardizer
 from dpcare.timeseries.events import (
     _ids_as_str,
     _parquet_names,
@@ -89,6 +89,9 @@ class TimeSeriesDataset:
     # windows built by a lazy reader (MEDS folders; see dpcare.timeseries.meds.meds_windows), or None: in memory
     windows: Callable[..., Any] | None = None
     splits_file: str | None = None  # where given_splits come from (for the run's split.json)
+    # how differing values of a variable at one time of a stay are combined: the spec's `duplicates` (first, last,
+    # mean), else refused (dpcare.timeseries.binning.resolve_duplicates)
+    duplicates: str = "refuse"
 
     def load(self, variables: Iterable[str] | None = None) -> pd.DataFrame:
         """Events of ``variables`` (default: the spec's default variables)."""
@@ -283,10 +286,14 @@ def _parse_spec(spec: dict, loader: Callable[..., pd.DataFrame], where: str,
     if undeclared and declared:  # never silently fit every variable's statistics because one lacks them
         raise SpecError(f"time-series spec {where}: default_variables {undeclared} have no declared center and scale "
                         f"under 'variables' (declared: {sorted(declared)}); declare them, or leave them out")
+    duplicates = spec.get("duplicates", "refuse")
+    if duplicates not in DUPLICATE_RULES:
+        raise SpecError(f"time-series spec {where}: 'duplicates' must be one of {list(DUPLICATE_RULES)} (how differing "
+                        f"values of a variable at one time are combined), got {duplicates!r}")
     return TimeSeriesDataset(
         name=str(spec["name"]), loader=loader, variables=tuple(str(v) for v in defaults),
         step=spec["step"], declared=declared, source=" ".join(str(spec.get("source", "")).split()),
-        licence=str(spec.get("licence", "")), patients=patients, **window)
+        licence=str(spec.get("licence", "")), patients=patients, duplicates=duplicates, **window)
 
 
 DATASETS: dict[str, TimeSeriesDataset] = {

@@ -237,7 +237,7 @@ def _events(frame: pd.DataFrame, is_dt: bool, shard: Path, finished: dict[str, P
 
 
 def binned_chunks(path: Path | str, variables: Sequence[str], step: str = "hour",
-                  batch_rows: int = BATCH_ROWS) -> Iterator[BinnedStays]:
+                  batch_rows: int = BATCH_ROWS, duplicates: str = "refuse") -> Iterator[BinnedStays]:
     """The MEDS folder's subjects gridded a few at a time (raw values; subjects without an observation of the
     variables left out), as :func:`dpcare.timeseries.binning.bin_events` grids the whole table."""
     chosen = tuple(str(v) for v in variables)
@@ -247,7 +247,7 @@ def binned_chunks(path: Path | str, variables: Sequence[str], step: str = "hour"
         if step == "hour" and (events["time"] < 0).any():
             raise DataError(f"{path}: negative time {events['time'].min()} h: numeric MEDS times must be hours "
                             "since the subject's start")
-        yield grid_events(events, chosen, step)
+        yield grid_events(events, chosen, step, duplicates)
 
 
 # --------------------------------------------------------------------------- windows
@@ -312,13 +312,14 @@ class MedsWindows:
     spilled: bool
 
 
-def _fitted_standardizer(path, variables, step, train: set[str], batch_rows: int) -> Standardizer:
+def _fitted_standardizer(path, variables, step, train: set[str], batch_rows: int,
+                         duplicates: str = "refuse") -> Standardizer:
     """Mean and std (ddof 0) of the training subjects' observed steps, merged chunk by chunk (Chan et al.):
     :meth:`Standardizer.fit` without the whole grid in memory."""
     n = np.zeros(len(variables))
     mean = np.zeros(len(variables))
     m2 = np.zeros(len(variables))
-    for binned in binned_chunks(path, variables, step, batch_rows):
+    for binned in binned_chunks(path, variables, step, batch_rows, duplicates):
         rows = [v for v, p in zip(binned.values, binned.patient_ids) if p in train]
         if not rows:
             continue
@@ -346,12 +347,13 @@ def meds_windows(path: Path | str, variables: Sequence[str], splits: Mapping[str
                  standardizer: Standardizer | None = None, clip_z: float = 6.0,
                  min_obs_input: int = 1, min_obs_output: int = 1, spill_dir: Path | str | None = None,
                  memory_bound: int = DEFAULT_MEMORY_BOUND, batch_rows: int = BATCH_ROWS,
-                 standardizer_out: list | None = None) -> MedsWindows:
+                 standardizer_out: list | None = None, duplicates: str = "refuse") -> MedsWindows:
     """Standardised windows of a MEDS folder, split by split, read lazily (see the module docstring).
 
     ``splits``: split name -> subject ids (as strings); a subject with windows in none of them is a DataError
     (every subject must be assigned). ``standardizer``: declared statistics; None fits them on the ``train``
     split's subjects in a first pass (a statistic outside every guarantee: non-private methods only).
+    ``duplicates``: how differing values at one time are combined (binning.resolve_duplicates).
     Windows past ``memory_bound`` bytes go to memory-mapped files in ``spill_dir`` (kept in memory without
     one)."""
     from dpcare.timeseries.recipe import clipped
@@ -362,7 +364,8 @@ def meds_windows(path: Path | str, variables: Sequence[str], splits: Mapping[str
     stride = _check_int("stride", stride, 1)
     owner = {str(p): name for name, ids in splits.items() for p in ids}
     if standardizer is None:
-        standardizer = _fitted_standardizer(path, variables, step, set(splits.get("train", ())), batch_rows)
+        standardizer = _fitted_standardizer(path, variables, step, set(splits.get("train", ())), batch_rows,
+                                            duplicates)
     if standardizer_out is not None:
         standardizer_out.append(standardizer)
     spill = None if spill_dir is None else Path(spill_dir)
@@ -372,7 +375,7 @@ def meds_windows(path: Path | str, variables: Sequence[str], splits: Mapping[str
     stores = {name: _Store(name, spill) for name in splits}
     subjects = 0
     longest = 0
-    for binned in binned_chunks(path, variables, step, batch_rows):
+    for binned in binned_chunks(path, variables, step, batch_rows, duplicates):
         subjects += len(binned)
         longest = max(longest, int(binned.lengths().max()))
         stray = [p for p in binned.patient_ids if p not in owner]

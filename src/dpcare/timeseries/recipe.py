@@ -88,6 +88,7 @@ class TsfData:
     window: dict[str, int] = field(default_factory=dict)
     parts: dict[str, WindowSet] | None = None  # the windows of each split (a lazy reader: MEDS folders)
     splits_file: str | None = None  # the splits were given by this file (MEDS subject_splits), not drawn
+    duplicates: str = "refuse"  # how differing values at one time were combined (binning.resolve_duplicates)
 
     def part(self, split: str) -> WindowSet:
         if self.parts is None:
@@ -127,7 +128,7 @@ def prepare_tsf(dataset: str | TimeSeriesDataset = "mimic_demo", events: pd.Data
                 output_len: int | None = None, stride: int | None = None,
                 declared: Mapping[str, tuple[float, float]] | None = None,
                 fractions: Sequence[float] = FRACTIONS, seed: int = 0, clip_z: float = CLIP_Z,
-                population: Iterable[str] | None = None) -> TsfData:
+                population: Iterable[str] | None = None, duplicates: str | None = None) -> TsfData:
     """Bin, split by patient, standardise and window a bundled data set or a user's event table.
 
     With ``events`` (canonical event columns, see :func:`dpcare.timeseries.validate_events`), pass
@@ -135,7 +136,8 @@ def prepare_tsf(dataset: str | TimeSeriesDataset = "mimic_demo", events: pd.Data
     patients. ``population``: the patient ids to split (the recipe: every patient of the data set, read
     from the ids alone); None splits the patients that have a window (the study's protocol). z-scores are
     clipped to +-``clip_z`` (a fixed rule: artefacts such as a temperature in Fahrenheit do not dominate
-    the loss)."""
+    the loss). ``duplicates``: how differing values of a variable at one time of a stay are combined
+    (:func:`dpcare.timeseries.binning.resolve_duplicates`); None: the data set's declared rule, else refused."""
     if events is None:
         if not isinstance(dataset, TimeSeriesDataset) and dataset not in DATASETS:
             raise UnknownNameError(f"unknown time-series data set {dataset!r}; choose one of {sorted(DATASETS)} "
@@ -147,12 +149,14 @@ def prepare_tsf(dataset: str | TimeSeriesDataset = "mimic_demo", events: pd.Data
         step = step or spec.step
         defaults = spec.window_kwargs()
         declared = declared if declared is not None else spec.declared
+        duplicates = duplicates or spec.duplicates
     else:
         events = validate_events(events)
         defaults = {"input_len": 24, "output_len": 24, "stride": 4}
     given = {"input_len": input_len, "output_len": output_len, "stride": stride}
     window = {k: v if v is not None else defaults[k] for k, v in given.items()}
-    binned = bin_events(events, variables, step or "hour")
+    duplicates = duplicates or "refuse"
+    binned = bin_events(events, variables, step or "hour", duplicates)
     patients = make_windows(binned, **window).patients()  # who has a window (observation pattern only)
     if population is not None:
         known = {str(p) for p in population}
@@ -168,7 +172,8 @@ def prepare_tsf(dataset: str | TimeSeriesDataset = "mimic_demo", events: pd.Data
     else:
         standardizer = Standardizer.fit(binned, splits["train"])
     z = clipped(standardizer.transform(binned), clip_z)
-    return TsfData(dataset, make_windows(z, **window), splits, standardizer, binned.step, window)
+    return TsfData(dataset, make_windows(z, **window), splits, standardizer, binned.step, window,
+                   duplicates=duplicates)
 
 
 def prepare_lazy(dataset: TimeSeriesDataset, input_len: int | None = None, output_len: int | None = None,
@@ -197,10 +202,11 @@ def prepare_lazy(dataset: TimeSeriesDataset, input_len: int | None = None, outpu
         {v: dataset.declared[v] for v in variables})
     fitted: list[Standardizer] = []
     read = dataset.windows(variables=variables, splits=splits, step=dataset.step, standardizer=declared,
-                           clip_z=clip_z, spill_dir=spill_dir, standardizer_out=fitted, **window,
+                           clip_z=clip_z, spill_dir=spill_dir, standardizer_out=fitted,
+                           duplicates=dataset.duplicates, **window,
                            **({} if memory_bound is None else {"memory_bound": memory_bound}))
     return TsfData(dataset.name, None, splits, fitted[0], dataset.step, window, parts=read.parts,
-                   splits_file=dataset.splits_file if given is not None else None)
+                   splits_file=dataset.splits_file if given is not None else None, duplicates=dataset.duplicates)
 
 
 def clipped(z: BinnedStays, clip_z: float) -> BinnedStays:
@@ -365,6 +371,7 @@ class ForecastModel(SavesRunFolder):
     data: dict[str, Any] = field(default_factory=dict)
     prepared: TsfData | None = field(default=None, repr=False)
     baselines: dict[str, Any] | None = None  # the baselines on the same test windows and the verdict
+    duplicates: str = "refuse"  # the rule its training data was binned with, applied to new events alike
 
     # ----------------------------------------------------------------- forecasting
     def forecast(self, events: pd.DataFrame | str | os.PathLike, layout: str = "canonical") -> pd.DataFrame:
@@ -390,7 +397,7 @@ class ForecastModel(SavesRunFolder):
         present = [v for v in self.variables if v in set(events["variable"])]
         if not present:
             return None
-        binned = bin_events(events, present, self.step)
+        binned = bin_events(events, present, self.step, self.duplicates)
         z = clipped(self.standardizer.transform(binned), self.clip_z)
         t_in, t_out, n_vars = self.window["input_len"], self.window["output_len"], len(self.variables)
         cols = [self.variables.index(v) for v in present]
@@ -456,7 +463,8 @@ class ForecastModel(SavesRunFolder):
                        "n_heads": self.settings.n_heads, "residual": self.model.residual},
             "standardizer": {"center": self.standardizer.center, "scale": self.standardizer.scale,
                              "source": self.standardizer.source},
-            "variables": list(self.variables), "step": self.step, "window": dict(self.window), "clip_z": self.clip_z})
+            "variables": list(self.variables), "step": self.step, "window": dict(self.window), "clip_z": self.clip_z,
+            "duplicates": self.duplicates})
         run.write_json(SPLIT_FILE, self.split)
         manifest = self.manifest(data)
         manifest.attacks = list(attacks)
@@ -487,7 +495,7 @@ class ForecastModel(SavesRunFolder):
                    Guarantee.from_dict(entry["guarantee"]) if entry["guarantee"] else None,
                    PrivacyLedger.from_state_dict(entry["ledger"]) if entry["ledger"] else None, metrics,
                    json.loads(split_path.read_text()) if split_path.exists() else {}, info, dict(manifest.data),
-                   baselines=baselines)
+                   baselines=baselines, duplicates=saved.get("duplicates", "first"))  # earlier runs kept the first
 
 
 # --------------------------------------------------------------------------- fitting
@@ -565,7 +573,7 @@ def fit(data: str | TimeSeriesDataset | pd.DataFrame, settings: ForecastSettings
         split.update(seed=None, fractions=None, splits_file=prepared.splits_file)
     return ForecastModel(settings, model.eval(), prepared.standardizer, tuple(prepared.variables),
                          prepared.step, dict(prepared.window), CLIP_Z, guarantee, ledger, metrics, split, info,
-                         prepared.summary(), prepared, baselines)
+                         prepared.summary(), prepared, baselines, prepared.duplicates)
 
 
 __all__ = ["CLIP_Z", "DEFENCES", "FRACTIONS", "METHODS", "SPLIT_NAMES", "ForecastModel", "ForecastSettings",
