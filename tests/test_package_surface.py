@@ -164,7 +164,7 @@ TOP = ("dpcare.studies", "dpcare.report", "dpcare.cli", "dpcare.estimators")
 LOWER = ("dpcare.privacy", "dpcare.runs", "dpcare.data", "dpcare.engine", "dpcare.models", "dpcare.methods",
          "dpcare.audit", "dpcare.tabular", "dpcare.fusion", "dpcare.text", "dpcare.timeseries", "dpcare.images",
          "dpcare.synth", "dpcare.lm", "dpcare.settings", "dpcare.io", "dpcare.exceptions", "dpcare.caller",
-         "dpcare.verdict", "dpcare.lazy", "dpcare.parallel")
+         "dpcare.verdict", "dpcare.lazy", "dpcare.parallel", "dpcare.ranks")
 
 
 def _under(module: str, packages) -> bool:
@@ -191,6 +191,56 @@ def test_the_layer_check_sees_a_planted_upward_import():
     graph = import_graph(module_level_only=False)
     graph["dpcare.timeseries.recipe"] = graph.get("dpcare.timeseries.recipe", set()) | {"dpcare.studies.tsf"}
     assert forbidden_imports(graph, LOWER, TOP) == {"dpcare.timeseries.recipe": ["dpcare.studies.tsf"]}
+
+
+#: the whole order of layers, lowest first: a module imports only from its own layer or those below it
+LAYERS = (
+    ("exceptions", "caller", "runtime", "ranks", "registry", "lazy", "io", "progress", "verdict", "token_loss"),
+    ("privacy",),  # accounting, ledgers, budgets, the secret randomness: never the engine
+    ("settings", "parallel"),
+    ("runs", "data"),
+    ("engine", "models", "lm"),
+    ("methods", "fusion"),
+    ("audit",),
+    ("tabular", "timeseries", "images", "synth"),
+    ("text",),  # reuses the time-series splits
+    ("studies", "report", "estimators"),
+    ("cli",),
+)
+
+
+def layer_violations(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """``{module: [imported modules of a higher layer]}`` (imports of the package itself are ignored)."""
+    rank = {f"dpcare.{p}": i for i, layer in enumerate(LAYERS) for p in layer}
+
+    def level(module: str) -> int | None:
+        return next((r for p, r in rank.items() if module == p or module.startswith(p + ".")), None)
+
+    bad: dict[str, list[str]] = {}
+    for module, targets in graph.items():
+        mine = level(module)
+        if mine is None:
+            continue
+        up = sorted(t for t in targets if (lv := level(t)) is not None and lv > mine)
+        if up:
+            bad[module] = up
+    return bad
+
+
+def test_every_module_imports_only_its_own_layer_or_lower():
+    """Function-level imports too: the privacy layer once imported the engine for rank 0's secret root."""
+    assert layer_violations(import_graph(module_level_only=False)) == {}
+
+
+def test_the_layer_order_sees_a_planted_import_of_the_engine_by_the_privacy_layer():
+    graph = import_graph(module_level_only=False)
+    graph["dpcare.privacy.randomness"] = graph["dpcare.privacy.randomness"] | {"dpcare.engine.distributed"}
+    assert layer_violations(graph) == {"dpcare.privacy.randomness": ["dpcare.engine.distributed"]}
+
+
+def test_every_package_is_placed_in_the_layer_order():
+    top_level = {m.split(".")[1] for m in MODULES if m.count(".") >= 1}
+    assert top_level - {p for layer in LAYERS for p in layer} == set()
 
 
 def test_every_package_is_placed_in_a_layer():

@@ -40,6 +40,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from dpcare.exceptions import DataError, SettingsError
+from dpcare.ranks import from_main, is_main, world
 
 #: tensors with at most this many elements are hashed whole; larger ones by a strided sample of about as many
 FULL_HASH_ELEMENTS = 1 << 22
@@ -48,18 +49,6 @@ FULL_HASH_ELEMENTS = 1 << 22
 class RankDataMismatchError(DataError):
     """The ranks of a distributed run hold different private data (or unit ids): the shared sample and the
     per-rank shards of the design would not be the ones accounted."""
-
-
-def world() -> tuple[int, int]:
-    """(rank, number of processes); (0, 1) outside torch.distributed."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def is_main() -> bool:
-    """True on rank 0 (and in a one-process run): the process that writes outputs and prints."""
-    return world()[0] == 0
 
 
 def launched_by_torchrun() -> bool:
@@ -96,15 +85,6 @@ def all_reduce_sum(tensors: Mapping[str, Tensor]) -> None:
     for t in tensors.values():
         t.copy_(flat[offset : offset + t.numel()].view_as(t))
         offset += t.numel()
-
-
-def from_main(obj: Any) -> Any:
-    """Rank 0's ``obj`` on every rank (e.g. the state read from a checkpoint)."""
-    if world()[1] == 1:
-        return obj
-    box = [obj if is_main() else None]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 def _tensor_bytes(t: Tensor) -> bytes:

@@ -72,9 +72,9 @@ def secret_seed(noise_seed: int | None, keep: str | os.PathLike | None = None, p
             root = secrets.randbits(62)
             write_text(path, str(root))
     if "torch.distributed" in sys.modules:  # every rank calls this at the same point of the run
-        from dpcare.engine import distributed
+        from dpcare.ranks import from_main
 
-        root = distributed.from_main(root)
+        root = from_main(root)
     return root if purpose is None else sub_root(root, purpose)
 
 
