@@ -104,7 +104,7 @@ def test_hourly_binning_keeps_the_first_value_of_each_hour():
         ("p1", "s1", 1.1, "sbp", 120.0),
         ("p2", "s2", 0.0, "sbp", 110.0),
     ])
-    b = bin_events(ev, step="hour")
+    b = bin_events(ev, step="hour", duplicates="first")  # two values at the earliest time: the declared rule
     assert b.variables == ("hr", "sbp") and b.stay_ids == ["s1", "s2"]
     assert b.patient_ids == ["p1", "p2"]
     np.testing.assert_array_equal(b.values[0], [[80, NAN], [NAN, 120], [100, NAN]])
@@ -120,7 +120,7 @@ def test_visit_binning_orders_distinct_times_and_keeps_the_first_value():
         ("p", "s", 0, "bili", 9.0),  # same visit, later row: ignored
         ("p", "s", 180, "bili", 2.0),
     ], time_unit="days")
-    b = bin_events(ev, variables=["bili", "chol"], step="visit")
+    b = bin_events(ev, variables=["bili", "chol"], step="visit", duplicates="first")
     np.testing.assert_array_equal(b.values[0], [[1, NAN], [2, 300], [3, NAN]])
 
 
@@ -400,7 +400,7 @@ def test_bundled_mimic_demo_and_pbcseq_windows():
     counts = {}
     for name in ("mimic_demo", "pbcseq"):
         spec = DATASETS[name]
-        b = spec.standardizer().transform(bin_events(spec.load(), spec.variables, spec.step))
+        b = spec.standardizer().transform(bin_events(spec.load(), spec.variables, spec.step, spec.duplicates))
         ws = make_windows(b, **spec.window_kwargs())
         counts[name] = (len(b), len(set(b.patient_ids)), len(ws), len(ws.patients()))
         splits = split_patients(ws.patients())
