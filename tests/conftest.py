@@ -14,7 +14,7 @@ torch.set_num_threads(1)
 SLOW_TEST_TIMEOUT = 1200
 #: a test still running this long after its limit is stuck where pytest-timeout's signal cannot reach (C code:
 #: gloo, Ray, a child's pipe): faulthandler dumps every thread's stack and ends the process, so xdist reports the
-#: worker lost while running that test and, with --max-worker-restart=0 (scripts/test.sh), ends the run at once
+#: worker lost while running that test and, with --max-worker-restart=0 (pyproject's addopts), ends the run at once
 STUCK_GRACE = float(os.environ.get("DPCARE_TEST_STUCK_GRACE", "60"))
 #: folder for those dumps (scripts/test.sh sets it and prints what lands there); unset: the worker's stderr
 DUMPS_ENV = "DPCARE_TEST_DUMPS"

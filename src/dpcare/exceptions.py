@@ -61,4 +61,5 @@ class WorkerLostError(DPCareError):
 
 
 __all__ = ["BudgetExceededError", "DPCareError", "DataError", "MissingDependencyError", "MissingFileError",
-           "NotFittedError", "WorkerLostError", "PrivacyParameterError", "SettingsError", "SpecError", "UnknownNameError"]
+           "NotFittedError", "PrivacyParameterError", "SettingsError", "SpecError", "UnknownNameError",
+           "WorkerLostError"]

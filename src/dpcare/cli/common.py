@@ -38,7 +38,7 @@ class ErrorReportingGroup(TyperGroup):
         except KeyboardInterrupt:
             interrupted()
         except UnicodeDecodeError as err:  # a reader that did not name its file: say what is wrong all the same
-            fail(DPCareError(f"an input file is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8"))
+            fail(DPCareError(f"an input file is not UTF-8 text ({err.reason}): save it as UTF-8"))
         except OSError as err:
             if err.errno not in ENVIRONMENT_ERRNOS:
                 raise  # anything else is a bug and keeps its traceback

@@ -179,10 +179,9 @@ def _fit_and_write(synth, data: Path, test: Path | None, holdout: float, compare
     from dpcare.privacy import guard_run
     from dpcare.runs import RunFolder
     from dpcare.synth.saved import check_test_rows
+    from dpcare.synth.evaluate import EFFICACY
     from dpcare.synth.support_baseline import describe
     from dpcare.synth.synthesizer import holdout_split
-
-    from dpcare.synth.evaluate import EFFICACY
 
     schema = synth.schema
     if test is not None:

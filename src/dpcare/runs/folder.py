@@ -27,10 +27,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dpcare.exceptions import SettingsError
+from dpcare.exceptions import DPCareError, SettingsError
 from dpcare.io import torch_save, write_json, write_text
 from dpcare.privacy.randomness import reproducible_noise_note
-from dpcare.runs.manifest import MANIFEST, Manifest
+from dpcare.runs.manifest import MANIFEST, Manifest, is_run_folder, read_manifest
 from dpcare.runtime import process_rank
 
 PARTIAL = "partial.json"  # in the staging folder: run id, kind and settings fingerprint of the unfinished run
@@ -76,20 +76,20 @@ def check_output(out: str | os.PathLike, force: bool = False, flag: str = "--out
 def _finished_run(out: Path, kind: str | None, settings: Any) -> str | None:
     """How to name the finished run ``out`` holds ("holds this run, finished ...": same kind and settings), or
     None when it holds no readable run.json."""
+    if not is_run_folder(out):
+        return None
     try:
-        manifest = json.loads((out / MANIFEST).read_text())
-    except (OSError, ValueError):
+        manifest = read_manifest(out)
+    except DPCareError:  # a run.json no dpcare run wrote: just "not empty"
         return None
-    if not isinstance(manifest, dict) or not manifest.get("run_id"):
-        return None
-    recorded = manifest.get("settings") or {}
+    recorded = manifest.settings or {}
     wanted = json.loads(json.dumps(settings or {}, default=str))  # as run.json stores them
     # the run may record more than it was given (what it resolved: steps, noise multiplier): compare what was given
-    same = (kind is not None and manifest.get("kind") == kind and isinstance(recorded, dict)
+    same = (kind is not None and manifest.kind == kind and isinstance(recorded, dict)
             and isinstance(wanted, dict) and all(recorded.get(k) == v for k, v in wanted.items()))
     if same:
         return "already holds this run, finished with these settings"
-    return f"already holds a finished {manifest.get('kind') or 'dpcare'} run"
+    return f"already holds a finished {manifest.kind or 'dpcare'} run"
 
 
 def _throwaway_folder() -> Path:

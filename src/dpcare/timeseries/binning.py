@@ -88,10 +88,11 @@ def resolve_duplicates(events: pd.DataFrame, rule: str = "refuse") -> pd.DataFra
     if not conflicting.any():
         return events
     if rule == "refuse":
-        first = events[conflicting].iloc[0]
-        same = events[conflicting & (events["stay_id"] == first["stay_id"]) & (events["time"] == first["time"])
-                      & (events["variable"] == first["variable"])]["value"].tolist()
-        triples = int(events[conflicting].groupby(keys, sort=False).ngroups)
+        clash = events[conflicting]
+        first = clash.iloc[0]
+        same = clash[(clash["stay_id"] == first["stay_id"]) & (clash["time"] == first["time"])
+                     & (clash["variable"] == first["variable"])]["value"].tolist()
+        triples = int(clash.groupby(keys, sort=False).ngroups)
         raise DataError(f"{triples} (stay, time, variable) triple(s) hold differing values, e.g. stay "
                         f"'{first['stay_id']}' at {first['time']:g} h: {first['variable']} = {same[:5]}; declare how "
                         f"to combine them (duplicates: first, last or mean in the time-series spec) or clean the "
