@@ -1,6 +1,7 @@
-"""The public-baseline rows of the README's dp2stage table: the benchmark's own train/test rows (prepare),
-n_synth rows drawn independently from the spec's declared support (no private value read), evaluated as
-every method of `dpcare benchmark dp2stage` is (same real test rows, same models, the benchmark's seed).
+"""The public-baseline rows of the dp2stage table (docs/results/dp2stage.md): the benchmark's own train/test
+rows (prepare), n_synth rows drawn independently from the spec's declared support (no private value read),
+evaluated as every method of `dpcare benchmark dp2stage` is (same real test rows, same models, the
+benchmark's seed).
 
     python benchmarks/bench_synth_public_baseline.py
 """

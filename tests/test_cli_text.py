@@ -34,6 +34,7 @@ def logits(model, tok, text="Admitted with chest pain; troponin drawn."):
         return model(**ids).logits
 
 
+@pytest.mark.slow  # end to end
 @pytest.mark.parametrize("mode", MODES)
 def test_a_saved_model_loads_to_the_same_outputs(mode, gpt2_folder, notes_file, tmp_path):
     notes = read_jsonl(notes_file)
@@ -66,6 +67,7 @@ def test_weights_of_another_recipe_are_refused(gpt2_folder, notes_file, tmp_path
         load_finetuned(tmp_path / "m")
 
 
+@pytest.mark.slow  # end to end
 def test_commands_end_to_end(gpt2_folder, tmp_path):
     notes = tmp_path / "notes.jsonl"
     r = runner.invoke(app, ["text", "generate", "--n-notes", "6", "--seed", "2", "--out", str(notes)])

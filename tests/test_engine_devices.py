@@ -99,6 +99,7 @@ def test_bf16_per_unit_clipped_gradients_never_exceed_c():
         assert torch.nn.functional.cosine_similarity(flat, ref, dim=0) > 0.99
 
 
+@pytest.mark.slow  # end to end
 def test_a_bf16_run_trains_and_states_the_fp32_guarantee():
     data = batch(b=400, seed=3)
     results = {}

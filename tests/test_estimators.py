@@ -46,6 +46,7 @@ def test_not_fitted_errors(tmp_path):
         clf.nonexistent  # noqa: B018
 
 
+@pytest.mark.slow  # end to end
 def test_fit_predict_without_the_target(fitted):
     assert isinstance(fitted, DPClassifier)
     g = fitted.guarantee_
@@ -64,6 +65,7 @@ def test_fit_predict_without_the_target(fitted):
         fitted.predict(rows.assign(hr="fast"))
 
 
+@pytest.mark.slow  # end to end
 def test_save_load_round_trip_and_dpcare_train_folders(fitted, tmp_path):
     rows = toy_table(20, seed=7)
     fitted.save(tmp_path / "clf")
@@ -171,6 +173,7 @@ def test_make_private_needs_x_and_y():
 
 
 # ---------------------------------------------------------------- scikit-learn conventions
+@pytest.mark.slow  # end to end
 def test_fit_X_y_cross_val_score_and_a_pipeline():
     """fit(X, y) with a frame and a Series, the spec in the constructor; cross_val_score clones and scores it;
     a Pipeline routes clf__schema to fit."""
@@ -189,6 +192,7 @@ def test_fit_X_y_cross_val_score_and_a_pipeline():
     assert pipe.predict(X.head(4)).shape == (4,)
 
 
+@pytest.mark.slow  # end to end
 def test_fixable_mistakes_are_dpcare_errors():
     from dpcare.exceptions import DPCareError, SpecError
 

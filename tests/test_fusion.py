@@ -128,6 +128,7 @@ def test_hybrid_rows_keep_public_values_exactly():
         assert not torch.equal(t["x_hyb"][:, mask], t["x"][:, mask])  # the private part is imputed
 
 
+@pytest.mark.slow  # end to end
 def test_quick_benchmark_runs_every_method(tmp_path):
     df, schema = load_dataset("support2")
     bench = FusionBenchmark.quick()

@@ -66,6 +66,7 @@ def test_saved_tiny_gpt2_folder_loads(tmp_path):
     assert type(loaded).__name__ == "GPT2LMHeadModel" and loaded_tok.pad_token is not None
 
 
+@pytest.mark.slow  # end to end
 def test_a_conversion_finished_first_by_another_process_is_used(tmp_path, monkeypatch):
     """Parallel benchmark workers on a fresh machine each convert the GGUF; the one that finishes second must
     use the first one's folder instead of failing on a non-empty target."""

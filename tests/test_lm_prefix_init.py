@@ -132,6 +132,7 @@ def test_only_a_prefix_model_is_initialised(tok):
         init_prefix_from_text(apply_mode(tiny_gpt2()[0], "dp-lora"), tok, TEXT)
 
 
+@pytest.mark.slow  # end to end
 @pytest.mark.parametrize("prefix_init", ["text", "random"])
 def test_dp_prefix_fine_tuning_starts_from_the_text_prefix_and_reloads_the_trained_one(prefix_init, tmp_path,
                                                                                          monkeypatch):

@@ -54,6 +54,7 @@ def pngs(html: str) -> list[bytes]:
     return [base64.b64decode(m) for m in PNG.findall(html)]
 
 
+@pytest.mark.slow  # end to end
 def test_one_train_run_page(train_runs, tmp_path):
     fdp = train_runs[0]
     html = write_report([fdp], tmp_path / "report.html").read_text()

@@ -8,6 +8,7 @@ from dpcare.runs import read_manifest
 from dpcare.studies.demo import run_demo
 
 
+@pytest.mark.slow  # end to end
 def test_demo_study_writes_runs_baselines_and_its_manifest(tmp_path):
     out = tmp_path / "demo"
     summary = run_demo(out, epsilon=1.0, seeds=1, epochs=0.2, methods=("dp-sgd", "feature-dp"), progress=False)

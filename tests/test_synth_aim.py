@@ -158,6 +158,7 @@ def test_sampling_sends_the_model_and_no_private_row(worker, tmp_path):
     assert out["hr"].between(20, 250).all() and set(out["group"]) <= {"a", "b", "c"}
 
 
+@pytest.mark.slow  # end to end
 def test_fit_save_load_and_sample_again(worker, tmp_path):
     df = toy_table(300)
     synth = AIMSynthesizer(SCHEMA, epsilon=2.0, progress=False).fit(df.iloc[:250])
@@ -242,6 +243,7 @@ def test_aim_options_are_refused_for_the_language_model(files, monkeypatch):
     assert r.exit_code == 2 and "--max-model-size does not apply to --synthesizer dp-2stage" in r.stderr
 
 
+@pytest.mark.slow  # end to end
 def test_the_cli_fits_writes_samples_and_reserves_the_planned_budget(files, worker):
     budget = files / "b.json"
     assert runner.invoke(app, ["budget", "init", str(budget), "--epsilon", "5", "--delta", "1e-3", "--dataset",
@@ -259,6 +261,7 @@ def test_the_cli_fits_writes_samples_and_reserves_the_planned_budget(files, work
     assert refused.exit_code == 2 and "--temperature does not apply to an AIM synthesizer" in refused.stderr
 
 
+@pytest.mark.slow  # end to end
 def test_an_interrupted_cli_fit_resumes_from_its_checkpoint_under_the_same_reservation(files, worker,
                                                                                          monkeypatch):
     """The worker's checkpoint lives in the run's staging folder: a rerun of the same command finds it (and the
@@ -313,6 +316,7 @@ def test_the_real_aim_fits_saves_and_samples_in_a_fresh_process(files):
     pd.testing.assert_frame_equal(again.reset_index(drop=True), load_synthesizer(files / "out").sample(100, seed=4))
 
 
+@pytest.mark.slow  # end to end
 def test_evaluate_and_report_read_an_aim_run(files, worker):
     from dpcare.privacy import event_to_json
     from dpcare.report.model import _event_fields

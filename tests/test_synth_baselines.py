@@ -76,6 +76,7 @@ def test_encoding_uses_only_the_schema_and_round_trips():
     assert cards == {"death": 2, "age": 10, "sex": 2, "hr": 10, "lab": 11, "group": 3}  # public, not data
 
 
+@pytest.mark.slow  # end to end
 @pytest.mark.parametrize("name", ["mst", "dpctgan"])
 def test_baseline_on_toy_table(name):
     needs_smartnoise(name)

@@ -34,6 +34,7 @@ def fitted():
     return Synthesizer(SCHEMA, settings=settings, progress=False).fit(pairs_table(400))
 
 
+@pytest.mark.slow  # end to end
 def test_sampled_rows_keep_a_deterministic_dependence(fitted):
     out = fitted.sample(200, seed=1)
     assert out["colour"].nunique() == len(PAIRS)  # every colour is sampled (a sampler without context writes one)

@@ -209,6 +209,7 @@ def fit_small(folder, mode, **kw):
     return s.fit(toy_table(200))
 
 
+@pytest.mark.slow  # end to end
 def test_two_stage_fit_sample_save_load_and_conditional_sampling(gpt2_folder, tmp_path):
     s = fit_small(gpt2_folder, "dp-2stage-u")
     g = s.guarantee
@@ -246,6 +247,7 @@ def test_undeclared_bounds_are_estimated_with_dp_and_charged(gpt2_folder):
     assert 20 < lo < 85 and 95 < hi < 400  # covers the bulk of hr ~ N(90, 20)
 
 
+@pytest.mark.slow  # end to end
 def test_dp_2stage_o_uses_the_public_table_in_stage_1(gpt2_folder):
     from dpcare.data import load_dataset
 

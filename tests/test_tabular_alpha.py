@@ -57,6 +57,7 @@ def trained_alphas(monkeypatch):
 
 @pytest.mark.parametrize("method,alpha,expected", [("label-dp", None, LABEL_DP_ALPHA), ("label-dp", 1.0, 1.0),
                                                    ("label-dp", 20.0, 20.0), ("dp-sgd", None, 1.0)])
+@pytest.mark.slow  # end to end
 def test_the_run_trains_with_the_resolved_alpha(trained_alphas, method, alpha, expected):
     s = TabularSettings(method=method, alpha=alpha, dp=DPSettings(epsilon=2.0, **TINY_DP), **TINY)
     model = fit(toy_table(200), SCHEMA, s, progress=False)
@@ -64,6 +65,7 @@ def test_the_run_trains_with_the_resolved_alpha(trained_alphas, method, alpha, e
     assert model.info["alpha"] == expected
 
 
+@pytest.mark.slow  # end to end
 def test_dpclassifier_default_and_override(trained_alphas):
     df = toy_table(200)
     X, y = df.drop(columns="death"), df["death"]
@@ -74,6 +76,7 @@ def test_dpclassifier_default_and_override(trained_alphas):
     assert trained_alphas[:2] == [LABEL_DP_ALPHA, 1.0]
 
 
+@pytest.mark.slow  # end to end
 def test_cli_default_and_alpha_flag(tmp_path, trained_alphas):
     data, spec = tmp_path / "t.csv", tmp_path / "spec.yaml"
     toy_table(200).to_csv(data, index=False)

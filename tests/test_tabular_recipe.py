@@ -76,6 +76,7 @@ def test_alpha_zero_feature_dp_model_is_independent_of_private_values():
     assert torch.equal(models[0], models[1])
 
 
+@pytest.mark.slow  # end to end
 def test_every_method_fits_saves_and_loads(tmp_path):
     df = toy_table(300)
     support, private = df.iloc[:60], df.iloc[60:]
@@ -161,6 +162,7 @@ def write_inputs(tmp_path, df=None, spec=None):
     return data, spec_path
 
 
+@pytest.mark.slow  # end to end
 def test_train_predict_report_and_audit_commands(tmp_path):
     data, spec = write_inputs(tmp_path)
     out = tmp_path / "out"
@@ -205,6 +207,7 @@ def test_train_predict_report_and_audit_commands(tmp_path):
     assert "LOSS membership attack" in html and "test AUROC" in html and m.run_id in html
 
 
+@pytest.mark.slow  # end to end
 def test_a_run_folder_holds_one_run(tmp_path):
     """A second run into the same folder is refused; --force replaces it whole (the old attack is gone)."""
     data, spec = write_inputs(tmp_path)
@@ -232,6 +235,7 @@ def test_an_output_that_is_a_file_is_refused_before_the_budget_or_the_data(tmp_p
     assert json.loads(budget.read_text())["releases"] == []
 
 
+@pytest.mark.slow  # end to end
 def test_fusion_method_through_the_cli(tmp_path):
     df = toy_table(300)
     data, spec = write_inputs(tmp_path, df.iloc[60:])
@@ -285,6 +289,7 @@ def test_load_refuses_another_kind_of_run(tmp_path):
         TabularModel.load(tmp_path / "x")
 
 
+@pytest.mark.slow  # end to end
 def test_killed_train_command_resumes(tmp_path):
     data, spec = write_inputs(tmp_path, toy_table(3000))
     base = [sys.executable, "-m", "dpcare.cli", "train", str(data), "--spec", str(spec), "--epochs", "30",

@@ -96,6 +96,7 @@ def test_a_model_picked_by_grid_search_on_private_scores_says_so(monkeypatch):
     assert any(issubclass(w.category, SelectionWarning) for w in caught)
 
 
+@pytest.mark.slow  # end to end
 @pytest.mark.parametrize("n_jobs, scoring, refit", [(2, None, True), (1, "roc_auc", False)])
 def test_a_search_in_worker_processes_or_with_a_scoring_string_is_seen(monkeypatch, n_jobs, scoring, refit):
     """Neither calls DPClassifier.score in this process: workers score in their own memory, a scorer string calls

@@ -112,6 +112,7 @@ def _split_by_patient(notes_file, tmp_path):
     return train, test, held
 
 
+@pytest.mark.slow  # end to end
 @pytest.mark.parametrize("task", ["ner", "summarisation"])
 def test_finetune_test_scores_the_held_out_notes_beside_the_base_model(task, gpt2_folder, notes_file, tmp_path):
     """`text finetune --test`: the model and its public baselines are scored on the held-out patients only, in

@@ -137,6 +137,7 @@ def test_fit_refuses_notes_without_codes(notes):
 
 
 # --------------------------------------------------------------------------- the commands
+@pytest.mark.slow  # end to end
 def test_classify_and_codes_end_to_end(notes_file, notes, tmp_path):
     run = tmp_path / "run"
     r = runner.invoke(app, ["text", "classify", str(notes_file), "--method", "fusiondp", "--epsilon", "5", *TINY_CLI,
@@ -214,6 +215,7 @@ def test_codes_reads_other_formats_and_names_a_wrong_one(fitted, notes, tmp_path
     assert r.exit_code == 2 and "unknown notes format 'docx'" in r.output
 
 
+@pytest.mark.slow  # end to end
 def test_classify_with_an_imputation_lm_and_the_ner_masker(notes, gpt2_folder, tmp_path):
     s = replace(tiny(), impute=True, mask_ner=True, lm=gpt2_folder)
     s = replace(s, dp=s.dp.replace(noise_seed=0))  # two runs compared: the same (reproducible) noise

@@ -191,6 +191,7 @@ def test_finetune_trains_each_mode_with_the_patient_as_the_unit(mode, gpt2_folde
         assert "every record of each patient" in info["guarantee_text"]
 
 
+@pytest.mark.slow  # end to end
 @pytest.mark.parametrize("mode", ("dp-lora", "dp-prefix"))
 def test_the_adapters_are_drawn_from_the_seed_not_from_what_ran_before(mode, gpt2_folder):
     """Two fits with one seed in one process (a study's worker) give the same model, whatever used torch's

@@ -129,6 +129,7 @@ SHORT = ["Cr 1.2 on IV fluids; CHF.", "Pain: none. BP 120/80.", "No chest pain"]
 SEEDS = (1, 4, 5, 9)  # random tiny GPT-2s that do emit entities here (most random ones just write " []")
 
 
+@pytest.mark.slow  # end to end
 def test_random_models_decode_only_spans_of_the_note():
     found = 0
     for seed in SEEDS:
@@ -144,6 +145,7 @@ def test_random_models_decode_only_spans_of_the_note():
     assert found >= 5  # so the checks above are not vacuous
 
 
+@pytest.mark.slow  # end to end
 def test_without_the_substring_constraint_a_random_model_emits_other_text(monkeypatch):
     """The same decoding with a note index that no longer checks the first character of an entity text
     (every position matches it): the random models' entity texts now leave the note."""
@@ -203,6 +205,7 @@ def test_cached_decoding_steps_equal_a_full_forward_in_every_mode(gpt2):
         torch.testing.assert_close(logits[0], full, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # end to end
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 @pytest.mark.parametrize("mode", ["dp-full", "dp-lora", "dp-prefix"])
 def test_batched_decoding_equals_one_window_at_a_time(arch, mode):

@@ -48,6 +48,7 @@ def public(masker: SpanMasker, text: str) -> str:
     ("Xzavian G. Tavares, M.D.\nXGT:holmes\n", "holmes"),                  # transcriptionist
     ("Lives alone in Red Hook with a cat.", "Red Hook"),
 ])
+@pytest.mark.slow  # end to end
 def test_misses_on_real_notes_are_masked(masker, text, secret):
     assert not re.search(rf"(?<!\w){re.escape(secret)}(?!\w)", public(masker, text)), public(masker, text)
 

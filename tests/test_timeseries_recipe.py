@@ -194,6 +194,7 @@ def test_bad_inputs_are_named(files, tmp_path):
 
 
 # --------------------------------------------------------------------------- the commands
+@pytest.mark.slow  # end to end
 def test_cli_fit_apply_in_a_fresh_process_report(files, tmp_path):
     run = tmp_path / "run"
     r = cli("forecast", "fit", files / "events.csv", "--spec", files / "spec.yaml", "--epsilon", "3", "--audit",

@@ -47,6 +47,7 @@ FAST = TabularSettings(hidden=16, dp=DPSettings(epsilon=2.0, epochs=2, batch_siz
 
 @pytest.mark.parametrize("method, baseline", [("feature-dp", "public columns only"), ("dp-sgd", "constant"),
                                               ("label-dp", "constant")])
+@pytest.mark.slow  # end to end
 def test_every_tabular_run_reports_its_public_baseline_on_the_test_rows(method, baseline):
     df = toy_table(400)
     m = fit(df, SCHEMA, TabularSettings(**{**FAST.__dict__, "method": method}), progress=False)

@@ -201,6 +201,7 @@ def interrupted_at_summarisation(bench, out, corpus, monkeypatch) -> list[str]:
     return calls
 
 
+@pytest.mark.slow  # end to end
 def test_an_interrupted_study_resumes_from_its_staging_journal(tiny_folder, corpus, tmp_path, monkeypatch):
     """A failing cell leaves the finished ones in the staging folder's journal; the same call trains only the
     rest, other settings are refused while it is unfinished, and the finished folder has run.json."""
@@ -218,6 +219,7 @@ def test_an_interrupted_study_resumes_from_its_staging_journal(tiny_folder, corp
     assert len((out / "runs.jsonl").read_text().splitlines()) == 2
 
 
+@pytest.mark.slow  # end to end
 def test_a_journal_resumed_on_other_notes_is_refused_before_any_cell(tiny_folder, corpus, tmp_path, monkeypatch):
     """The journal kept from another machine (notes.pkl is not kept: the notes are made again) resumes only on
     the notes its rows were trained on: each row carries the split's digest, and other notes of the same size
@@ -241,6 +243,7 @@ def test_a_journal_resumed_on_other_notes_is_refused_before_any_cell(tiny_folder
     assert [set(r) & {"data"} for r in read_journal(out / "runs.jsonl")] == [set(), set()]
 
 
+@pytest.mark.slow  # end to end
 def test_an_interrupted_cell_resumes_from_its_fine_tuning_checkpoint(tiny_folder, corpus, tmp_path, monkeypatch):
     """A cell stopped after its fine-tuning (while scoring) trains no step again when the study is rerun: it
     resumes from the cell's checkpoint and journals the row of an uninterrupted run; the checkpoint is then
@@ -275,6 +278,7 @@ def test_an_interrupted_cell_resumes_from_its_fine_tuning_checkpoint(tiny_folder
         assert resumed[key] == reference[key], key
 
 
+@pytest.mark.slow  # end to end
 @pytest.mark.parametrize("task", ["ner", "token-ner"])
 def test_a_finished_cell_deletes_its_checkpoint(task, tiny_folder, bert_folder, corpus, tmp_path):
     """The checkpoint holds the noise generators' state: it goes as soon as the cell's row is complete."""
@@ -287,6 +291,7 @@ def test_a_finished_cell_deletes_its_checkpoint(task, tiny_folder, bert_folder, 
     assert row["steps"] > 0 and folder.parent.is_dir() and not folder.exists()
 
 
+@pytest.mark.slow  # end to end
 def test_tables_only_tabulates_the_finished_runs_and_trains_nothing(tiny_folder, corpus, tmp_path):
     out = tmp_path / "run"
     with pytest.raises(SpecError, match="no finished run"):
@@ -314,6 +319,7 @@ def test_tables_only_tabulates_the_finished_runs_and_trains_nothing(tiny_folder,
     assert read_journal(out / "runs.jsonl") == rows
 
 
+@pytest.mark.slow  # end to end
 def test_every_fine_tuned_model_is_judged_against_the_public_baselines(tiny_folder, corpus, tmp_path):
     """NER and summarisation models against the base model (and LEAD-3) on the same held-out notes: the verdicts
     in table.md, baselines.json and run.json (its notes, which the report prints); the verdict flips when a

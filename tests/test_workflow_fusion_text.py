@@ -66,6 +66,7 @@ def test_views_hold_three_encodings_split_by_patient(views_path):
     assert sum(views.info["notes"].values()) == 80
 
 
+@pytest.mark.slow  # end to end
 def test_nine_methods_run_with_guarantees_and_resume(views_path, tmp_path, monkeypatch):
     bench = tiny()
     table = ftb.run_text_benchmark(views_path, bench, tmp_path, progress=False)
@@ -145,6 +146,7 @@ def test_bad_inputs_give_clear_errors(notes):
         tiny(max_tokens=0).validate()
 
 
+@pytest.mark.slow  # end to end
 def test_the_study_runs_each_cell_as_the_recipe_would(views_path):
     """A study cell is the recipe's training on the same views with the study's settings for that cell."""
     from dpcare.text.classify.recipe import train_views
@@ -160,6 +162,7 @@ def test_the_study_runs_each_cell_as_the_recipe_would(views_path):
                                                                       trained.ledger.epsilon())
 
 
+@pytest.mark.slow  # end to end
 def test_the_study_writes_a_run_folder_resumes_and_is_reported(notes, gpt2_folder, tmp_path, monkeypatch):
     """The whole study on a tiny GPT-2 imputer: interrupted after one run it resumes from the staging folder's
     journal (the views are not prepared again; on other notes it is refused before any run), finishes with

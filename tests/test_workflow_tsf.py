@@ -244,6 +244,7 @@ def test_cli_quick_benchmark_runs(tmp_path):
     assert (dp["epsilon"] <= 3.0 + 1e-9).all()
 
 
+@pytest.mark.slow  # end to end
 def test_cli_names_a_bad_input(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dpcare.cli", "benchmark", "tsf", "--events", str(tmp_path / "x.csv"),
                         "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)

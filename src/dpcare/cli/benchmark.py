@@ -25,7 +25,8 @@ def benchmark_fusiondp(
     seeds: Annotated[int, typer.Option(help="seeds (tuning uses seed 0)")] = 3,
     epochs: Annotated[float, typer.Option(help="epochs per run")] = 7.0,
     imputer: Annotated[str, typer.Option(
-        help="gbm (default), lm (SmolLM2 in context; slow on CPU, see README) or tabpfn (local checkpoints)")] = "gbm",
+        help="gbm (default), lm (SmolLM2 in context; slow on CPU, see docs/results/fusiondp.md) or tabpfn "
+             "(local checkpoints)")] = "gbm",
     tabpfn_classifier: Annotated[Path | None, typer.Option(help="local TabPFN classifier checkpoint")] = None,
     tabpfn_regressor: Annotated[Path | None, typer.Option(help="local TabPFN regressor checkpoint")] = None,
     workers: Annotated[int, typer.Option(help="runs trained at once, as Ray tasks (1: in this process)")] = 2,

@@ -1,4 +1,4 @@
-"""``dpcare synth fit | sample | evaluate``: DP synthetic tables from a language model (DP-2Stage) or AIM.
+"""``dpcare synth fit | sample | evaluate``: DP synthetic tables from AIM (the default) or a language model (DP-2Stage).
 
 ``fit`` writes a run folder (run.json, synthesizer.json and the model: weights.pt or model.npz); its options
 come from the declarations of :class:`~dpcare.synth.settings.SynthSettings` (the DP settings of stage 2 as in
@@ -23,7 +23,8 @@ from dpcare.cli.train import ForceOption
 from dpcare.exceptions import MissingFileError, SettingsError, SpecError
 from dpcare.synth.settings import AIMSettings, SynthSettings
 
-app = typer.Typer(help="DP synthetic tables from a language model (DP-2Stage).", no_args_is_help=True)
+app = typer.Typer(help="DP synthetic tables: AIM (noisy marginals and a graphical model, the default) or a language "
+                       "model (DP-2Stage, --synthesizer dp-2stage).", no_args_is_help=True)
 
 #: the settings a scale sets (dpcare.synth.settings.SIZES), each with its option (default: the scale's value)
 SCALED = {"lm.layers": "--layers", "stage1.epochs": "--stage1-epochs", "dp.epochs": "--epochs"}

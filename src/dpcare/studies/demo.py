@@ -21,7 +21,7 @@ from dpcare.tabular.recipe import protected_text, training_rows
 
 DEMO_METHODS = ("non-private", "dp-sgd", "feature-dp", "label-dp")
 #: what the demo checks, seed by seed: feature-level DP beats DP-SGD at the same epsilon (Mahloujifar et al.'s
-#: claim), DP-SGD beats Label-DP (the README's reading), and what privacy costs against the non-private model
+#: claim), DP-SGD beats Label-DP (docs/results/demo.md's reading), and what privacy costs against the non-private model
 CLAIMS = (Claim("feature-dp", "dp-sgd"), Claim("dp-sgd", "label-dp"), Claim("non-private", "feature-dp"),
           Claim("non-private", "dp-sgd"))
 PAIRED_METRICS = {"AUPRC": HIGHER, "AUROC": HIGHER}
@@ -40,7 +40,7 @@ def run_demo(out_dir: str | os.PathLike = "results/demo", dataset: str = "suppor
     base = TabularSettings(dp=DPSettings(epsilon=epsilon, epochs=epochs, batch_size=256))
     for method in methods:
         for seed in range(seeds):
-            # delta pinned to 1/n^1.1, the default the README's table was measured with (the default is now
+            # delta pinned to 1/n^1.1, the default docs/results/demo.md was measured with (the default is now
             # min(1e-5, 0.01/n)): the published numbers stay reproducible; the guarantee flags it as weak.
             # noise_seed pinned to the seed for the same reason (the default is secret OS entropy): the noise
             # of these runs is known to whoever knows the seed, and their run.json says so

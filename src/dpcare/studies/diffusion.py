@@ -114,7 +114,7 @@ class DiffusionStudy:
 
     def method_settings(self, method: str, epsilon: float | None, images: int | None = None) -> DiffusionSettings:
         """The recipe's settings of one method; ``images``: the private training images, which pin delta
-        (unless the study's settings give one) to 1/n^1.1, the default the README's table was measured with
+        (unless the study's settings give one) to 1/n^1.1, the default docs/results/diffusion.md was measured with
         (now min(1e-5, 0.01/n)), so that the published numbers stay reproducible; noise_seed is pinned to the
         study's seed for the same reason (unless the settings give one; the noise is then known to whoever knows
         the seed)."""

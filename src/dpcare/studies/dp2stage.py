@@ -1,7 +1,7 @@
 """``dpcare benchmark dp2stage``: DP-Standard vs DP-2Stage-U vs DP-2Stage-O vs SmartNoise baselines
 (Afonja et al., DP-2Stage, Table 3), on Adult and a clinical table, at several epsilons.
 
-Scaled for 2 CPU cores (see README): a subset of columns, a few thousand training
+Scaled for 2 CPU cores (see docs/results/dp2stage.md): a subset of columns, a few thousand training
 rows, SmolLM2 cut to its first blocks with LoRA, and short training. Every LM run is
 the public recipe (:class:`~dpcare.synth.Synthesizer`) with the study's settings. The
 study writes a run folder (``run.json``: every model's guarantee and ledger state,
@@ -146,7 +146,7 @@ class Dp2StageBenchmark:
         return self.settings.replace(mode=method, dp=dp)
 
     def delta(self, rows: int) -> float:
-        """The settings' delta, else 1/n^1.1: the default the README's table was measured with (now
+        """The settings' delta, else 1/n^1.1: the default docs/results/dp2stage.md was measured with (now
         min(1e-5, 0.01/n)), pinned so that the published numbers stay reproducible."""
         return self.settings.dp.delta if self.settings.dp.delta is not None else legacy_delta(rows)
 

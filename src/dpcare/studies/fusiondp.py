@@ -170,7 +170,7 @@ def train_one(method: str, epsilon: float | None, params: dict[str, float], seed
             factory = HYBRID_METHODS.get(method)
             objective = factory(params["beta"]) if method == "fusiondp" else factory()
             unit = ProtectedUnit.FEATURES
-        # delta pinned to 1/n^1.1, the default the README's table was measured with (now min(1e-5, 0.01/n))
+        # delta pinned to 1/n^1.1, the default docs/results/fusiondp.md was measured with (now min(1e-5, 0.01/n))
         ledger = PrivacyLedger(n, delta=legacy_delta(n), unit=unit)
         noise = {"noise_multiplier": params["noise_multiplier"]} if "noise_multiplier" in params else {
             "target_epsilon": epsilon}

@@ -146,7 +146,7 @@ class TextFusionBenchmark:
         settings, the target epsilon (private methods) and the training seed; the notes split with seed 0.
         ``patients``: the training patients, which pin delta to the published 1/n^1.1 (None: the default)."""
         clip, alpha, beta = self.settings.get(method, (1.0, 1.0, 0.0))  # unused by the non-private references
-        # delta pinned to 1/n^1.1, the default the README's table was measured with (now min(1e-5, 0.01/n)),
+        # delta pinned to 1/n^1.1, the default docs/results/fusiondp-text.md was measured with (now min(1e-5, 0.01/n)),
         # and noise_seed to the training seed (the default is secret OS entropy): the published numbers stay
         # reproducible; their noise is known to whoever knows the seed
         delta = None if patients is None else legacy_delta(patients)

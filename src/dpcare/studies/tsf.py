@@ -72,7 +72,7 @@ from dpcare.timeseries.recipe import (
 
 
 def published_settings() -> ForecastSettings:
-    """The settings of the README's published table, pinned (the recipe's defaults have changed since): the
+    """The settings of docs/results/tsf.md's table, pinned (the recipe's defaults have changed since): the
     paper's direct parameterisation (the forecaster predicts the values, not the change from the last
     observation), d_model 64, the Baseline 60 epochs at Adam 5e-4, DP-SGD 15 epochs at q = 0.25 of the
     training patients, Adam 2e-3, C = 1."""
@@ -194,7 +194,7 @@ def train_methods(train: WindowSet, validation: WindowSet, labels: Sequence[str]
     for lab in labels:
         eps = _epsilon_of(lab)
         if eps is not None:
-            # delta pinned to 1/P^1.1 over these training patients, the default the README's table was measured
+            # delta pinned to 1/P^1.1 over these training patients, the default docs/results/tsf.md was measured
             # with (now min(1e-5, 0.01/P)), unless the settings give one; noise_seed pinned to the seed likewise
             # (the recipe's default is secret OS entropy): the published numbers stay reproducible, and their
             # noise is known to whoever knows the seed

@@ -1,8 +1,9 @@
 """A prefix initialised from a real prompt (Li and Liang 2021, Prefix-Tuning, Section 7.2).
 
 peft initialises the prefix of prefix tuning at random: every layer's attention then attends to 10 random
-keys and values, which shifts the model far from the pre-trained one (the README's DP-Prefix at epsilon 3:
-held-out perplexity 38 against 2.12 for the untouched model), and a few noisy DP steps cannot undo it.
+keys and values, which shifts the model far from the pre-trained one (the earlier one-seed DP-Prefix at
+epsilon 3, docs/results/clinical-nlp.md: held-out perplexity 38 against 2.12 for the untouched model), and a
+few noisy DP steps cannot undo it.
 Li and Liang initialise the prefix with the ACTIVATIONS of real words instead: the frozen model reads a real
 token sequence, and its per-layer keys and values become the initial prefix. The untrained prefix is then
 a real prompt, and the model starts where the pre-trained model stands with that prompt in front.
