@@ -3,7 +3,7 @@
 Issue 52's target: ``dpcare --help`` and a refused bad input under 2 s of wall time on an idle 2-core machine.
 Each command runs ``--repeat`` times (a first, unmeasured run warms the file cache); the median is printed with
 its ratio to the bare interpreter. ``DPCARE_NO_REEXEC=1`` rows show what the command's self re-execution costs
-(dpcare.runtime: it restarts with the allocator setting once, after its imports).
+(dpcare.runtime: it restarts once with the allocator setting, before the command line is imported: dpcare.console).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_startup.py [--repeat 5]
 """

@@ -1,8 +1,8 @@
 """The command line: help texts, accounting commands, data set export."""
 
 import json
-import sys
 import re
+import sys
 
 import pytest
 

@@ -77,6 +77,6 @@ def test_a_dead_worker_fails_the_run_at_once_naming_its_test(tmp_path):
     done, _ = run_pytest(tmp_path, {"test_dies.py": DIES, "test_other.py": OTHER}, "-n", "2", "--dist", "loadfile")
     assert done.returncode == 1, done.stdout
     assert "crashed while running 'test_dies.py::test_dies'" in done.stdout
-    # not restarted (a replaced worker re-ran the crashing test and the run once hung); the summary may repeat the
-    # crash line, so count the workers xdist reports down
-    assert done.stdout.count("node down") == 1 and "replacing crashed worker" not in done.stdout, done.stdout
+    # not restarted (a replaced worker re-ran the crashing test and the run once hung; with restarts allowed, 3 nodes
+    # went down here); the summary may repeat the crash line, so count the workers xdist reports down
+    assert done.stdout.count("node down") == 1, done.stdout

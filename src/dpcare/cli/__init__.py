@@ -89,7 +89,8 @@ def show_warnings_once() -> None:
 
 
 def main() -> None:
-    """Console-script entry point: re-exec with the fast process settings, then run ``app``."""
+    """Run ``app`` (``python -m dpcare.cli``; the console script comes here through :mod:`dpcare.console`, already
+    re-executed): re-exec with the fast process settings unless set, then run the command."""
     ensure_fast_process()
     quiet_third_party_warnings()
     show_warnings_once()
