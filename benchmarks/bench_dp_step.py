@@ -20,7 +20,9 @@ import time
 
 from dpcare.runtime import FAST_ALLOCATOR
 
-MODES = ["non-private", "dp-sgd fast", "dp-sgd functorch", "feature-dp fast", "feature-dp functorch"]
+# "seeded": a pinned noise seed (one torch generator per stream); the others draw secure noise (engine/noise.py)
+MODES = ["non-private", "dp-sgd fast", "dp-sgd fast seeded", "dp-sgd functorch", "feature-dp fast",
+         "feature-dp functorch"]
 
 
 def build(model_name: str, batch: int):
@@ -79,18 +81,24 @@ def run_one(model_name: str, mode: str, batch: int, steps: int) -> dict:
         return time_steps(opacus_step(model, data, batch, mode.split()[1]), steps)
     method = mode.split()[0]
     objective = {"non-private": NonPrivate, "dp-sgd": DPSGD, "feature-dp": FeatureDP}[method]()
-    backend = mode.split()[1] if " " in mode else "auto"
-    trainer = bench_trainer(model, objective, batch, backend)
+    words = mode.split()
+    backend = words[1] if len(words) > 1 else "auto"
+    trainer = bench_trainer(model, objective, batch, backend, noise_seed=0 if "seeded" in words else None)
     return time_trainer_steps(trainer, data, torch.arange(batch), steps)
 
 
-def bench_trainer(model, objective, batch: int, backend: str = "auto"):
-    """A trainer for timing one fixed batch: sigma 1 for private objectives, no micro-batching, no progress."""
-    from dpcare.engine import TrainConfig, Trainer
-    from dpcare.privacy import PrivacyLedger
+def bench_trainer(model, objective, batch: int, backend: str = "auto", noise_seed: int | None = None):
+    """A trainer for timing one fixed batch: sigma 1 for private objectives, no micro-batching, no progress;
+    secure noise unless ``noise_seed`` is given."""
+    import warnings
 
-    cfg = TrainConfig(batch_size=batch, noise_multiplier=1.0 if objective.private else None, backend=backend,
-                      progress=False, max_physical_batch=batch)
+    from dpcare.engine import TrainConfig, Trainer
+    from dpcare.privacy import PrivacyLedger, ReproducibleNoiseWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReproducibleNoiseWarning)
+        cfg = TrainConfig(batch_size=batch, noise_multiplier=1.0 if objective.private else None, backend=backend,
+                          progress=False, max_physical_batch=batch, noise_seed=noise_seed)
     return Trainer(model, objective, cfg, ledger=PrivacyLedger(10**6))
 
 
@@ -159,6 +167,23 @@ def step_ratios(script: str, modes: list[str], batch: int, steps: int, width: in
     return results
 
 
+def noise_draw_ms(secure: bool, size: int = 1_000_000, repeats: int = 10) -> float:
+    """Median ms to draw one step's noise vector of ``size`` coordinates (engine/noise.py's Stream)."""
+    import torch
+
+    from dpcare.engine.noise import Stream
+
+    torch.set_num_threads(1)
+    stream = Stream(5, "noise", secure)
+    stream.normal((size,), 1.0)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        stream.normal((size,), 1.0)
+        times.append(time.perf_counter() - t0)
+    return 1e3 * sorted(times)[repeats // 2]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
@@ -170,6 +195,8 @@ def main() -> None:
         return
     env = {**os.environ, "OMP_NUM_THREADS": "1", **FAST_ALLOCATOR}
     steps = 10 if args.quick else 30
+    seeded, secure = noise_draw_ms(False), noise_draw_ms(True)
+    print(f"noise for 1M coordinates: seeded {seeded:.1f} ms, secure {secure:.1f} ms ({secure / seeded:.1f}x)\n")
     configs = [("mlp", 256), ("transformer", 32)]
     print(f"{'model':<17}{'mode':<22}{'ms/step':>10}{'x non-private':>15}{'peak RSS MiB':>14}")
     try:

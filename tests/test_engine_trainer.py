@@ -8,6 +8,7 @@ import torch
 from helpers import crash_at_step
 
 from dpcare.engine import Objective, TrainConfig, Trainer
+from dpcare.engine.noise import Stream
 from dpcare.engine.sampling import poisson_indices
 from dpcare.methods import DPSGD, FeatureDP, NonPrivate
 from dpcare.models import TabularMLP
@@ -48,9 +49,10 @@ def test_noise_std_is_sigma_c_over_expected_batch():
     assert abs(float(noise.mean())) < 4 * expected / math.sqrt(noise.numel())
 
 
-def test_poisson_inclusion_is_independent_with_rate_q():
+@pytest.mark.parametrize("secure", [False, True])
+def test_poisson_inclusion_is_independent_with_rate_q(secure):
     n, q, draws = 40, 0.15, 4000
-    g = torch.Generator().manual_seed(1)
+    g = Stream(1, "sampling", secure)
     masks = np.zeros((draws, n), dtype=bool)
     for t in range(draws):
         masks[t, poisson_indices(n, q, g).numpy()] = True
@@ -63,7 +65,7 @@ def test_poisson_inclusion_is_independent_with_rate_q():
     off = corr[~np.eye(n, dtype=bool)]
     assert np.abs(off).max() < 5.5 / math.sqrt(draws)  # pairwise independence
     # empty batches happen and are legal
-    g2 = torch.Generator().manual_seed(2)
+    g2 = Stream(2, "sampling", secure)
     assert any(poisson_indices(5, 0.05, g2).numel() == 0 for _ in range(200))
 
 

@@ -53,8 +53,9 @@ def test_the_same_seed_without_a_noise_seed_draws_other_noise_but_the_same_publi
     a, b = trainer(), trainer()
     assert torch.equal(params(a), params(b))  # the same initial model
     assert torch.equal(a._gens["public"].get_state(), b._gens["public"].get_state())  # public sampling
-    for key in ("private", "noise"):  # the private Poisson sampling and the noise: not from the public seed
-        assert not torch.equal(a._gens[key].get_state(), b._gens[key].get_state()), key
+    for key in ("sampling", "noise"):  # the private Poisson sampling and the noise: not from the public seed
+        assert a._streams[key].secure and a._streams[key].root != b._streams[key].root, key
+        assert not torch.equal(a._streams[key].rand(50), b._streams[key].rand(50)), key
     a.fit(d)
     b.fit(d)
     assert not torch.equal(params(a), params(b))
@@ -80,12 +81,17 @@ def test_a_resumed_run_without_a_noise_seed_keeps_its_drawn_noise(tmp_path):
     crash_at_step(t, 9)
     with pytest.raises(KeyboardInterrupt):
         t.fit(d)
-    root = int((tmp_path / "b" / randomness.ROOT_FILE).read_text())
+    root = (tmp_path / "b" / randomness.ROOT_FILE).read_text()
     resumed = trainer(steps=12, checkpoint_dir=str(tmp_path / "b"), model=copy.deepcopy(model))
     resumed.fit(d)
-    ref = trainer(steps=12, noise_seed=root, model=copy.deepcopy(model))
+    (tmp_path / "c").mkdir()  # the uninterrupted run with that root (secure noise, as the resumed one)
+    (tmp_path / "c" / randomness.ROOT_FILE).write_text(root)
+    ref = trainer(steps=12, checkpoint_dir=str(tmp_path / "c"), model=copy.deepcopy(model))
     ref.fit(d)
     assert torch.equal(params(resumed), params(ref))
+    other = trainer(steps=12, model=copy.deepcopy(model))  # another root: other noise
+    other.fit(d)
+    assert not torch.equal(params(resumed), params(other))
 
 
 SCHEMA_NO_AGE_BOUNDS = TableSchema.from_dict(

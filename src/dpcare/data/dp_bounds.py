@@ -1,9 +1,9 @@
 """Differentially private scaling bounds for numeric columns whose bounds are not public.
 
 A histogram over a FIXED, data-independent grid (sign x 10^k, k from -3 to 9 in
-steps of 0.05, plus 0) gets Gaussian noise; one record moves one count by one, so
-the L2 sensitivity under add/remove is 1 and each column is one Gaussian
-mechanism. Bins whose noisy count is below 4 sigma are dropped (an empty bin
+steps of 0.05, plus 0) gets Gaussian noise (the floating-point-safe sampler,
+privacy.randomness.secure_normal); one record moves one count by one, so the L2
+sensitivity under add/remove is 1 and each column is one Gaussian mechanism. Bins whose noisy count is below 4 sigma are dropped (an empty bin
 passes with probability 3e-5), and the bounds are approximate lower/upper
 quantiles of what remains: post-processing, so no further privacy cost.
 """
@@ -15,6 +15,7 @@ from dp_accounting import dp_event
 
 from dpcare.exceptions import DataError
 from dpcare.privacy import calibrate_noise_multiplier
+from dpcare.privacy.randomness import secure_normal
 
 _POS = 10.0 ** np.arange(-3, 9.0001, 0.05)
 THRESHOLD = 4.0
@@ -31,7 +32,7 @@ def dp_bounds(values: np.ndarray, noise_multiplier: float, rng: np.random.Genera
     """Noisy-histogram estimate of the (quantile, 1 - quantile) range of ``values`` (NaN ignored)."""
     v = np.clip(values[~np.isnan(values)], EDGES[0], EDGES[-1])
     counts = np.histogram(v, bins=EDGES)[0].astype(float)
-    noisy = counts + rng.normal(0.0, noise_multiplier, counts.shape)
+    noisy = counts + secure_normal(rng, noise_multiplier, counts.shape)
     noisy[noisy < THRESHOLD * noise_multiplier] = 0.0
     total = noisy.sum()
     if total <= 0:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import torch
 from dp_accounting import dp_event
 
+from dpcare.engine.noise import Stream
 from dpcare.exceptions import PrivacyParameterError
 from dpcare.privacy import sampled_gaussian_event
 
@@ -88,9 +89,9 @@ def split_gradient_noise(noise_multiplier: float, count_noise: float) -> float:
 
 
 def noisy_fraction(unclipped: int, included: int, expected_batch: float, count_noise: float,
-                   generator: torch.Generator) -> float:
+                   stream: Stream) -> float:
     """The count mechanism: b~ = (unclipped - included / 2 + N(0, sigma_b^2)) / expected_batch + 1/2."""
-    noise = float(torch.normal(0.0, count_noise, size=(), generator=generator, dtype=torch.float64))
+    noise = float(stream.normal((), count_noise, torch.float64))
     return (unclipped - included / 2 + noise) / expected_batch + 0.5
 
 
@@ -99,8 +100,8 @@ class QuantileEstimator:
 
     It sees the data only through :meth:`observe`'s count of unclipped units, made private at once."""
 
-    def __init__(self, settings: AdaptiveClip, clip_norm: float, expected_batch: float, generator: torch.Generator):
-        self.settings, self.expected_batch, self.generator = settings, float(expected_batch), generator
+    def __init__(self, settings: AdaptiveClip, clip_norm: float, expected_batch: float, stream: Stream):
+        self.settings, self.expected_batch, self.stream = settings, float(expected_batch), stream
         self.count_noise = settings.count_noise if settings.count_noise is not None else expected_batch / 20
         self.clip_norm = float(clip_norm)
         self.clip_norms = [self.clip_norm]  # C_0, C_1, ...: public, a function of the noisy fractions
@@ -143,7 +144,7 @@ class QuantileEstimator:
     def observe(self, unclipped: int, included: int) -> float:
         """Release the noisy fraction of ``unclipped`` of ``included`` sampled units and update C."""
         s = self.settings
-        b = noisy_fraction(int(unclipped), int(included), self.expected_batch, self.count_noise, self.generator)
+        b = noisy_fraction(int(unclipped), int(included), self.expected_batch, self.count_noise, self.stream)
         self.fractions.append(b)
         self.clip_norm *= math.exp(-s.lr * (b - s.target_quantile))
         self.clip_norms.append(self.clip_norm)

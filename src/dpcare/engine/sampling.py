@@ -7,12 +7,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from dpcare.engine.noise import Stream
 from dpcare.exceptions import DataError
 
 
-def poisson_indices(n: int, rate: float, generator: torch.Generator) -> Tensor:
-    """Indices of the examples included, each independently with probability ``rate``."""
-    return torch.nonzero(torch.rand(n, generator=generator) < rate, as_tuple=False).flatten()
+def poisson_indices(n: int, rate: float, stream: Stream) -> Tensor:
+    """Indices of the examples included, each independently with probability ``rate`` (a secret stream's draw)."""
+    return torch.nonzero(stream.rand(n) < rate, as_tuple=False).flatten()
 
 
 def uniform_indices(n: int, size: int, generator: torch.Generator) -> Tensor:

@@ -49,10 +49,12 @@ from dpcare.engine import distributed
 from dpcare.engine.devices import autocast, check_precision, resolve_device, to_float32
 from dpcare.engine.fast_clipping import clipped_sum_fast, unsupported_reason
 from dpcare.engine.functorch_backend import clipped_sum_functorch
+from dpcare.engine.noise import Stream, seeded_generator
 from dpcare.engine.objective import Objective
 from dpcare.engine.sampling import UnitIndex, chunks, poisson_indices, take, uniform_indices
 from dpcare.exceptions import DataError, PrivacyParameterError, SettingsError
 from dpcare.privacy import Guarantee, PrivacyLedger, ProtectedUnit, check_noise_multiplier, secret_seed
+from dpcare.privacy.randomness import sub_root
 from dpcare.progress import progress as tqdm
 from dpcare.settings import DPSettings
 
@@ -147,12 +149,6 @@ class TrainResult:
     gradient_noise_multiplier: float | None = None  # noise on the gradient sum / C (differs under the "split")
 
 
-def _make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
-    g = torch.Generator(device=device)
-    g.manual_seed(seed)
-    return g
-
-
 class Trainer:
     """Runs an :class:`Objective` on a model with the privacy accounting of ``ledger``.
 
@@ -191,14 +187,17 @@ class Trainer:
         # sampling and every noise come from the secret root (noise_seed, or OS entropy kept in the checkpoint
         # folder for a resume: privacy/randomness.py). A non-private run's batches are public randomness.
         seed = distributed.from_main(config.seed if config.seed is not None else secrets.randbits(62))
-        root = (secret_seed(config.noise_seed, config.checkpoint_dir if self.rank == 0 else None)
-                if objective.private else seed)
-        self._gens = {"private": _make_generator(root), "public": _make_generator(seed + 1)}
-        self._gens["noise"] = _make_generator(root + 2, self.device)  # the noise is drawn where the sum lives
-        torch.manual_seed(seed + 3)  # dropout and other model randomness
+        self._gens = {"public": seeded_generator(sub_root(seed, "public sampling"))}
+        if objective.private:  # secret streams (engine/noise.py): secure unless a noise seed is pinned
+            root = secret_seed(config.noise_seed, config.checkpoint_dir if self.rank == 0 else None)
+            secure = config.noise_seed is None
+            self._streams = {name: Stream(root, name, secure, self.device if name == "noise" else "cpu")
+                             for name in ("sampling", "noise", "count noise", "count sample")}
+        else:  # a non-private run's batches are public randomness
+            self._streams = {}
+            self._gens["batches"] = seeded_generator(sub_root(seed, "batches"))
+        torch.manual_seed(sub_root(seed, "model randomness"))  # dropout and other model randomness
         self.clip_estimator: QuantileEstimator | None = None  # set by fit() with config.adaptive_clip
-        if config.adaptive_clip is not None:  # the count's noise and the count's own samples
-            self._gens.update(count=_make_generator(root + 4), count_sample=_make_generator(root + 5))
         self.step_count = 0
         self.history: list[dict[str, float]] = []
         self.ema = {n: p.detach().clone() for n, p in self.trainable.items()} if config.ema_decay is not None else None
@@ -245,7 +244,7 @@ class Trainer:
     def _start_adaptive_clip(self, expected_batch: float) -> None:
         if self.config.adaptive_clip is not None and self.clip_estimator is None:
             self.clip_estimator = QuantileEstimator(self.config.adaptive_clip, self.config.clip_norm, expected_batch,
-                                                    self._gens["count"])
+                                                    self._streams["count noise"])
 
     # ---------------------------------------------------------------- gradients
     def clipped_sum(self, batch: Mapping[str, Tensor], groups: Tensor | None = None) -> tuple[dict[str, Tensor], Tensor]:
@@ -306,8 +305,10 @@ class Trainer:
 
     def _noisy(self, total: dict[str, Tensor], expected_batch: float) -> dict[str, Tensor]:
         std = self.gradient_noise_multiplier * self.clip_norm
-        for g in total.values():
-            g += torch.normal(0.0, std, size=g.shape, generator=self._gens["noise"], device=g.device, dtype=g.dtype)
+        sizes = [g.numel() for g in total.values()]
+        noise = self._streams["noise"].normal((sum(sizes),), std)  # one draw per step, split over the tensors
+        for g, part in zip(total.values(), noise.split(sizes)):
+            g += part.view(g.shape).to(g.dtype)
             g /= expected_batch
         return total
 
@@ -351,7 +352,7 @@ class Trainer:
     def private_step(self, private_data: Mapping[str, Tensor], public_data: Mapping[str, Tensor] | None) -> dict:
         n = self.units.n if self.units is not None else _rows(private_data)
         q = self.sampling_rate(n)
-        idx = poisson_indices(n, q, self._gens["private"])
+        idx = poisson_indices(n, q, self._streams["sampling"])
         self._start_adaptive_clip(q * n)
         est, record = self.clip_estimator, {}
         if est is None:
@@ -363,7 +364,7 @@ class Trainer:
             grad = self._noisy(total, expected_batch=q * n)
             if est.counting:
                 if est.settings.accounting == "compose":  # the count's own sample (see adaptive_clip)
-                    norms = self._clipped_total(private_data, poisson_indices(n, q, self._gens["count_sample"]))[1]
+                    norms = self._clipped_total(private_data, poisson_indices(n, q, self._streams["count sample"]))[1]
                 self._release_count(norms)
             for name, sigma in est.step_charges(self.noise_multiplier):
                 self.ledger.charge_sampled_gaussian(name, q, sigma, 1)
@@ -381,7 +382,7 @@ class Trainer:
         """Adaptive clipping's warm-up: count-only steps on fresh Poisson samples, each charged; no update."""
         est, q = self.clip_estimator, self.sampling_rate(n)
         while est.warmup_left:
-            idx = poisson_indices(n, q, self._gens["count_sample"])
+            idx = poisson_indices(n, q, self._streams["count sample"])
             self._release_count(self._clipped_total(private_data, idx)[1])
             est.warmup_left -= 1
             self.ledger.charge_sampled_gaussian(WARMUP, q, est.count_multiplier, 1)
@@ -394,7 +395,7 @@ class Trainer:
         self.clip_estimator.observe(int(counts[0]), int(counts[1]))
 
     def nonprivate_step(self, data: Mapping[str, Tensor]) -> dict:
-        idx = uniform_indices(_rows(data), self.config.batch_size, self._gens["private"])
+        idx = uniform_indices(_rows(data), self.config.batch_size, self._gens["batches"])
         grad, loss = self.mean_gradient(self.objective.private_loss, self._take(data, idx))
         self._apply(grad)
         return {"loss": loss}
@@ -535,6 +536,7 @@ class Trainer:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "generators": {k: g.get_state() for k, g in self._gens.items()},
+            "streams": {k: s.state_dict() for k, s in self._streams.items()},
             "torch_rng": torch.get_rng_state(),
             "noise_multiplier": self.noise_multiplier,
             "ledger": self.ledger.state_dict() if self.ledger is not None else None,
@@ -557,8 +559,13 @@ class Trainer:
             )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if "streams" not in state:
+            raise DataError(f"checkpoint {path} was written by an older dpcare (its noise streams differ); "
+                            "delete it to start the run afresh")
         for k, g in self._gens.items():
             g.set_state(state["generators"][k])
+        for k, s in self._streams.items():
+            s.load_state_dict(state["streams"][k])
         torch.set_rng_state(state["torch_rng"])
         self.noise_multiplier = state["noise_multiplier"]
         if state["ledger"] is not None:

@@ -32,6 +32,7 @@ import numpy as np
 from dpcare.caller import user_stacklevel
 
 ROOT_FILE = "secret_root"  # in ``keep``: the drawn root of an unfinished run
+ROOT_BITS = 128  # of OS entropy in a drawn root (streams are spawned from it: engine/noise.py, sub_root)
 
 
 class ReproducibleNoiseWarning(UserWarning):
@@ -61,7 +62,7 @@ def secret_seed(noise_seed: int | None, keep: str | os.PathLike | None = None, p
     if noise_seed is not None:
         root = int(noise_seed)
     elif keep is None:
-        root = secrets.randbits(62)
+        root = secrets.randbits(ROOT_BITS)
     else:
         path = Path(keep) / ROOT_FILE
         if path.is_file():
@@ -69,7 +70,7 @@ def secret_seed(noise_seed: int | None, keep: str | os.PathLike | None = None, p
         else:
             from dpcare.io import write_text
 
-            root = secrets.randbits(62)
+            root = secrets.randbits(ROOT_BITS)
             write_text(path, str(root))
     if "torch.distributed" in sys.modules:  # every rank calls this at the same point of the run
         from dpcare.ranks import from_main
@@ -84,7 +85,24 @@ def sub_root(root: int, purpose: str) -> int:
     if not key:
         raise TypeError("purpose must be a non-empty name")
     state = np.random.SeedSequence(root, spawn_key=key).generate_state(1, np.uint64)
-    return int(state[0]) >> 2  # 62 bits, as the drawn roots (torch generators take up to 64)
+    return int(state[0]) >> 2  # 62 bits (torch generators take up to 64)
+
+
+#: Gaussian draws summed per coordinate by :func:`secure_normal` (each of std sigma / sqrt(SECURE_SUMMANDS))
+SECURE_SUMMANDS = 4
+
+
+def secure_normal(rng: np.random.Generator, std: float, shape: tuple[int, ...] = ()) -> np.ndarray:
+    """N(0, std^2) noise (float32) as the sum of :data:`SECURE_SUMMANDS` draws of std / 2: again Gaussian with
+    std ``std``, but without the floating-point artefacts of one sampler's output that let an observer tell
+    neighbouring inputs apart (Holohan & Braghin 2021, "Secure random sampling in differential privacy",
+    ESORICS; the defence of Opacus' ``secure_mode``). Two buffers of ``shape`` whatever the count."""
+    total, draw = np.empty(shape, np.float32), np.empty(shape, np.float32)
+    rng.standard_normal(out=total, dtype=np.float32)
+    for _ in range(SECURE_SUMMANDS - 1):
+        total += rng.standard_normal(out=draw, dtype=np.float32)
+    total *= np.float32(std / SECURE_SUMMANDS ** 0.5)
+    return total
 
 
 def secret_rng(noise_seed: int | None, keep: str | os.PathLike | None = None, *,
@@ -93,5 +111,5 @@ def secret_rng(noise_seed: int | None, keep: str | os.PathLike | None = None, *,
     return np.random.default_rng(secret_seed(noise_seed, keep, purpose))
 
 
-__all__ = ["ROOT_FILE", "ReproducibleNoiseWarning", "reproducible_noise_note", "secret_rng", "secret_seed",
-           "sub_root", "warn_if_reproducible"]
+__all__ = ["ROOT_FILE", "SECURE_SUMMANDS", "ReproducibleNoiseWarning", "reproducible_noise_note", "secret_rng",
+           "secret_seed", "secure_normal", "sub_root", "warn_if_reproducible"]

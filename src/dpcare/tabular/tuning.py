@@ -37,6 +37,7 @@ from dpcare.exceptions import SettingsError
 from dpcare.privacy import PrivacyLedger, default_delta, gaussian_event, secret_rng
 from dpcare.privacy.calibration import calibrate_noise_multiplier
 from dpcare.privacy.events import event_from_json
+from dpcare.privacy.randomness import secure_normal
 from dpcare.privacy.validation import check_delta
 from dpcare.tabular.recipe import (
     BINARY_ONLY,
@@ -167,7 +168,7 @@ def tune(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: 
         model = fit(frame, schema, replace(settings, **point, dp=per_candidate), progress=progress,
                     engine_seed=settings.dp.seed + 1_000_003 * (i + 1), **fit_options)
         correct = int((np.asarray(model.classes, dtype=object)[model.predict_proba(val).argmax(1)] == truth).sum())
-        noisy.append(correct + rng.normal(0.0, sel_sigma * math.sqrt(k)))
+        noisy.append(correct + float(secure_normal(rng, sel_sigma * math.sqrt(k))))
         fitted.append(model)
     pick = int(np.argmax(noisy))
     ledger = _composed(total.n, total, fitted, sel_sigma, k)
