@@ -1,6 +1,7 @@
 """Data layer of dpcare.timeseries: events, readers, binning, standardisation, windows, splits."""
 
 import importlib.util
+import math
 
 import numpy as np
 import pandas as pd
@@ -261,19 +262,37 @@ def test_window_longer_than_every_stay_fails():
 
 # ------------------------------------------------------------------------------ splits
 
-def test_split_patients_is_disjoint_complete_and_deterministic():
+@pytest.mark.parametrize("method", ["hash", "permutation"])
+def test_split_patients_is_disjoint_complete_and_deterministic(method):
     ids = [f"p{i}" for i in range(50)]
-    s = split_patients(ids, seed=3)
-    assert [len(s[n]) for n in ("train", "validation", "test")] == [32, 8, 10]
+    s = split_patients(ids, seed=3, method=method)
+    sizes = [len(s[n]) for n in ("train", "validation", "test")]
+    if method == "permutation":
+        assert sizes == [32, 8, 10]
+    else:  # each patient independently: binomial sizes around 64 / 16 / 20 %
+        assert all(abs(k - 50 * f) <= 3 * math.sqrt(50 * f * (1 - f)) for k, f in zip(sizes, (0.64, 0.16, 0.2)))
     assert sorted(p for part in s.values() for p in part) == sorted(ids)
     check_patient_splits(s)
-    again = split_patients(list(reversed(ids)) + ids[:5], seed=3)  # order, repeats: no effect
+    again = split_patients(list(reversed(ids)) + ids[:5], seed=3, method=method)  # order, repeats: no effect
     assert again == s
-    assert split_patients(ids, seed=4) != s
+    assert split_patients(ids, seed=4, method=method) != s
     with pytest.raises(ValueError, match=r"would be empty: 2 patients are too few"):
-        split_patients(["a", "b"])
+        split_patients(["a", "b"], method=method)
     with pytest.raises(ValueError, match="sum to 1"):
-        split_patients(ids, fractions=(0.5, 0.2, 0.2))
+        split_patients(ids, fractions=(0.5, 0.2, 0.2), method=method)
+
+
+def test_one_new_patient_moves_only_itself_in_a_hash_split():
+    ids = [f"p{i}" for i in range(200)]
+    where = {p: name for name, part in split_patients(ids, seed=1).items() for p in part}
+    grown = {p: name for name, part in split_patients([*ids, "new"], seed=1).items() for p in part}
+    assert {p for p in ids if where[p] != grown[p]} == set() and "new" in grown
+    # the permutation split (the studies') reshuffles: the reason the recipe's default is the hash
+    old = {p: n for n, part in split_patients(ids, seed=1, method="permutation").items() for p in part}
+    new = {p: n for n, part in split_patients([*ids, "new"], seed=1, method="permutation").items() for p in part}
+    assert sum(old[p] != new[p] for p in ids) > 20
+    with pytest.raises(ValueError, match="unknown split method 'random'"):
+        split_patients(ids, method="random")
 
 
 def test_check_patient_splits_and_windows_for():

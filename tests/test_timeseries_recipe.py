@@ -28,6 +28,7 @@ from dpcare.timeseries import (
     user_dataset,
 )
 from dpcare.timeseries.recipe import training_patients
+from dpcare.timeseries.windows import split_patients
 
 VARS = ("hr", "sbp", "temp")
 SPEC = {"name": "toy", "step": "hour", "window": {"input_len": 4, "output_len": 2, "stride": 2},
@@ -91,26 +92,30 @@ def test_the_guarantee_counts_the_patients_the_engine_samples(files, monkeypatch
     assert g.unit is ProtectedUnit.PATIENT and model.ledger.unit is ProtectedUnit.PATIENT
     assert g.n == seen["units"] == model.ledger.n
     # the engine samples the training patients that have a window: fewer than the split's training patients
-    assert g.n < len(model.split["train"]) == training_patients(36)
+    assert g.n < len(model.split["train"]) == training_patients(ds.patient_ids(), TINY)
     assert g.epsilon <= TINY.dp.epsilon + 1e-9
     # delta and the expected batch come from the public count (the split's training patients), as planned
-    planned = plan(TINY, len(ds.patient_ids()), ds)
+    planned = plan(TINY, ds.patient_ids(), ds)
     assert planned.delta == g.delta == default_delta(len(model.split["train"]))
     assert planned.epsilon == TINY.dp.epsilon and planned.unit is ProtectedUnit.PATIENT
     assert model.info["expected_patients_per_step"] == round(0.25 * len(model.split["train"]))
     assert model.info["sampling_rate"] == pytest.approx(model.info["expected_patients_per_step"] / g.n)
 
 
-def test_plan_needs_only_the_settings_and_the_patient_count():
-    assert plan(replace(TINY, method="baseline"), 36) is None
-    g = plan(TINY, 36)
-    assert g.n == training_patients(36) == 23 and g.delta == default_delta(23)
-    assert plan(replace(TINY, dp=TINY.dp.replace(delta=1e-3)), 36).delta == 1e-3
+def test_plan_needs_only_the_settings_and_the_patient_ids():
+    ids = [f"p{i}" for i in range(36)]
+    assert plan(replace(TINY, method="baseline"), ids) is None
+    g = plan(TINY, ids)
+    n = len(split_patients(ids, seed=TINY.dp.seed)["train"])
+    assert g.n == training_patients(ids, TINY) == n and g.delta == default_delta(n)
+    by_permutation = replace(TINY, split="permutation")  # exact sizes: 64% of 36
+    assert plan(by_permutation, ids).n == training_patients(ids, by_permutation) == 23
+    assert plan(replace(TINY, dp=TINY.dp.replace(delta=1e-3)), ids).delta == 1e-3
     with pytest.raises(DataError, match="too few"):
-        plan(TINY, 1)
+        plan(TINY, ["p1"])
     no_stats = events_dataset(events())  # no spec: nothing declared
     with pytest.raises(SpecError, match="declared standardisation"):
-        plan(TINY, 36, no_stats)
+        plan(TINY, ids, no_stats)
 
 
 def test_the_population_is_read_from_the_id_column_alone(tmp_path):

@@ -173,7 +173,7 @@ def test_benchmark_attacks_test_patients_shadows_avoid_validation_and_resume(tmp
                  "reference: pooled training mean (not public)"]
     assert list(table["method"]) == ["baseline", "dp-sgd eps=3", "mixup", *baselines]
     assert set(table["verdict"][:3]) <= {"beats", "no better"} and table["verdict"][3:].isna().all()
-    data = prepare_tsf(ds)
+    data = prepare_tsf(ds, split="permutation")  # the study's split
     for f in (out / "toy" / "target").glob("*.json"):
         r = json.loads(f.read_text())
         assert r["nonmember_patients"] == sorted(data.splits["test"]), f.name

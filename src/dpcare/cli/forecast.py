@@ -65,7 +65,7 @@ def forecast_fit(
         source = DATASETS[dataset]
     run = RunFolder(out, KIND, settings.to_dict(), force=force, command="dpcare forecast fit")
     patients = source.patient_ids()  # the ids alone: the public count the budget is checked on
-    planned = plan(settings, len(patients), source)
+    planned = plan(settings, patients, source)
     with guard_run(budget, planned, run_id=run.run_id, command="forecast fit", data=events) as held:
         model = fit(source, settings, checkpoint_dir=run.checkpoint_dir)
         if held is not None:

@@ -79,7 +79,7 @@ def published_settings() -> ForecastSettings:
     return ForecastSettings(
         parameterisation="direct", d_model=64, n_heads=4, baseline_epochs=60.0, baseline_batch_size=32, baseline_lr=5e-4,
         dp_lr=2e-3, dp_sampling_rate=0.25, aug_epochs=8, aug_candidates=256, aug_lr=5e-4, alpha=0.75, mixup_beta=1.0,
-        pca_variance=0.70, zoo_mu_rel=0.05,
+        pca_variance=0.70, zoo_mu_rel=0.05, split="permutation",
         dp=DPSettings(epsilon=3.0, delta=None, accountant="pld",  # delta: train_methods pins 1/P^1.1 per training set
                       clip_norm=1.0, adaptive_clip=None, batch_size=8,
                       epochs=15.0, steps=None, seed=0, unit="patient"))
@@ -348,7 +348,7 @@ def _one_seed(bench: TsfBenchmark, s: int, labels: list[str], run: RunFolder, pa
     ``<data>/`` (s = 0, the published layout) or ``<data>/seed<s>/``; seed 0 also fills ``parts`` (run.json)."""
     rows = []
     for dataset in bench.datasets:
-        data = prepare_tsf(dataset, seed=bench.seed)
+        data = prepare_tsf(dataset, seed=bench.seed, split="permutation")  # the published splits
         name = data.name
         where = name if s == 0 else f"{name}/seed{s}"
         run.write_json(f"{where}/data.json", data.summary())

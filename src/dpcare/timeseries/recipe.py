@@ -62,7 +62,6 @@ from dpcare.timeseries.windows import (
     check_patient_splits,
     make_windows,
     split_patients,
-    split_sizes,
     windows_for,
 )
 
@@ -128,7 +127,8 @@ def prepare_tsf(dataset: str | TimeSeriesDataset = "mimic_demo", events: pd.Data
                 output_len: int | None = None, stride: int | None = None,
                 declared: Mapping[str, tuple[float, float]] | None = None,
                 fractions: Sequence[float] = FRACTIONS, seed: int = 0, clip_z: float = CLIP_Z,
-                population: Iterable[str] | None = None, duplicates: str | None = None) -> TsfData:
+                population: Iterable[str] | None = None, duplicates: str | None = None,
+                split: str = "hash") -> TsfData:
     """Bin, split by patient, standardise and window a bundled data set or a user's event table.
 
     With ``events`` (canonical event columns, see :func:`dpcare.timeseries.validate_events`), pass
@@ -137,7 +137,8 @@ def prepare_tsf(dataset: str | TimeSeriesDataset = "mimic_demo", events: pd.Data
     from the ids alone); None splits the patients that have a window (the study's protocol). z-scores are
     clipped to +-``clip_z`` (a fixed rule: artefacts such as a temperature in Fahrenheit do not dominate
     the loss). ``duplicates``: how differing values of a variable at one time of a stay are combined
-    (:func:`dpcare.timeseries.binning.resolve_duplicates`); None: the data set's declared rule, else refused."""
+    (:func:`dpcare.timeseries.binning.resolve_duplicates`); None: the data set's declared rule, else refused.
+    ``split``: :func:`split_patients`' method."""
     if events is None:
         if not isinstance(dataset, TimeSeriesDataset) and dataset not in DATASETS:
             raise UnknownNameError(f"unknown time-series data set {dataset!r}; choose one of {sorted(DATASETS)} "
@@ -164,7 +165,7 @@ def prepare_tsf(dataset: str | TimeSeriesDataset = "mimic_demo", events: pd.Data
         if stray:
             raise DataError(f"patient(s) {stray[:5]} have events but are not in the data set's patient list")
         patients = sorted(known)
-    splits = split_patients(patients, fractions, seed, SPLIT_NAMES)
+    splits = split_patients(patients, fractions, seed, SPLIT_NAMES, split)
     check_patient_splits(splits)
     missing = [v for v in binned.variables if not declared or v not in declared]
     if declared and not missing:
@@ -179,10 +180,11 @@ def prepare_tsf(dataset: str | TimeSeriesDataset = "mimic_demo", events: pd.Data
 def prepare_lazy(dataset: TimeSeriesDataset, input_len: int | None = None, output_len: int | None = None,
                  stride: int | None = None, seed: int = 0, population: Iterable[str] | None = None,
                  clip_z: float = CLIP_Z, spill_dir: str | os.PathLike | None = None,
-                 memory_bound: int | None = None) -> TsfData:
+                 memory_bound: int | None = None, split: str = "hash") -> TsfData:
     """:func:`prepare_tsf` for a data set whose reader builds the windows itself, split by split, without the
     event table in memory (``dataset.windows``: MEDS folders). The split: the one the data comes with
-    (``dataset.splits()``: MEDS subject_splits), else :func:`split_patients` of ``population`` and ``seed``.
+    (``dataset.splits()``: MEDS subject_splits), else :func:`split_patients` of ``population``, ``seed`` and
+    ``split``.
     Declared statistics of every variable standardise; else they are fitted on the training patients. Windows past
     ``memory_bound`` bytes (default: the reader's, 1 GiB) go to memory-mapped files in ``spill_dir``."""
     if dataset.windows is None:
@@ -190,7 +192,7 @@ def prepare_lazy(dataset: TimeSeriesDataset, input_len: int | None = None, outpu
     given = dataset.splits()
     if given is None:
         ids = population if population is not None else dataset.patient_ids()
-        splits = split_patients(ids, FRACTIONS, seed, SPLIT_NAMES)
+        splits = split_patients(ids, FRACTIONS, seed, SPLIT_NAMES, split)
     else:
         splits = {s: list(given[s]) for s in SPLIT_NAMES}
     check_patient_splits(splits)
@@ -214,25 +216,31 @@ def clipped(z: BinnedStays, clip_z: float) -> BinnedStays:
     return BinnedStays(z.variables, z.stay_ids, z.patient_ids, [np.clip(v, -clip_z, clip_z) for v in z.values], z.step)
 
 
-def training_patients(patients: int, fractions: Sequence[float] = FRACTIONS) -> int:
-    """How many of ``patients`` patients the recipe trains on (its training split): a public count."""
-    return split_sizes(patients, fractions)[0]
+def training_patients(patients: Iterable[str], settings: ForecastSettings,
+                      dataset: TimeSeriesDataset | None = None) -> int:
+    """How many of the ``patients`` (the data set's ids alone: no value is read) the recipe trains on."""
+    given = dataset.splits() if dataset is not None else None
+    if given is not None:
+        empty = [s for s in SPLIT_NAMES if not len(given[s])]
+        if empty:
+            raise DataError(f"the data set's split(s) {empty} are empty")
+        return len(given["train"])
+    try:
+        return len(split_patients(patients, FRACTIONS, settings.dp.seed, SPLIT_NAMES, settings.split)["train"])
+    except DataError as err:
+        raise DataError(f"{err} (the train / validation / test split {list(FRACTIONS)})") from None
 
 
-def plan(settings: ForecastSettings, patients: int, dataset: TimeSeriesDataset | None = None) -> Guarantee | None:
-    """What :func:`fit` will release on a data set of ``patients`` patients (the public count), from the
-    settings alone: a budget checks it before any event is read. None for a non-private method. With
-    ``dataset``, DP-SGD's need for declared statistics is checked from its spec (no event is read)."""
+def plan(settings: ForecastSettings, patients: Iterable[str], dataset: TimeSeriesDataset | None = None
+         ) -> Guarantee | None:
+    """What :func:`fit` will release on a data set of these ``patients`` (its ids alone), from the settings
+    alone: a budget checks it before any event is read. None for a non-private method. With ``dataset``,
+    DP-SGD's need for declared statistics is checked from its spec (no event is read)."""
     if not settings.private:
         return None
     if dataset is not None:
         require_declared(dataset)
-    given = dataset.splits() if dataset is not None else None
-    sizes = split_sizes(patients, FRACTIONS) if given is None else [len(given[s]) for s in SPLIT_NAMES]
-    if min(sizes) < 1:
-        raise DataError(f"{patients} patients are too few for the train / validation / test split "
-                        f"{list(FRACTIONS)}: a split would be empty")
-    n = sizes[0]
+    n = training_patients(patients, settings, dataset)
     delta = settings.dp.delta if settings.dp.delta is not None else default_delta(n)
     return Guarantee(epsilon=settings.dp.epsilon, delta=delta, n=n, accountant=settings.dp.accountant,
                      unit=ProtectedUnit.PATIENT, neighbouring=NEIGHBOURING[ProtectedUnit.PATIENT])
@@ -540,9 +548,10 @@ def fit(data: str | TimeSeriesDataset | pd.DataFrame, settings: ForecastSettings
     if dataset.windows is not None:  # a lazy reader (MEDS folders): windows past memory go to the staging folder
         spill = None if checkpoint_dir is None else Path(checkpoint_dir) / "windows"
         prepared = prepare_lazy(dataset, **settings.window(), seed=settings.dp.seed, population=population,
-                                spill_dir=spill)
+                                spill_dir=spill, split=settings.split)
     else:
-        prepared = prepare_tsf(dataset, **settings.window(), seed=settings.dp.seed, population=population)
+        prepared = prepare_tsf(dataset, **settings.window(), seed=settings.dp.seed, population=population,
+                               split=settings.split)
     parts = {s: _part(prepared, s) for s in SPLIT_NAMES}
     train = parts["train"]
 

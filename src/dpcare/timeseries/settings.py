@@ -11,6 +11,7 @@ from dpcare.settings import ComputeSettings, DPSettings, Settings, require_unit,
 DEFENCES = ("zoo", "zoo_pca", "mixup")
 METHODS = ("baseline", "dp-sgd", *DEFENCES)
 PARAMETERISATIONS = ("direct", "residual", "linear")
+SPLIT_METHODS = ("hash", "permutation")  # timeseries.windows.split_patients
 
 
 def _default_dp() -> DPSettings:
@@ -60,6 +61,10 @@ class ForecastSettings(Settings):
                                      help="forecast steps of a window (the horizon)")
     stride: int | None = setting(None, kind="integer", low=1, none=True, none_means="the spec's window",
                                  help="steps between the anchors of two windows of a stay")
+    split: str = setting("hash", kind="choice", choices=SPLIT_METHODS,
+                         help="how patients are split 64/16/20: hash (a hash of the seed and the patient id: one new "
+                              "patient moves only itself) or permutation (exact sizes; a new patient reshuffles all; "
+                              "the forecasting runs published before issue 51)")
     dp: DPSettings = field(default_factory=_default_dp)
     compute: ComputeSettings = field(default_factory=ComputeSettings)  # device, precision, processes
 
@@ -107,4 +112,4 @@ def dp_batch_size(settings: ForecastSettings, patients: int) -> int:
     return settings.dp.batch_size if rate is None else max(1, round(rate * patients))
 
 
-__all__ = ["DEFENCES", "METHODS", "PARAMETERISATIONS", "ForecastSettings", "dp_batch_size", "with_method"]
+__all__ = ["DEFENCES", "METHODS", "PARAMETERISATIONS", "SPLIT_METHODS", "ForecastSettings", "dp_batch_size", "with_method"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -10,6 +11,7 @@ import torch
 
 from dpcare.exceptions import DataError, SettingsError
 from dpcare.timeseries.binning import BinnedStays
+from dpcare.timeseries.settings import SPLIT_METHODS
 
 
 @dataclass
@@ -128,20 +130,41 @@ def split_sizes(patients: int, fractions: Sequence[float] = (0.64, 0.16, 0.20)) 
 
 
 def split_patients(patient_ids: Iterable[str], fractions: Sequence[float] = (0.64, 0.16, 0.20),
-                   seed: int = 0, names: Sequence[str] = ("train", "validation", "test"),
+                   seed: int = 0, names: Sequence[str] = ("train", "validation", "test"), method: str = "hash",
                    ) -> dict[str, list[str]]:
-    """Disjoint patient lists (sorted) per split; depends only on the set of ids and the seed."""
+    """Disjoint patient lists (sorted) per split; depends only on the set of ids and the seed.
+
+    ``hash``: a patient's split is decided by a hash of the seed and its id alone (sha256 mapped to [0, 1),
+    cut at the cumulative fractions), so adding or removing one patient moves no other patient; the sizes vary
+    around the fractions. ``permutation``: a seeded permutation of the sorted ids cut at exact sizes
+    (:func:`split_sizes`); one new patient reshuffles every split (the studies' published splits)."""
     if len(fractions) != len(names) or len(set(names)) != len(names):
         raise SettingsError(f"need one fraction per distinct split name, got {list(fractions)} "
                             f"for {list(names)}")
+    if method not in SPLIT_METHODS:
+        raise SettingsError(f"unknown split method {method!r}; choose one of {list(SPLIT_METHODS)}")
     ids = sorted({str(p) for p in patient_ids})
-    order = np.random.default_rng(seed).permutation(len(ids))
-    parts = np.split(order, np.cumsum(split_sizes(len(ids), fractions))[:-1])
+    sizes = split_sizes(len(ids), fractions)  # validates the fractions
+    if method == "hash":
+        edges = np.cumsum(np.asarray(fractions, dtype=float))[:-1]
+        which = np.searchsorted(edges, [_unit_interval(seed, p) for p in ids], side="right")
+        parts = [np.flatnonzero(which == k) for k in range(len(names))]
+    else:
+        order = np.random.default_rng(seed).permutation(len(ids))
+        parts = np.split(order, np.cumsum(sizes)[:-1])
     empty = [n for n, part in zip(names, parts) if len(part) == 0]
     if empty:
+        hint = ("; a hash split places each patient at random: 'permutation' (--split permutation) cuts exact "
+                "sizes" if method == "hash" and min(sizes) > 0 else "")
         raise DataError(f"split(s) {empty} would be empty: {len(ids)} patients are too few "
-                        f"for fractions {list(fractions)}")
+                        f"for fractions {list(fractions)}{hint}")
     return {n: sorted(ids[i] for i in part) for n, part in zip(names, parts)}
+
+
+def _unit_interval(seed: int, patient_id: str) -> float:
+    """A number in [0, 1) fixed by the seed and the patient id (sha256): the patient's place in a hash split."""
+    digest = hashlib.sha256(f"{int(seed)}\x00{patient_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0 ** 64
 
 
 def check_patient_splits(splits: Mapping[str, Iterable[str]]) -> None:

@@ -84,7 +84,7 @@ def check_notes(notes: Sequence[Note]) -> None:
 def split_positions(patient_ids: Sequence[str], seed: int = 0) -> dict[str, list[int]]:
     """Positions of the train / validation / test notes (in input order), every note of a patient in one split."""
     try:
-        parts = split_patients(patient_ids, SPLIT_FRACTIONS, seed=seed, names=SPLITS)
+        parts = split_patients(patient_ids, SPLIT_FRACTIONS, seed=seed, names=SPLITS, method="permutation")
     except ValueError as err:
         raise DataError(f"cannot split the notes by patient 70/10/20: {err}") from None
     where = {p: name for name, ids in parts.items() for p in ids}
