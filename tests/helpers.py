@@ -66,3 +66,36 @@ def needs_smartnoise(name: str) -> None:
     error = available_baselines()[name]
     if error is not None:
         pytest.skip(f"SmartNoise {name} unavailable: {error}")
+
+
+class GoldMasker:
+    """Masks exactly the notes' gold PHI spans (so that which spans are masked cannot depend on their text)."""
+
+    def __init__(self, notes):
+        self.spans = {n.note_id: tuple(n.phi) for n in notes}
+
+    def mask(self, note):
+        from dpcare.text.classify.data import PLACEHOLDER
+        from dpcare.text.spans import Span
+        from dpcare.text.views.masking import MaskedNote
+
+        out, slots, private, pos, at = [], [], [], 0, 0
+        for s in sorted(note.phi, key=lambda s: s.start):
+            if s.start < pos:
+                continue
+            out.append(note.text[pos:s.start])
+            at += s.start - pos
+            ph = PLACEHOLDER.format(label=s.label)
+            slots.append(Span(at, at + len(ph), s.label, ph))
+            private.append(s)
+            out.append(ph)
+            at += len(ph)
+            pos = s.end
+        out.append(note.text[pos:])
+        return MaskedNote(note.note_id, note.patient_id, "".join(out), tuple(slots), tuple(private))
+
+    def mask_many(self, notes, note_ids=None):
+        return [self.mask(n) for n in notes]
+
+    def find_many(self, texts, note_ids, show_progress=None):
+        return [list(self.spans[i]) for i in note_ids]

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from helpers import GoldMasker
 from typer.testing import CliRunner
 
 from dpcare.cli import app
@@ -17,7 +18,6 @@ from dpcare.runs import read_manifest
 from dpcare.settings import DPSettings
 from dpcare.text import generate_corpus, write_jsonl
 from dpcare.text.classify import baseline as bl
-from dpcare.text.classify.data import PLACEHOLDER
 from dpcare.text.classify.recipe import (
     NoteClassifier,
     fit,
@@ -26,8 +26,6 @@ from dpcare.text.classify.recipe import (
     train_views,
 )
 from dpcare.text.classify.settings import NoteClassifierSettings
-from dpcare.text.spans import Span
-from dpcare.text.views.masking import MaskedNote
 
 TINY = {"top_k": 5, "max_tokens": 64, "emb_dim": 16, "n_filters": 8, "kernel_size": 3, "impute": False,
         "mask_ner": False}
@@ -37,35 +35,6 @@ def tiny(method: str = "fusiondp", **dp) -> NoteClassifierSettings:
     return NoteClassifierSettings(method=method, **TINY, dp=DPSettings(**{"epsilon": 5.0, "batch_size": 8, "epochs": 2,
                                                                           "accountant": "rdp", "unit": "patient",
                                                                           **dp}))
-
-
-class GoldMasker:
-    """Masks exactly the notes' gold PHI spans (so that which spans are masked cannot depend on their text)."""
-
-    def __init__(self, notes):
-        self.spans = {n.note_id: tuple(n.phi) for n in notes}
-
-    def mask(self, note) -> MaskedNote:
-        out, slots, private, pos, at = [], [], [], 0, 0
-        for s in sorted(note.phi, key=lambda s: s.start):
-            if s.start < pos:
-                continue
-            out.append(note.text[pos:s.start])
-            at += s.start - pos
-            ph = PLACEHOLDER.format(label=s.label)
-            slots.append(Span(at, at + len(ph), s.label, ph))
-            private.append(s)
-            out.append(ph)
-            at += len(ph)
-            pos = s.end
-        out.append(note.text[pos:])
-        return MaskedNote(note.note_id, note.patient_id, "".join(out), tuple(slots), tuple(private))
-
-    def mask_many(self, notes, note_ids=None):
-        return [self.mask(n) for n in notes]
-
-    def find_many(self, texts, note_ids, show_progress=None):
-        return [list(self.spans[i]) for i in note_ids]
 
 
 def other_spans(notes, seed: int = 7):
