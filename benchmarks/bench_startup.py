@@ -37,7 +37,8 @@ def main() -> None:
     base = {k: v for k, v in os.environ.items() if k not in ("DPCARE_NO_REEXEC", "GLIBC_TUNABLES")}
     no_reexec = {**base, "DPCARE_NO_REEXEC": "1"}
     with tempfile.TemporaryDirectory() as cwd:
-        (Path(cwd) / "spec.yaml").write_text("target: {name: y, kind: categorical, categories: [0, 1]}\n")
+        (Path(cwd) / "spec.yaml").write_text("target: {name: y, kind: categorical, categories: [0, 1]}\n"
+                                             "columns: [{name: x, kind: numeric, role: public, bounds: [0, 1]}]\n")
         bad = [dpcare, "train", "missing.csv", "--spec", "spec.yaml", "--method", "dp-sgd", "--epsilon", "1",
                "--out", "run"]
         rows = [("python -c pass", [sys.executable, "-c", "pass"], base, 0),

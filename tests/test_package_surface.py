@@ -42,6 +42,26 @@ def test_import_does_not_load_torch(module):
     assert r.stdout.strip() == "False", f"`import {module}` imported torch"
 
 
+def test_the_command_line_loads_no_accountant_scipy_or_pandas():
+    """Issue 52's start-up: `dpcare --help` in under 2 s needs the command modules to leave dp-accounting (with
+    scipy, about 2.5 s) and pandas to the commands that run (benchmarks/bench_startup.py times it)."""
+    code = "import sys, dpcare.cli; print(sorted(m for m in ('dp_accounting', 'scipy', 'pandas') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]", f"`import dpcare.cli` imported {r.stdout.strip()}"
+
+
+@pytest.mark.parametrize("package, name", [("dpcare.privacy", "PrivacyLedger"), ("dpcare.data", "TableSchema"),
+                                           ("dpcare.text", "generate_corpus")])
+def test_lazy_package_faces_resolve_their_names(package, name):
+    import importlib
+
+    module = importlib.import_module(package)
+    assert name in module.__all__ and name in dir(module)
+    assert getattr(module, name).__name__ == name
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        module.nothing  # noqa: B018
+
+
 def test_every_lazy_name_is_public():
     assert set(dpcare._LAZY) <= set(dpcare.__all__)
 

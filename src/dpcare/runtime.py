@@ -28,6 +28,11 @@ def ensure_fast_process() -> None:
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 
+def launched_by_torchrun() -> bool:
+    """Whether torchrun (or another launcher) started this process as one of several (WORLD_SIZE > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def process_rank() -> int:
     """This process's rank in a multi-process torch.distributed run started by ``torchrun`` (its RANK, read only
     when WORLD_SIZE > 1); 0 otherwise, so a stray RANK in a one-process run never turns off the budget or the

@@ -24,6 +24,7 @@ from typing import Annotated, Any
 import typer
 
 from dpcare.exceptions import SettingsError
+from dpcare.runtime import launched_by_torchrun
 from dpcare.settings import ComputeSettings, Rule, rules
 
 _TYPES = {"number": float, "integer": int, "choice": str, "text": str, "flag": bool}
@@ -102,18 +103,18 @@ def settings_options(param: str, default: Any, skip: Iterable[str] = ()) -> Call
                 values[o.path] = value
             kwargs[param] = _build(default, values)
             compute = _compute(kwargs[param])
-            if compute is None:
-                return command(**kwargs)
+            if compute is None or (compute == ComputeSettings() and not launched_by_torchrun()):
+                return command(**kwargs)  # one process, device auto, fp32: nothing to check before the command
             from dpcare.engine import distributed
             from dpcare.engine.devices import check_precision, resolve_device
 
             # a device or precision this machine lacks is refused before the command reads anything
             check_precision(compute.precision, resolve_device(compute.device))
-            several = compute.nproc > 1 or distributed.launched_by_torchrun()
+            several = compute.nproc > 1 or launched_by_torchrun()
             if several and compute.device.startswith("cuda:"):
                 raise SettingsError(f"--device {compute.device} with several processes would put every process on "
                                     "one GPU: use --device cuda (or auto); each process takes its own GPU (LOCAL_RANK)")
-            if compute.nproc > 1 and not distributed.launched_by_torchrun():
+            if compute.nproc > 1 and not launched_by_torchrun():
                 raise typer.Exit(launch_processes(compute.nproc))
             if not distributed.init_from_environment(compute.device) or distributed.is_main():
                 return command(**kwargs)

@@ -39,22 +39,24 @@ def train(
     settings: TabularSettings = None,
 ) -> None:
     """Train a model on a table with a privacy spec; print test AUPRC/AUROC and the guarantee."""
-    from dpcare.data import count_rows, load_spec
+    from dpcare.data.schema import load_spec
+    from dpcare.data.tables import count_rows
+    from dpcare.exceptions import DataError, DPCareError
+
+    schema = load_spec(spec)  # the spec and the file's row count first: a bad input is refused before torch loads
+    rows = count_rows(data)
+    if rows == 0:
+        raise DataError(f"data file {data} has no rows")
+    from dpcare.io import strict_json
     from dpcare.privacy import guard_run
     from dpcare.runs import RunFolder
     from dpcare.tabular import fit, plan
     from dpcare.tabular.audit import audit_split
-    from dpcare.exceptions import DataError, DPCareError
-    from dpcare.io import strict_json
     from dpcare.tabular.recipe import check_imputer_inputs, read_and_split
     from dpcare.tabular.tuning import candidates, parse_grid, plan_tuning
     from dpcare.tabular.tuning import tune as tune_privately
 
-    schema = load_spec(spec)
     check_imputer_inputs(settings, public_data, imputer_file)
-    rows = count_rows(data)
-    if rows == 0:
-        raise DataError(f"data file {data} has no rows")
     grid = parse_grid(tune) if tune else None
     if grid:  # every candidate and the choice, planned before any row is read
         planned = plan_tuning(schema, settings, rows, len(candidates(grid)), selection_share)[0].guarantee()

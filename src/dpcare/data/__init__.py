@@ -1,12 +1,15 @@
-"""Tables with a privacy schema: specs, loaders, bundled real data, splits and encoders (no torch)."""
+"""Tables with a privacy schema: specs, loaders, bundled real data, splits and encoders (no torch).
 
-from dpcare.data.datasets import BUNDLED, bundled_spec, load_dataset
-from dpcare.data.encoding import TableEncoder, public_view, replace_private
-from dpcare.data.schema import ColumnSpec, TableSchema, load_spec, save_spec
-from dpcare.data.splits import split_indices, split_table
-from dpcare.data.tables import count_rows, load_table, read_table
+Names load on first use: a command that reads a spec and counts rows does not import dp-accounting (the
+encoder's DP bounds) before it has checked its inputs.
+"""
 
-__all__ = [
-    "BUNDLED", "ColumnSpec", "TableEncoder", "TableSchema", "bundled_spec", "load_dataset", "load_spec",
-    "count_rows", "load_table", "public_view", "read_table", "replace_private", "save_spec", "split_indices", "split_table",
-]
+from dpcare.lazy import lazy_face
+
+__getattr__, __dir__, __all__ = lazy_face(__name__, {
+    **dict.fromkeys(("BUNDLED", "bundled_spec", "load_dataset"), "datasets"),
+    **dict.fromkeys(("TableEncoder", "public_view", "replace_private"), "encoding"),
+    **dict.fromkeys(("ColumnSpec", "TableSchema", "load_spec", "save_spec"), "schema"),
+    **dict.fromkeys(("split_indices", "split_table"), "splits"),
+    **dict.fromkeys(("count_rows", "load_table", "read_table"), "tables"),
+})

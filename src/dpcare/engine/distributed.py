@@ -41,6 +41,7 @@ from torch import Tensor
 
 from dpcare.exceptions import DataError, SettingsError
 from dpcare.ranks import from_main, is_main, world
+from dpcare.runtime import launched_by_torchrun
 
 #: tensors with at most this many elements are hashed whole; larger ones by a strided sample of about as many
 FULL_HASH_ELEMENTS = 1 << 22
@@ -49,10 +50,6 @@ FULL_HASH_ELEMENTS = 1 << 22
 class RankDataMismatchError(DataError):
     """The ranks of a distributed run hold different private data (or unit ids): the shared sample and the
     per-rank shards of the design would not be the ones accounted."""
-
-
-def launched_by_torchrun() -> bool:
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 def init_from_environment(device: str = "auto") -> bool:

@@ -8,38 +8,21 @@
 
 and shared here: ``spans`` (Note, Span), ``readers`` (real corpora a user supplies: MIMIC-III NOTEEVENTS,
 i2b2 2010 and 2014, BRAT, JSONL) and ``evaluation`` (span F1, ROUGE-L, perplexity).
+
+Names load on first use, so ``dpcare.text.classify.settings`` and the other settings modules the command line
+needs do not import pandas, scipy or torch with this package.
 """
 
-from dpcare.text.corpus.generator import generate_corpus, load_jsonl, save_jsonl
-from dpcare.text.readers import (
-    read_brat,
-    read_i2b2_2010,
-    read_i2b2_2014_xml,
-    read_jsonl,
-    read_noteevents,
-    tokenize_spans,
-    write_brat,
-    write_i2b2_2010,
-    write_i2b2_2014_xml,
-    write_jsonl,
-)
-from dpcare.text.spans import (
-    ENTITY_LABELS,
-    GENERATED_PHI,
-    PHI_TYPES,
-    Note,
-    Span,
-    check_spans,
-    mask_phi,
-    phi_leaks,
-)
-from dpcare.text.views.imputation import SpanImputer
-from dpcare.text.views.masking import MaskedNote, SpanMasker, evaluate_masker
+from dpcare.lazy import lazy_face
 
-__all__ = [
-    "ENTITY_LABELS", "GENERATED_PHI", "PHI_TYPES", "MaskedNote", "Note", "Span", "SpanImputer", "SpanMasker",
-    "check_spans", "evaluate_masker", "generate_corpus", "load_jsonl", "mask_phi", "phi_leaks",
-    "read_brat", "read_i2b2_2010", "read_i2b2_2014_xml", "read_jsonl", "read_noteevents",
-    "save_jsonl", "tokenize_spans", "write_brat", "write_i2b2_2010", "write_i2b2_2014_xml",
-    "write_jsonl",
-]
+__getattr__, __dir__, __all__ = lazy_face(__name__, {
+    **dict.fromkeys(("generate_corpus", "load_jsonl", "save_jsonl"), "corpus.generator"),
+    **dict.fromkeys(("read_brat", "read_i2b2_2010", "read_i2b2_2014_xml", "read_jsonl", "read_noteevents",
+                     "tokenize_spans", "write_brat", "write_i2b2_2010", "write_i2b2_2014_xml", "write_jsonl"),
+                    "readers"),
+    **dict.fromkeys(("ENTITY_LABELS", "GENERATED_PHI", "PHI_TYPES", "Note", "Span", "check_spans", "mask_phi",
+                     "phi_leaks"),
+                    "spans"),
+    **dict.fromkeys(("SpanImputer",), "views.imputation"),
+    **dict.fromkeys(("MaskedNote", "SpanMasker", "evaluate_masker"), "views.masking"),
+})
