@@ -27,7 +27,7 @@ def fitted():
 def test_parameters_follow_scikit_learn():
     clf = DPClassifier(method="dp-sgd", epsilon=3.0, **SMALL)
     params = clf.get_params()
-    assert params["method"] == "dp-sgd" and params["epsilon"] == 3.0 and params["holdout"] is True
+    assert params["method"] == "dp-sgd" and params["epsilon"] == 3.0 and params["holdout"] is None  # True with a spec
     assert params["delta"] is None and params["lr"] == TabularSettings().lr  # defaults are the recipe's
     assert DPClassifier().batch_size == TabularSettings().dp.batch_size and params["clip_norm"] == DPSettings().clip_norm
     assert clf.settings().dp.epsilon == 3.0 and clf.settings().method == "dp-sgd"

@@ -2,7 +2,6 @@
 picked by scikit-learn's search from scores on private rows says in its guarantee that the pick is not counted."""
 
 import json
-import types
 import warnings
 
 import pandas as pd
@@ -94,56 +93,6 @@ def test_a_model_picked_by_grid_search_on_private_scores_says_so(monkeypatch):
                                                                           "training rows were scored")
     assert "hyperparameter selection" in picked.describe()
     assert any(issubclass(w.category, SelectionWarning) for w in caught)
-
-
-@pytest.mark.slow  # end to end
-@pytest.mark.parametrize("n_jobs, scoring, refit", [(2, None, True), (1, "roc_auc", False)])
-def test_a_search_in_worker_processes_or_with_a_scoring_string_is_seen(monkeypatch, n_jobs, scoring, refit):
-    """Neither calls DPClassifier.score in this process: workers score in their own memory, a scorer string calls
-    predict_proba. The clones GridSearchCV makes here remember its X; the refit names the search, and a model
-    fitted by hand on the settings a search without refit picked is seen by its rows."""
-    monkeypatch.setattr(classifier, "_SCORED_ROWS", {})
-    monkeypatch.setattr(classifier, "_LAST_MARK", (None, None))
-    df = toy_table(120)
-    df["notes"] = [["a", i] for i in range(len(df))]  # an unhashable column the spec does not use
-    X, y = df.drop(columns=[SCHEMA.target]), df[SCHEMA.target]
-    est = DPClassifier(schema=SCHEMA, method="dp-sgd", epsilon=2.0, epochs=1, batch_size=32, progress=False,
-                       holdout=False)
-    search = GridSearchCV(est, {"lr": [1e-2]}, cv=2, n_jobs=n_jobs, scoring=scoring, refit=refit, error_score="raise")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        search.fit(X, y)
-        picked = (search.best_estimator_ if refit else DPClassifier(**{**est.get_params(), **search.best_params_})
-                  .fit(X, y)).guarantee_
-    assert len(picked.uncounted) == 1, picked.uncounted
-    note = picked.uncounted[0]
-    assert note.startswith("hyperparameter selection: 120 of the training rows were scored by earlier private "
-                           "models in this process (the private models of GridSearchCV.fit)")
-    assert ("fitted inside scikit-learn's GridSearchCV.fit" in note) == refit
-    assert any(issubclass(w.category, SelectionWarning) for w in caught)
-
-
-def test_the_stack_gives_the_outermost_call_and_the_innermost_search():
-    """Nested cross-validation (cross_val_score around a search): the rows of the outer X are remembered, and a
-    refit inside the inner search still names the search (frames of a stand-in sklearn.model_selection module)."""
-    ns = {"__name__": "sklearn.model_selection._stand_in", "probe": classifier._model_selection_call}
-
-    class GridSearchCV:
-        def _run_search(self):
-            pass
-
-        def fit(self, X):
-            return probe()  # noqa: F821 (a name of the stand-in module)
-
-    def cross_val_score(X, search):
-        return search.fit(X[:2])
-
-    GridSearchCV.fit = types.FunctionType(GridSearchCV.fit.__code__, ns)  # frames of the stand-in module
-    cross_val_score = types.FunctionType(cross_val_score.__code__, ns)
-    X = toy_table(4)
-    (name, outer), search = cross_val_score(X, GridSearchCV())
-    assert name == "cross_val_score" and outer is X and search == "GridSearchCV.fit"
-    assert classifier._model_selection_call() == (None, None)
 
 
 def test_row_fingerprints_take_lists_dicts_and_mixed_labels(monkeypatch):

@@ -1,31 +1,40 @@
-"""``DPClassifier``: the tabular recipe (:mod:`dpcare.tabular`) as a scikit-learn style estimator.
+"""``DPClassifier``: the tabular recipe (:mod:`dpcare.tabular`) as a scikit-learn estimator.
 
 ``DPClassifier(method="feature-dp", epsilon=1.0).fit(df, schema)`` trains the MLP with the chosen
 method; ``predict_proba(df)`` / ``predict(df)`` need the feature columns only (never the target);
 ``save(folder)`` writes the run folder ``dpcare train`` writes, and ``DPClassifier.load`` reads either.
 
+Inputs follow scikit-learn. With a spec, ``X`` is a DataFrame (or a CSV/Parquet path) whose columns are found by
+name, or a 2-D array whose columns are the spec's feature columns in the spec's order; the declared bounds are in
+the columns' own units, so a fit where a numeric column lies mostly outside them (what a scaler in a Pipeline
+before the estimator gives: standardised ages are not in [18, 100]) is refused with a message saying so; dpcare
+scales by the declared bounds itself. Without a spec, ``method="dp-sgd"`` (or "non-private") trains on every
+column of a numeric ``X`` as given: DP-SGD's per-example gradient clipping bounds each row's influence whatever
+the scale, so no statistic of the rows is read for scaling (scale by public constants, or write a spec with
+bounds, for a better model); ``classes=`` declares the labels (read from ``y`` otherwise, which the guarantee
+names as a release outside epsilon). Sparse input is refused (``DataError``, "sparse").
+:meth:`DPClassifier._expected_failed_checks` lists the scikit-learn ``check_estimator`` checks that cannot pass
+under DP, each with its reason (scikit-learn >= 1.6 takes them as ``expected_failed_checks=``).
+
 Tuning is a release. Scores of a private model on private rows (``score``, or any ``scoring=`` of GridSearchCV
 and cross_val_score) are statistics of those rows; a model whose settings were picked by them carries a
-guarantee that does not count the picking. The estimator keeps, in this process, a fingerprint of every
-private row that was scored, and a later ``fit`` on any of those rows says so in its guarantee (a release
-outside epsilon) and warns (:class:`SelectionWarning`). Rows get there three ways:
+guarantee that does not count the picking. It is recorded (in the guarantee's list of releases outside epsilon,
+with a :class:`SelectionWarning`) three ways, none of which looks at the call stack:
 
-* ``score()`` of a private model remembers the rows it scored (in the process that scores: with ``n_jobs > 1``
-  that is a worker, whose memory the caller never sees);
-* a private ``DPClassifier`` constructed inside a scikit-learn model-selection call (GridSearchCV,
-  RandomizedSearchCV, cross_val_score, cross_validate, validation_curve...: they ``clone`` the estimator in the
-  CALLING process before sending the clones to workers) remembers every row of that call's ``X``, found on
-  the call stack - whatever ``scoring=`` (a string scorer calls ``predict_proba``, never ``score``) and
-  whatever ``n_jobs``;
-* a ``fit`` called from inside a search's own ``fit`` (the refit of ``best_estimator_``) is named in the note
-  even when its rows do not match (a Pipeline that transforms the columns first).
+* ``score()`` of a private model remembers, in this process, a fingerprint of every row it scored, and a later
+  ``fit`` on any of those rows says so (a search with the default ``scoring=None`` and ``n_jobs=1`` is seen);
+* ``DPClassifier(selection="lr picked by 5-fold CV")`` declares a selection made elsewhere (another process, a
+  scorer string, by hand): every fit names it;
+* :class:`RecordedSearch` (``RecordedSearch(GridSearchCV(DPClassifier(...), grid))``) runs any scikit-learn search
+  with ``selection=`` set on every DPClassifier inside it (so the clones in worker processes and the refit of
+  ``best_estimator_`` carry it, whatever ``scoring=`` and ``n_jobs``), and remembers the rows of its ``X`` so a
+  model fitted by hand on the settings it picked is seen too.
 
-Limits: the mechanism sees one process (a search run in another process or a notebook restarted between the
-search and the fit is not seen); rows are matched by the values of the spec's columns (or all of ``X``'s columns
-when the search's estimator has no spec yet), so rows changed in between (rounded, re-encoded) are not matched;
-scores computed by hand from ``predict_proba`` outside scikit-learn's model selection are not seen; searches
-of non-private models are not recorded. ``DPClassifier(tune={"alpha": [1, 5], "lr": [1e-3, 1e-2]})`` is the
-counted alternative (:func:`dpcare.tabular.tuning.tune`): every candidate and the choice are inside epsilon.
+Limits: fingerprints live in one process; rows are matched by the values of the spec's columns (all columns
+without a spec), so rows changed in between are not matched; a search that is neither wrapped nor declared,
+and whose scores are not computed by ``score()`` in this process, is not seen.
+``DPClassifier(tune={"alpha": [1, 5], "lr": [1e-3, 1e-2]})`` is the counted alternative
+(:func:`dpcare.tabular.tuning.tune`): every candidate and the choice are inside epsilon.
 """
 
 from __future__ import annotations
@@ -33,25 +42,27 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import warnings
-import weakref
 from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
+from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.metrics import accuracy_score
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import validate_data
 
 from dpcare.caller import user_stacklevel
 from dpcare.data import TableSchema, load_spec, read_table
 from dpcare.data.tables import category_text
-from dpcare.exceptions import DataError, NotFittedError, SettingsError, SpecError
+from dpcare.exceptions import DataError, SettingsError, SpecError
+from dpcare.exceptions import NotFittedError as DPCareNotFittedError
 from dpcare.settings import ComputeSettings, DPSettings
 from dpcare.tabular.recipe import TabularModel, TabularSettings, fit
 
-Table = pd.DataFrame | str | os.PathLike
+Table = pd.DataFrame | np.ndarray | str | os.PathLike
 _DP = DPSettings()
 _REC = TabularSettings()
 #: the recipe's own settings (the rest of the parameters are DPSettings')
@@ -60,10 +71,18 @@ _DP_FIELDS = tuple(f.name for f in fields(DPSettings) if f.name != "unit")
 #: fingerprints of the private rows scored by private models in this process (see the module docstring), keyed
 #: by (the sorted columns hashed, what scored them)
 _SCORED_ROWS: dict[tuple[tuple[str, ...], str], set[int]] = {}
-#: the last model-selection call whose X was remembered (the clones of one search remember its X once)
-_LAST_MARK: tuple = (None, None)
 SELECTION_NOTE = ("hyperparameter selection: {what}; if these settings were chosen by those scores, that choice is a "
                   "release outside epsilon (DPClassifier(tune=...) counts it)")
+#: the label column of a spec-less fit's fingerprints
+_Y = "\0y"
+#: a fit is refused when more than this share of a numeric column's values lies outside its declared bounds
+OUT_OF_BOUNDS_LIMIT = 0.25
+#: methods that need no spec (every column and the label protected, or nothing)
+SPECLESS_METHODS = ("dp-sgd", "non-private")
+
+
+class NotFittedError(DPCareNotFittedError, SklearnNotFittedError):
+    """Used before ``fit``: dpcare's :class:`~dpcare.exceptions.NotFittedError` and scikit-learn's."""
 
 
 class SelectionWarning(UserWarning):
@@ -128,58 +147,49 @@ def _seen(frame: pd.DataFrame) -> tuple[int, list[str]]:
     return int(hit.sum()), sorted(set(hows))
 
 
-def _model_selection_call():
-    """The outermost scikit-learn model-selection call on the stack that was given an ``X`` (its name and its X)
-    and the innermost search on the stack (an object with ``_run_search``, as GridSearchCV: "GridSearchCV.fit"),
-    or None for each."""
-    found, search, f = None, None, sys._getframe(1)
-    while f is not None:
-        if f.f_globals.get("__name__", "").startswith("sklearn.model_selection"):
-            loc = f.f_locals
-            owner = loc.get("self")
-            if "X" in loc and f.f_code.co_name != "<genexpr>":
-                is_search = owner is not None and callable(getattr(owner, "_run_search", None))
-                name = f"{type(owner).__name__}.fit" if is_search else f.f_code.co_name
-                found = (name, loc["X"])
-                search = search or (name if is_search else None)
-        f = f.f_back
-    return found, search
-
-
-def _remember_search_rows(est: DPClassifier) -> None:
-    """A private DPClassifier built (cloned) inside a scikit-learn model-selection call: remember every row of
-    that call's X as scored (the clones' scores may be computed in other processes or by scorer strings)."""
-    global _LAST_MARK
-    if est.method == "non-private":
-        return
-    call, _ = _model_selection_call()
-    if call is None or not isinstance(call[1], pd.DataFrame):
-        return
-    name, X = call
-    last, last_name = _LAST_MARK
-    if last is not None and last() is X and last_name == name:
-        return  # this call's rows are remembered already (one clone per candidate and fold)
-    _remember(X, est.schema if isinstance(est.schema, TableSchema) else None, f"the private models of {name}")
-    _LAST_MARK = (weakref.ref(X), name)
+def _selection_note(frame: pd.DataFrame, selection: str | None) -> str | None:
+    """The guarantee's note on a search on private scores: rows of ``frame`` that were scored, a declared
+    ``selection``; None when there is neither."""
+    seen, hows = _seen(frame)
+    what = []
+    if seen:
+        what.append(f"{seen} of the training rows were scored by earlier private models in this process "
+                    f"({', '.join(hows)})")
+    if selection:
+        what.append(f"declared: {selection}")
+    if not what:
+        return None
+    note = SELECTION_NOTE.format(what="; ".join(what))
+    warnings.warn(note, SelectionWarning, stacklevel=user_stacklevel())
+    return note
 
 
 class DPClassifier(ClassifierMixin, BaseEstimator):
     """A differentially private tabular classifier.
 
-    ``schema``: the table's privacy spec (a TableSchema or a YAML/JSON path), or give it to ``fit``. Other
-    parameters are the fields of :class:`~dpcare.tabular.TabularSettings` (method "feature-dp", "dp-sgd",
+    ``schema``: the table's privacy spec (a TableSchema or a YAML/JSON path), or give it to ``fit``; without one,
+    ``method`` "dp-sgd" or "non-private" train on every column of a numeric ``X`` as given (module docstring).
+    Other parameters are the fields of :class:`~dpcare.tabular.TabularSettings` (method "feature-dp", "dp-sgd",
     "label-dp", "non-private" or a fusion method; hidden, lr, alpha, beta, pad, ...) and of its
     :class:`~dpcare.settings.DPSettings` (epsilon, delta, accountant, clip_norm, adaptive_clip, batch_size,
-    epochs, steps, seed, noise_seed: None draws the noise from fresh OS entropy), with the same names and defaults, plus ``holdout``: True trains as ``dpcare train``
-    does, on a random 80% of the rows, and keeps validation / test AUPRC and AUROC of the rest in
-    ``result_.metrics``; False trains on every row (no metrics). ``checkpoint_dir`` and ``progress`` do not
-    change the result; ``device`` and ``precision`` say where it trains (:class:`~dpcare.settings.ComputeSettings`).
-    ``tune``: a grid ({"alpha": [1, 5], ...}) tuned privately, every candidate and the choice inside epsilon
-    (``selection_share`` of it on the choice; :func:`dpcare.tabular.tuning.tune`).
+    epochs, steps, seed, noise_seed: None draws the noise from fresh OS entropy), with the same names and
+    defaults, plus ``holdout``: True trains as ``dpcare train`` does, on a random 80% of the rows, and keeps
+    validation / test AUPRC and AUROC of the rest in ``result_.metrics``; False trains on every row (no
+    metrics); None (the default) is True with a spec and False without one (scikit-learn's convention: score
+    held-out rows yourself). ``checkpoint_dir`` and ``progress`` do not change the result; ``device`` and
+    ``precision`` say where it trains (:class:`~dpcare.settings.ComputeSettings`). ``tune``: a grid
+    ({"alpha": [1, 5], ...}) tuned privately, every candidate and the choice inside epsilon (``selection_share``
+    of it on the choice; :func:`dpcare.tabular.tuning.tune`). ``selection``: text declaring that these settings
+    were picked by scores on the private rows (the guarantee lists it outside epsilon; :class:`RecordedSearch`
+    sets it). ``classes``: without a spec, the labels y may take, from public knowledge (None: read from y, a
+    release the guarantee names).
 
-    Fitted attributes: ``model_`` (the torch MLP), ``encoder_`` (the fitted TableEncoder), ``classes_`` (the
-    target's categories as text), ``guarantee_`` (the run's :class:`~dpcare.privacy.Guarantee`; None when
-    non-private), ``result_`` (the :class:`~dpcare.tabular.TabularModel`), ``feature_names_in_``.
+    Parameters are checked by ``fit``, not by the constructor or ``set_params`` (scikit-learn's convention).
+    Fitted attributes: ``model_`` (the torch MLP), ``classes_`` (the spec's target categories as text; without a
+    spec the labels of y), ``guarantee_`` (the run's :class:`~dpcare.privacy.Guarantee`; None when
+    non-private), ``result_`` (the :class:`~dpcare.tabular.TabularModel`; without a spec the engine's
+    TrainResult), ``encoder_`` (with a spec: the fitted TableEncoder), ``n_features_in_`` and
+    ``feature_names_in_`` (the spec's feature columns, or X's column names).
     """
 
     def __init__(self, schema=None, method=_REC.method, epsilon=_DP.epsilon, delta=_DP.delta, epochs=_REC.dp.epochs,
@@ -187,19 +197,42 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                  alpha=_REC.alpha, beta=_REC.beta, lr=_REC.lr, hidden=_REC.hidden, pad=_REC.pad,
                  public_batch_size=_REC.public_batch_size, public_pretrain_steps=_REC.public_pretrain_steps,
                  stats_epsilon=_REC.stats_epsilon, imputer=_REC.imputer, accountant=_DP.accountant, steps=_DP.steps,
-                 seed=_DP.seed, noise_seed=_DP.noise_seed, checkpoint_dir=None, progress=True, holdout=True, tune=None,
-                 selection_share=0.1,
+                 seed=_DP.seed, noise_seed=_DP.noise_seed, checkpoint_dir=None, progress=True, holdout=None, tune=None,
+                 selection_share=0.1, selection=None, classes=None,
                  device="auto", precision="fp32"):
-        params = dict(locals())  # scikit-learn: store every parameter unchanged
+        params = dict(locals())  # scikit-learn: store every parameter unchanged, check nothing
         del params["self"]
         vars(self).update(params)
-        _remember_search_rows(self)  # a clone made by GridSearchCV & co. (module docstring)
 
     def __getattr__(self, name: str):
         if name.endswith("_") and not name.startswith("_"):
             raise NotFittedError(f"this {type(self).__name__} is not fitted: call fit() or load() first "
                                  f"(it has no {name} yet)")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return "model_" in vars(self)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False  # nullable columns need a spec (their declared fill and flag)
+        tags.input_tags.sparse = False
+        tags.classifier_tags.poor_score = True  # noisy by design: no fixed accuracy threshold
+        tags.classifier_tags.multi_class = self.schema is None  # the tabular recipe is binary
+        tags.non_deterministic = self.noise_seed is None and self.method != "non-private"
+        return tags
+
+    def _expected_failed_checks(self) -> dict[str, str]:
+        """The scikit-learn ``check_estimator`` checks that cannot pass under DP, with the reason: pass it as
+        ``check_estimator(est, expected_failed_checks=est._expected_failed_checks())`` (or to
+        ``parametrize_with_checks``). scikit-learn >= 1.6 has no tag for them; this is where they are kept."""
+        failing = {}
+        if self.method != "non-private" and self.noise_seed is None:
+            why = ("each fit draws fresh DP noise from OS entropy (noise_seed=None, the secure default): two fits on "
+                   "the same data differ by design; with an integer noise_seed the check passes")
+            for check in ("check_fit_idempotent", "check_supervised_y_2d", "check_classifier_data_not_an_array"):
+                failing[check] = why  # each compares the predictions of two fits
+        return failing
 
     def settings(self) -> TabularSettings:
         """The recipe settings these parameters describe (validated: a bad value names the parameter)."""
@@ -211,31 +244,48 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ fitting
     def fit(self, X: Table, y=None, schema: TableSchema | str | os.PathLike | None = None, public_data: Table | None = None,
             imputer=None) -> DPClassifier:
-        """Train on ``X`` (a DataFrame or a CSV/Parquet path) with its privacy spec; returns self.
+        """Train on ``X`` with its privacy spec; returns self.
 
-        scikit-learn style: ``fit(X, y)`` with the features in ``X`` and the target in ``y`` (a Series or
-        array), or ``fit(df)`` with the target column inside ``df``. The spec (a TableSchema or a YAML/JSON
-        path) comes from ``schema=`` here, the ``schema`` parameter of the constructor, or - for code written
-        before - the second positional argument (``fit(df, schema)``); it cannot be inferred, since which
-        columns are private and their public bounds are not a property of the data. Fusion methods take
-        ``public_data`` (a public support table) or a fitted ``imputer``."""
+        scikit-learn style: ``fit(X, y)`` with the features in ``X`` (a DataFrame, a CSV/Parquet path, or a 2-D
+        array whose columns are the spec's feature columns in order) and the target in ``y``, or ``fit(df)`` with
+        the target column inside ``df``. The spec (a TableSchema or a YAML/JSON path) comes from ``schema=`` here,
+        the ``schema`` parameter of the constructor, or - for code written before - the second positional
+        argument (``fit(df, schema)``). Without a spec, DP-SGD (or non-private training) on every column of a
+        numeric X (module docstring). Fusion methods take ``public_data`` (a public support table) or a fitted
+        ``imputer``."""
         if isinstance(y, (TableSchema, str, os.PathLike)):  # fit(df, schema): the original signature
             schema, y = y, None
-        spec = _spec(schema if schema is not None else self.schema)
-        frame = read_table(X)
+        if self.selection is not None and not (isinstance(self.selection, str) and self.selection.strip()):
+            raise SettingsError(f"selection must be None or a text saying how the settings were picked, got "
+                                f"{self.selection!r}")
+        _refuse_sparse(X)
+        given = schema if schema is not None else self.schema
+        if given is None:
+            return self._fit_without_spec(X, y, public_data, imputer)
+        spec = _spec(given)
+        if self.classes is not None:
+            raise SettingsError("classes= is for a fit without a spec: the spec declares the target's categories")
+        frame = _spec_frame(X, spec, with_target=y is None)
         if y is not None:
             frame = _with_target(frame, y, spec)
+        _check_declared_units(frame, spec)
+        holdout = True if self.holdout is None else bool(self.holdout)
         if self.tune:
-            if not self.holdout:
+            if not holdout:
                 raise SettingsError("tune= picks among candidates on the validation rows: it needs holdout=True")
             from dpcare.tabular.tuning import tune
 
             fitted = tune(frame, spec, self.settings(), self.tune, self.selection_share, progress=self.progress,
                           public_data=public_data, imputer=imputer)
         else:
-            fitted = fit(frame, spec, self.settings(), holdout=bool(self.holdout), public_data=public_data,
+            fitted = fit(frame, spec, self.settings(), holdout=holdout, public_data=public_data,
                          imputer=imputer, checkpoint_dir=self.checkpoint_dir, progress=self.progress)
-        return self._set_fitted(_note_selection(fitted, frame, spec))
+        if fitted.ledger is not None:
+            note = _selection_note(frame, self.selection)
+            if note is not None:
+                fitted.ledger.note_uncounted(note)
+                fitted = replace(fitted, guarantee=fitted.ledger.guarantee())
+        return self._set_fitted(fitted)
 
     def _set_fitted(self, fitted: TabularModel) -> DPClassifier:
         schema = fitted.schema
@@ -243,34 +293,136 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         self.guarantee_ = fitted.guarantee
         self.classes_ = np.array(fitted.classes, dtype=object)
         self.feature_names_in_ = np.array(schema.feature_columns, dtype=object)
+        self.n_features_in_ = len(schema.feature_columns)
         return self
 
+    def _fit_without_spec(self, X, y, public_data, imputer) -> DPClassifier:
+        """DP-SGD (or non-private training) on every column of X as given: no statistic of the rows is read."""
+        import torch
+
+        from dpcare.engine import Trainer, TrainConfig
+        from dpcare.models import TabularMLP
+        from dpcare.privacy import PrivacyLedger, ProtectedUnit
+        from dpcare.tabular.recipe import METHODS
+
+        settings = self.settings()
+        if settings.method not in SPECLESS_METHODS:
+            raise SpecError(f"method {settings.method} needs the table's privacy spec (which columns are private, their "
+                            f"public bounds and categories): DPClassifier(schema=...) or fit(X, y, schema=...); "
+                            f"without a spec use {' or '.join(SPECLESS_METHODS)}")
+        refused = {"tune": bool(self.tune), "stats_epsilon": settings.stats_epsilon is not None,
+                   "public_data": public_data is not None, "imputer": imputer is not None, "holdout": bool(self.holdout)}
+        given = [k for k, v in refused.items() if v]
+        if given:
+            raise SettingsError(f"{', '.join(given)} need(s) a spec: without one DPClassifier trains on every row and "
+                                "column of X as given (give schema=, or leave these unset)")
+        if y is None:
+            raise DataError("DPClassifier requires y to be passed, but the target y is None: without a spec no "
+                            "column of X is named as the target (fit(X, y), or give schema=)")
+        with _as_data_error():
+            x, labels = validate_data(self, X, y, dtype=np.float32, accept_sparse=False, y_numeric=False)
+            check_classification_targets(labels)
+        classes, declared = self._classes(labels)
+        n = len(x)
+        torch.manual_seed(settings.dp.seed)
+        model = TabularMLP(x.shape[1], hidden=settings.hidden, out_features=1 if len(classes) == 2 else len(classes))
+        objective = METHODS.get(settings.method).objective(settings)
+        ledger = None
+        if objective.private:
+            ledger = PrivacyLedger(n, delta=settings.dp.delta, accountant=settings.dp.accountant,
+                                   unit=ProtectedUnit.EXAMPLE,
+                                   declared=("the class labels given as classes=",) if declared else ())
+        index = np.searchsorted(classes, labels)
+        target = torch.from_numpy(index.astype(np.float32 if len(classes) == 2 else np.int64))
+        config = TrainConfig.from_dp(settings.dp, private=objective.private, lr=settings.lr,
+                                     checkpoint_dir=self.checkpoint_dir, progress=self.progress,
+                                     **settings.compute.engine())
+        result = Trainer(model, objective, config, ledger=ledger).fit({"x": torch.from_numpy(x), "y": target})
+        if ledger is not None:
+            if not declared:
+                ledger.note_uncounted(f"the label set {[_label(c) for c in classes]} was read from the training "
+                                      "labels (declare classes= to keep it inside the guarantee)")
+            frame = _positional_frame(x, labels)
+            note = _selection_note(frame, self.selection)
+            if note is not None:
+                ledger.note_uncounted(note)
+            result = replace(result, guarantee=ledger.guarantee())
+        model.eval()
+        self.model_, self.result_, self.guarantee_, self.classes_ = model, result, result.guarantee, classes
+        return self
+
+    def _classes(self, labels: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The sorted label set (declared in ``classes=`` or read from y) and whether it was declared."""
+        seen = np.unique(labels)
+        if self.classes is None:
+            if len(seen) < 2:
+                raise DataError(f"y holds one class ({_label(seen[0])}): without a spec or classes= the labels "
+                                "cannot be known; declare classes=[...] (the labels y may take)")
+            return seen, False
+        declared = np.unique(np.asarray(list(self.classes)))
+        if len(declared) < 2 or len(declared) != len(list(self.classes)):
+            raise SettingsError(f"classes must list two or more distinct labels, got {self.classes!r}")
+        outside = np.setdiff1d(seen, declared)
+        if len(outside):
+            raise DataError(f"y holds labels {[_label(c) for c in outside[:5]]} outside classes={list(self.classes)}")
+        return declared, True
+
     # ------------------------------------------------------------------ prediction
-    def predict_proba(self, df: Table) -> np.ndarray:
+    def _check_fitted(self) -> None:
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedError(f"this {type(self).__name__} is not fitted: call fit() or load() first")
+
+    def predict_proba(self, X: Table) -> np.ndarray:
         """Class probabilities, shape [rows, len(classes_)], columns in the order of ``classes_``."""
-        return self.result_.predict_proba(df)
+        self._check_fitted()
+        _refuse_sparse(X)
+        if "encoder_" in vars(self):
+            return self.result_.predict_proba(_spec_frame(X, self.encoder_.schema, with_target=False))
+        import torch
 
-    def predict(self, df: Table) -> np.ndarray:
-        """The most probable class of each row (as text, like ``classes_``)."""
-        return self.classes_[self.predict_proba(df).argmax(axis=1)]
+        from dpcare.tabular.recipe import probabilities
 
-    def score(self, df: Table, y=None, sample_weight=None) -> float:
-        """Accuracy; ``y`` defaults to the target column of ``df`` (labels compared as category text)."""
-        target = self.encoder_.schema.target
-        frame = read_table(df)
+        with _as_data_error():
+            x = validate_data(self, X, dtype=np.float32, accept_sparse=False, reset=False)
+        return probabilities(self.model_, torch.from_numpy(x))
+
+    def predict(self, X: Table) -> np.ndarray:
+        """The most probable class of each row (one of ``classes_``: the spec's categories as text)."""
+        return self.classes_[self.predict_proba(X).argmax(axis=1)]
+
+    def score(self, X: Table, y=None, sample_weight=None) -> float:
+        """Accuracy; ``y`` defaults to the target column of ``X`` (labels compared as category text)."""
+        self._check_fitted()
+        _refuse_sparse(X)
+        if "encoder_" not in vars(self):
+            if y is None:
+                raise DataError("score() needs the true labels y")
+            predicted = self.predict(X)
+            if self.guarantee_ is not None:  # a statistic of these (private) rows: remembered, see module docstring
+                with _as_data_error():
+                    x = validate_data(self, X, dtype=np.float32, reset=False)
+                _remember(_positional_frame(x, np.asarray(y)), None, "score()")
+            return float(accuracy_score(y, predicted, sample_weight=sample_weight))
+        spec = self.encoder_.schema
+        target = spec.target
+        frame = _spec_frame(X, spec, with_target=y is None)
         if y is None and target not in frame.columns:
             raise DataError(f"score() needs the true labels: pass y, or a table with the target column '{target}'")
         truth = frame[target] if y is None else pd.Series(np.asarray(y))
         if len(truth) != len(frame):
             raise DataError(f"y has {len(truth)} labels for {len(frame)} rows")
         if self.guarantee_ is not None:  # a statistic of these (private) rows: remembered, see the module docstring
-            labelled = frame if y is None or target in frame.columns else _with_target(frame, y, self.encoder_.schema)
-            _remember(labelled, self.encoder_.schema, "score()")
+            labelled = frame if y is None or target in frame.columns else _with_target(frame, y, spec)
+            _remember(labelled, spec, "score()")
         return float(accuracy_score(truth.map(category_text), self.predict(frame), sample_weight=sample_weight))
 
     # ------------------------------------------------------------------ persistence
     def save(self, folder: str | os.PathLike, force: bool = False) -> Path:
         """Write the run folder of ``dpcare train`` (refused if ``folder`` is not empty, unless ``force``)."""
+        self._check_fitted()
+        if "encoder_" not in vars(self):
+            raise SettingsError("save() writes the run folder of `dpcare train`, which needs a spec; a model fitted "
+                                "without one pickles (joblib.dump) with its guarantee_")
         return self.result_.save(folder, force=force)
 
     @classmethod
@@ -284,25 +436,165 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         return cls(schema=fitted.schema, **{k: v for k, v in params.items() if k in names})._set_fitted(fitted)
 
 
-def _note_selection(fitted: TabularModel, frame: pd.DataFrame, spec: TableSchema) -> TabularModel:
-    """``fitted`` with its guarantee naming a search on private scores: some of ``frame``'s rows were scored, or
-    this fit runs inside a search's own fit (its refit)."""
-    if fitted.ledger is None:
-        return fitted
-    _, search = _model_selection_call()
-    seen, hows = _seen(frame)
-    if not seen and search is None:
-        return fitted
-    what = []
-    if seen:
-        what.append(f"{seen} of the training rows were scored by earlier private models in this process "
-                    f"({', '.join(hows)})")
-    if search is not None:
-        what.append(f"this model was fitted inside scikit-learn's {search}, which picks settings by scores on its data")
-    note = SELECTION_NOTE.format(what="; ".join(what))
-    warnings.warn(note, SelectionWarning, stacklevel=user_stacklevel())
-    fitted.ledger.note_uncounted(note)
-    return replace(fitted, guarantee=fitted.ledger.guarantee())
+class RecordedSearch(MetaEstimatorMixin, BaseEstimator):
+    """A scikit-learn search (GridSearchCV, RandomizedSearchCV, HalvingGridSearchCV...) over private models whose
+    choice is recorded in their guarantees: ``RecordedSearch(GridSearchCV(DPClassifier(...), grid)).fit(X, y)``.
+
+    ``fit`` clones the search, sets ``selection=`` on every :class:`DPClassifier` inside its estimator (so each
+    clone, in this process or a worker, and the refit ``best_estimator_`` name the search in their guarantee,
+    whatever ``scoring=`` and ``n_jobs``), remembers the rows of ``X`` as scored (a model fitted later by hand on
+    those rows is seen) and fits it. The selection stays a release OUTSIDE epsilon: this records it, it does not
+    count it (``DPClassifier(tune=...)`` does). The fitted search is ``search_``; ``best_estimator_``,
+    ``best_params_``, ``best_score_``, ``cv_results_``, ``predict``, ``predict_proba`` and ``score`` are its."""
+
+    def __init__(self, search):
+        self.search = search
+
+    def fit(self, X, y=None, **params) -> RecordedSearch:
+        search = clone(self.search)
+        inner = getattr(search, "estimator", None)
+        if inner is None:
+            raise SettingsError(f"RecordedSearch wraps a scikit-learn search with an estimator (GridSearchCV...), got "
+                                f"{type(self.search).__name__}")
+        grid = getattr(search, "param_grid", None) or getattr(search, "param_distributions", None) or {}
+        names = sorted({k for g in (grid if isinstance(grid, list) else [grid]) for k in g})
+        what = f"settings picked by {type(search).__name__} over {names} from scores on the rows it was given"
+        found = {"": inner} if isinstance(inner, DPClassifier) else {}
+        if hasattr(inner, "get_params"):
+            found.update({f"{k}__": v for k, v in inner.get_params(deep=True).items() if isinstance(v, DPClassifier)})
+        if not found:
+            raise SettingsError(f"the search's estimator ({type(inner).__name__}) holds no DPClassifier to record")
+        inner.set_params(**{f"{path}selection": what for path in found})
+        for clf in found.values():
+            if clf.method != "non-private":
+                _remember_search_rows(X, y, clf, type(search).__name__)
+                break
+        search.fit(X, y, **params)
+        self.search_ = search
+        return self
+
+    def __getattr__(self, name: str):
+        if name in ("best_estimator_", "best_params_", "best_score_", "best_index_", "cv_results_", "classes_",
+                    "n_features_in_", "feature_names_in_", "refit_time_", "scorer_", "n_splits_"):
+            if "search_" not in vars(self):
+                raise NotFittedError(f"this RecordedSearch is not fitted: call fit() first (it has no {name} yet)")
+            return getattr(vars(self)["search_"], name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return "search_" in vars(self)
+
+    def _fitted_search(self):
+        if "search_" not in vars(self):
+            raise NotFittedError("this RecordedSearch is not fitted: call fit() first")
+        return self.search_
+
+    def predict(self, X):
+        return self._fitted_search().predict(X)
+
+    def predict_proba(self, X):
+        return self._fitted_search().predict_proba(X)
+
+    def score(self, X, y=None):
+        return self._fitted_search().score(X, y)
+
+
+def _remember_search_rows(X, y, clf: DPClassifier, search: str) -> None:
+    """The rows a search over a private ``clf`` is given, remembered as scored by "the private models of
+    ``search``" (in the columns ``clf`` would fingerprint them by)."""
+    how = f"the private models of {search}"
+    if clf.schema is None:
+        if isinstance(X, pd.DataFrame) or isinstance(X, np.ndarray):
+            x = np.asarray(X, dtype=np.float32) if not isinstance(X, pd.DataFrame) else X.to_numpy(np.float32)
+            if x.ndim == 2 and y is not None:
+                _remember(_positional_frame(x, np.asarray(y)), None, how)
+        return
+    spec = _spec(clf.schema)
+    frame = _spec_frame(X, spec, with_target=y is None)
+    if y is not None and spec.target not in frame.columns:
+        frame = _with_target(frame, y, spec)
+    _remember(frame, spec, how)
+
+
+# ---------------------------------------------------------------------- inputs
+class InputTypeError(DataError, TypeError):
+    """X holds values of a type that cannot be a number (a DataError, and a TypeError as numpy raises)."""
+
+
+class _as_data_error:
+    """scikit-learn's input checks (validate_data), their messages kept, as DataError (a ValueError; a TypeError
+    stays one too: InputTypeError)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb):
+        if kind is not None and issubclass(kind, (TypeError, ValueError)) and not isinstance(err, DPCareNotFittedError):
+            if isinstance(err, DataError):
+                return False
+            raise (InputTypeError if issubclass(kind, TypeError) else DataError)(str(err)) from err
+        return False
+
+
+def _refuse_sparse(X) -> None:
+    from scipy.sparse import issparse
+
+    if issparse(X) or (isinstance(X, pd.DataFrame) and any(isinstance(t, pd.SparseDtype) for t in X.dtypes)):
+        raise DataError("sparse input is not supported: DPClassifier needs dense X (X.toarray(), or a dense "
+                        "DataFrame)")
+
+
+def _positional_frame(x: np.ndarray, y: np.ndarray | None) -> pd.DataFrame:
+    """A spec-less X (and y) as a frame with columns named by position: what fingerprints are computed on."""
+    frame = pd.DataFrame(np.asarray(x), columns=[str(i) for i in range(np.asarray(x).shape[1])])
+    if y is not None:
+        frame[_Y] = pd.Series(np.asarray(y, dtype=object)).map(_canonical).to_numpy()
+    return frame
+
+
+def _spec_frame(X: Table, spec: TableSchema, with_target: bool) -> pd.DataFrame:
+    """X as a frame with the spec's column names: a frame or file as it is, an array by position (its columns
+    are the spec's feature columns in order; with ``with_target``, optionally followed by the target)."""
+    if isinstance(X, (pd.DataFrame, str, os.PathLike)):
+        return read_table(X)
+    try:
+        values = np.asarray(X)
+    except (TypeError, ValueError) as err:
+        raise DataError(f"X must be a DataFrame, a CSV/Parquet path or a 2-D array, got {type(X).__name__}: {err}") \
+            from None
+    names = list(spec.feature_columns)
+    if values.ndim != 2:
+        raise DataError(f"X must be 2-D (rows x columns), got an array of shape {values.shape}; reshape your data")
+    if with_target and values.shape[1] == len(names) + 1:
+        names.append(spec.target)
+    if values.shape[1] != len(names):
+        raise DataError(f"X is an array of {values.shape[1]} columns; its columns are read as the spec's "
+                        f"{len(spec.feature_columns)} feature columns in order {spec.feature_columns}: pass a DataFrame "
+                        "with those column names, or an array with exactly those columns")
+    return pd.DataFrame(values, columns=names)
+
+
+def _check_declared_units(frame: pd.DataFrame, spec: TableSchema) -> None:
+    """Refuse X whose numeric columns lie mostly outside their declared bounds: X is in other units than the
+    spec's (a scaler before DPClassifier in a Pipeline), so clipping to the bounds would be silently wrong."""
+    wrong = []
+    for col in spec.columns:
+        if col.role == "target" or col.kind != "numeric" or col.bounds is None or col.name not in frame.columns:
+            continue
+        values = pd.to_numeric(frame[col.name], errors="coerce").dropna().to_numpy(float)
+        if len(values):
+            outside = float(np.mean((values < col.bounds[0]) | (values > col.bounds[1])))
+            if outside > OUT_OF_BOUNDS_LIMIT:
+                wrong.append(f"'{col.name}' ({outside:.0%} outside {list(col.bounds)})")
+    if wrong:
+        raise DataError(f"the values of {', '.join(wrong)} lie mostly outside the spec's declared bounds: X is not in "
+                        "the units the spec declares. A scaler before DPClassifier (a Pipeline step) changes them, and "
+                        "one fitted on the private rows is itself a release outside epsilon: give DPClassifier the raw "
+                        "columns (it scales by the declared bounds itself), or declare the bounds in X's units")
+
+
+def _label(v):
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def _spec(schema) -> TableSchema:
