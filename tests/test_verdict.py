@@ -45,14 +45,19 @@ SCHEMA = TableSchema.from_dict(SPEC)
 FAST = TabularSettings(hidden=16, dp=DPSettings(epsilon=2.0, epochs=2, batch_size=32, accountant="rdp"))
 
 
-@pytest.mark.parametrize("method, baseline", [("feature-dp", "public columns only"), ("dp-sgd", "constant"),
+@pytest.mark.parametrize("method, baseline", [("feature-dp", "panel"), ("dp-sgd", "constant"),
                                               ("label-dp", "constant")])
 @pytest.mark.slow  # end to end
 def test_every_tabular_run_reports_its_public_baseline_on_the_test_rows(method, baseline):
     df = toy_table(400)
     m = fit(df, SCHEMA, TabularSettings(**{**FAST.__dict__, "method": method}), progress=False)
     b = m.baseline
-    assert baseline in b["name"]
+    if baseline == "panel":  # the strongest public predictor on the VALIDATION rows, named
+        assert b["name"] in [p["name"] for p in b["panel"]] and len(b["panel"]) == 4
+        best = max(b["panel"], key=lambda p: p["validation AUPRC"])
+        assert b["name"] == best["name"] and b["chosen on"] == "validation AUPRC"
+    else:
+        assert baseline in b["name"] and "panel" not in b
     test_rows = df.iloc[m.split["test"]]
     assert b["comparisons"][0]["units"] == len(test_rows) == 40  # the test split, not validation or training
     assert b["comparisons"][0]["model"] == pytest.approx(m.metrics["test_auprc"])
@@ -88,5 +93,26 @@ def test_the_public_columns_baseline_reads_no_private_value():
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(recipe, "probabilities", spy)
             m = fit(frame, SCHEMA, FAST, progress=False)
-        runs.append((seen[-2], m.baseline["metrics"]))  # public-columns model's test scores, then ours
+        runs.append((seen[-2], m.baseline["metrics"], m.baseline["panel"]))  # the last public scores before ours
     assert np.array_equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+    assert runs[0][2] == runs[1][2]  # every candidate of the panel scores the same validation rows alike
+
+
+def test_the_panel_is_fitted_on_training_rows_and_the_best_is_chosen_on_validation_rows():
+    """Issue 54: the baseline is the strongest of a panel (constant, logistic regression, gradient boosting and the
+    recipe's MLP), chosen by validation AUPRC; the test rows never enter the choice."""
+    from dpcare.tabular.baselines import choose, fit_panel
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(600, 5)).astype(np.float32)
+    y = (x[:, 0] - 0.5 * x[:, 1] + 0.3 * rng.normal(size=600) > 0).astype(np.float32)
+    panel = fit_panel(x[:400], y[:400], seed=0)
+    assert list(panel) == ["a constant (the training prevalence)", "logistic regression on the public columns",
+                           "gradient boosting on the public columns"]
+    panel["a perfect oracle of the validation rows"] = lambda v: v[:, 0] * 0 + (v[:, 0] - 0.5 * v[:, 1] > 0)
+    best, scored = choose(panel, x[400:500], y[400:500])
+    assert [c.name for c in scored] == list(panel)
+    assert best.validation_auprc == max(c.validation_auprc for c in scored)
+    assert scored[0].validation_auroc == 0.5 and scored[1].validation_auprc > 0.9  # the linear signal is found
+    only_constant = fit_panel(x[:50], np.zeros(50, dtype=np.float32), seed=0)
+    assert list(only_constant) == ["a constant (the training prevalence)"]  # one class: nothing else fits

@@ -362,7 +362,7 @@ def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: T
                               settings.dp.seed + i) for i, name in enumerate(("val", "test"), start=1)}
         for name, data in held.items():
             metrics.update({f"{name}_{k}": v for k, v in evaluate(model, data).items()})
-        baseline = public_baseline(settings, train, held["test"], model)
+        baseline = public_baseline(settings, train, held["val"], held["test"], model)
     split = {"rows": len(frame), "seed": settings.dp.seed, "holdout": holdout,
              **{k: v.tolist() for k, v in parts.items()}}
     info = {"steps": result.steps, "noise_multiplier": result.noise_multiplier, "backend": result.backend,
@@ -373,21 +373,31 @@ def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: T
 
 
 # --------------------------------------------------------------------------- the public baseline
-def public_baseline(settings: TabularSettings, train: dict[str, torch.Tensor], test: dict[str, torch.Tensor],
-                    model: torch.nn.Module) -> dict[str, Any]:
-    """The best predictor that needs no private data, on the same test rows, and the private model against it.
+def public_baseline(settings: TabularSettings, train: dict[str, torch.Tensor], val: dict[str, torch.Tensor],
+                    test: dict[str, torch.Tensor], model: torch.nn.Module) -> dict[str, Any]:
+    """The strongest predictor that needs no private data, chosen on the validation rows, and the private model
+    against it on the same test rows.
 
     Feature-level methods (Feature-DP, the fusion family) protect only the private columns: the public columns
-    and the label are public, so the baseline is the same MLP trained without privacy on pad(Psi(x)) (the
-    public view, private columns replaced by noise). Under DP-SGD, Label-DP or no protection the labels are
-    private: the baseline is the constant prediction (AUROC 0.5, AUPRC the test prevalence)."""
+    and the label are public, so the panel (:mod:`dpcare.tabular.baselines`: a constant, logistic regression,
+    gradient boosting, and the same MLP trained without privacy) is fitted on the training rows' public view
+    pad(Psi(x)) and the best by validation AUPRC is the baseline. Under DP-SGD, Label-DP or no protection the
+    labels are private: the baseline is the constant prediction (AUROC 0.5, AUPRC the test prevalence)."""
+    from dpcare.tabular.baselines import choose, fit_panel
     from dpcare.verdict import compare
 
     objective = objective_for(settings)
     y = test["y"].numpy()
+    panel = []
     if objective.private and objective.unit is ProtectedUnit.FEATURES:
-        name = "the same MLP on the public columns only (non-private)"
-        scores = probabilities(_public_columns_model(settings, train, model.config), test["x_pub"])[:, 1]
+        x_train, y_train = train["x_pub"].numpy(), train["y"].numpy()
+        candidates = fit_panel(x_train, y_train, settings.dp.seed)
+        mlp = _public_columns_model(settings, train, model.config)
+        candidates["the same MLP on the public columns only (non-private)"] = (
+            lambda x: probabilities(mlp, torch.from_numpy(x))[:, 1])
+        best, scored = choose(candidates, val["x_pub"].numpy(), val["y"].numpy())
+        name, scores = best.name, best.score(test["x_pub"].numpy())
+        panel = [c.summary() for c in scored]
     else:
         name = "a constant prediction (the labels are private)"
         scores = np.full(len(y), 0.5)
@@ -396,7 +406,8 @@ def public_baseline(settings: TabularSettings, train: dict[str, torch.Tensor], t
                    for m, fn in (("auprc", average_precision_score), ("auroc", roc_auc_score))]
     return {"name": name, "metrics": {"test AUPRC": float(average_precision_score(y, scores)),
                                       "test AUROC": float(roc_auc_score(y, scores))},
-            "comparisons": comparisons}
+            "comparisons": comparisons,
+            **({"panel": panel, "chosen on": "validation AUPRC"} if panel else {})}
 
 
 def _public_columns_model(settings: TabularSettings, train: dict[str, torch.Tensor], shape: dict[str, Any]
