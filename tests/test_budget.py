@@ -315,3 +315,26 @@ def test_a_commit_protecting_a_weaker_unit_than_the_budget_is_refused(tmp_path):
     with pytest.raises(PrivacyParameterError, match="does not imply"):
         budget.commit("a", gaussian_ledger(unit="example"))
     assert [r.status for r in Budget.load(budget.path).releases] == ["reserved"]
+
+
+def _run_under(budget: Budget, delta: float, run_id: str) -> None:
+    """One run as the recipes do it: reserve its planned guarantee (epsilon 1), commit its exact ledger."""
+    budget.reserve(Guarantee(epsilon=1.0, delta=delta, n=N), run_id=run_id)
+    budget.commit(run_id, planned_training(N, 0.05, 200, target_epsilon=1.0, delta=delta))
+
+
+def test_three_runs_at_epsilon_1_fit_a_3_1e5_budget_at_the_budget_run_delta(tmp_path):
+    """Issue 54: a planned run is a bare (epsilon, delta) added by basic composition; at the budget's own delta it
+    leaves none for composing the runs before it (epsilon = inf). At delta / runs, three runs fit."""
+    budget = Budget.create(tmp_path / "b.json", 3.0, 1e-5, "toy")
+    assert budget.runs == 10 and budget.run_delta == pytest.approx(1e-6)
+    for k in range(3):
+        _run_under(budget, budget.run_delta, f"run{k}")
+    assert Budget.load(budget.path).spent().epsilon < 3.0
+    assert Budget.load(budget.path).runs == 10  # kept in the file
+    whole = Budget.create(tmp_path / "w.json", 3.0, 1e-5, "toy")
+    _run_under(whole, 1e-5, "first")
+    with pytest.raises(BudgetExceededError, match="the DELTA is spent"):
+        _run_under(whole, 1e-5, "second")
+    with pytest.raises(PrivacyParameterError, match="runs"):
+        Budget.create(tmp_path / "r.json", 3.0, 1e-5, "toy", runs=0)

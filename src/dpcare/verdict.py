@@ -17,6 +17,10 @@ import numpy as np
 from dpcare.exceptions import DataError
 
 Metric = Callable[[np.ndarray, np.ndarray], float]  # (truth, scores or predictions) -> value
+#: what every run's console summary and report say of the numbers printed beside its guarantee
+OUTSIDE_THE_GUARANTEE = ("Outside the guarantee: the test and validation metrics, the public baselines' scores and "
+                         "the verdict above are exact statistics of held-out {units} (nothing there is noised); "
+                         "publishing them is a release of its own")
 
 
 @dataclass(frozen=True)

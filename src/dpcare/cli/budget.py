@@ -32,6 +32,7 @@ def budget_init(
         help="features / label budgets: comma-separated protected columns (default: the first release's)")] = None,
     data: Annotated[Path | None, typer.Option(help="data file or folder to fingerprint (sha256)")] = None,
     accountant: Annotated[str, typer.Option(help="pld or rdp: composes the releases")] = "pld",
+    runs: Annotated[int, typer.Option(help="runs the budget plans: a run without --delta takes delta / runs")] = 10,
     force: Annotated[bool, typer.Option(help="overwrite an existing budget file (its releases are lost)")] = False,
 ) -> None:
     """Create a budget file declaring the total (epsilon, delta) of a data set."""
@@ -39,8 +40,9 @@ def budget_init(
 
     cols = tuple(c.strip() for c in (protected or "").split(",") if c.strip())
     b = Budget.create(file, epsilon, delta, dataset, unit, cols, accountant,
-                      data_fingerprint(data) if data else None, force=force)
-    typer.echo(f"budget of {b.dataset!r} ({b.unit.value}): epsilon = {b.epsilon:g}, delta = {b.delta:g} -> {file}")
+                      data_fingerprint(data) if data else None, force=force, runs=runs)
+    typer.echo(f"budget of {b.dataset!r} ({b.unit.value}): epsilon = {b.epsilon:g}, delta = {b.delta:g} -> {file}; "
+               f"a run without --delta takes delta = {b.run_delta:.3g} ({b.runs} planned runs)")
 
 
 @app.command("show")
@@ -67,3 +69,17 @@ def budget_show(file: Annotated[Path, typer.Argument(help="budget file")]) -> No
     typer.echo(f"total:     epsilon = {b.epsilon:g}, delta = {b.delta:g}")
     typer.echo(f"remaining: epsilon = {max(left, 0.0):.4g}" + (" (EXCEEDED)" if over else "")
                + "; a run is checked by composing its own events with the releases above")
+    held = b.basic_delta()
+    typer.echo(f"delta:     {held:.3g} of {b.delta:g} held by releases without events, {b.delta - held:.3g} left to "
+               f"compose the rest at; a run without --delta takes delta = {b.run_delta:.3g} (the total over "
+               f"{b.runs} planned runs)")
+
+
+def with_budget_delta(settings, budget: Path | None):
+    """``settings`` for a run under ``--budget``: without its own delta, the budget's delta over its planned runs
+    (:attr:`dpcare.privacy.budget.Budget.run_delta`), so the run leaves delta for those after it."""
+    if budget is None or settings.dp.delta is not None:
+        return settings
+    from dpcare.privacy.budget import Budget
+
+    return settings.replace(dp=settings.dp.replace(delta=Budget.load(budget).run_delta))

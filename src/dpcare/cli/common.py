@@ -18,6 +18,14 @@ from dpcare.exceptions import DPCareError, SettingsError
 USER_ERRORS = (DPCareError,)
 
 
+def echo_outside_the_guarantee(units: str) -> None:
+    """Say, under a run's summary, that its metrics, baselines and verdict are outside its guarantee (``units``:
+    what the held-out data are: rows, patients, images...), as the report does."""
+    from dpcare.verdict import OUTSIDE_THE_GUARANTEE
+
+    typer.echo(OUTSIDE_THE_GUARANTEE.format(units=units))
+
+
 def fail(err: Exception) -> None:
     """Print ``error: <message>`` to stderr and exit with status 2."""
     typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)

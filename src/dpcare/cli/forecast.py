@@ -11,7 +11,8 @@ from typing import Annotated
 
 import typer
 
-from dpcare.cli.budget import BudgetOption
+from dpcare.cli.budget import BudgetOption, with_budget_delta
+from dpcare.cli.common import echo_outside_the_guarantee
 from dpcare.cli.options import settings_options
 from dpcare.timeseries.settings import ForecastSettings
 
@@ -44,6 +45,7 @@ def forecast_fit(
     """Train a forecaster on events; print test MSE beside the baselines on the same test patients (last
     observation carried forward, the declared mean: public; the pooled training mean: a reference), the
     verdict, the guarantee (patient-level DP-SGD) and the attack."""
+    settings = with_budget_delta(settings, budget)  # under --budget without --delta: its share of the delta
     from dpcare.exceptions import SettingsError, UnknownNameError
     from dpcare.privacy import guard_run
     from dpcare.runs import RunFolder
@@ -87,6 +89,7 @@ def forecast_fit(
                                       "defence).")
     for line in verdict_lines(settings.method, model.baselines):
         typer.echo(line)
+    echo_outside_the_guarantee("patients")
     if audit:
         r = payload["rows"][0]
         typer.echo(f"LOSS attack: AUC {r['AUC'][0]:.3f} [{r['AUC'][1]:.3f}, {r['AUC'][2]:.3f}], TPR/FPR at the mean "

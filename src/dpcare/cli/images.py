@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from dpcare.cli.budget import BudgetOption
+from dpcare.cli.budget import BudgetOption, with_budget_delta
+from dpcare.cli.common import echo_outside_the_guarantee
 from dpcare.cli.options import settings_options
 from dpcare.images.settings import DiffusionSettings
 
@@ -57,6 +58,7 @@ def images_fit(
 ) -> None:
     """Train a diffusion model on every image of FOLDER; print the guarantee. Nothing is read before the
     output folder, the --init model and the budget are checked (the budget from the number of files)."""
+    settings = with_budget_delta(settings, budget)  # under --budget without --delta: its share of the delta
     from dpcare.images.data import count_images
     from dpcare.images.recipe import KIND, fit, load_init, plan, training_count
     from dpcare.privacy import guard_run
@@ -86,6 +88,7 @@ def images_fit(
     typer.echo(model.guarantee.describe() if model.guarantee else model.manifest().models[0]["note"])
     if model.baseline is not None:
         typer.echo(f"{settings.method} {model.baseline['comparisons'][0]['verdict']}")
+        echo_outside_the_guarantee("images")
     elif settings.private:
         why = "--no-baseline" if not baseline else "--holdout 0 and no --test-images"
         typer.echo(f"not compared with the public baseline ({why}): no verdict on whether it is worth releasing")

@@ -16,8 +16,8 @@ from typing import Annotated
 
 import typer
 
-from dpcare.cli.budget import BudgetOption
-from dpcare.cli.common import table_and_spec
+from dpcare.cli.budget import BudgetOption, with_budget_delta
+from dpcare.cli.common import echo_outside_the_guarantee, table_and_spec
 from dpcare.cli.options import settings_options
 from dpcare.cli.train import ForceOption
 from dpcare.exceptions import MissingFileError, SettingsError, SpecError
@@ -124,6 +124,7 @@ def fit(
     """Fit a synthesizer; prints the estimated time (or, for AIM, its budget) first, then the privacy guarantee
     and the verdict against the public baseline (independent sampling from the spec's declared support) on
     real held-out rows."""
+    settings = with_budget_delta(settings, budget)  # under --budget without --delta: its share of the delta
     from dpcare.data import load_spec
 
     if synthesizer not in SYNTHESIZERS:
@@ -222,6 +223,7 @@ def _fit_and_write(synth, data: Path, test: Path | None, holdout: float, compare
         typer.echo("non-private fit: NO privacy guarantee")
     if synth.baseline is not None:
         typer.echo(describe(synth.baseline))
+        echo_outside_the_guarantee("rows")
     else:
         typer.echo("no public-baseline comparison (--holdout 0 and no --test): nothing says this table beats "
                    "sampling from the declared support")

@@ -15,8 +15,8 @@ from typing import Annotated
 
 import typer
 
-from dpcare.cli.budget import BudgetOption
-from dpcare.cli.common import RayAddressOption, use_ray
+from dpcare.cli.budget import BudgetOption, with_budget_delta
+from dpcare.cli.common import RayAddressOption, echo_outside_the_guarantee, use_ray
 from dpcare.cli.options import settings_options
 from dpcare.exceptions import MissingFileError, SettingsError
 from dpcare.text.classify.settings import NoteClassifierSettings
@@ -103,6 +103,7 @@ def finetune(
     """Fine-tune a causal LM on notes, the PATIENT as the privacy unit (every window of every note of a
     patient clipped together); save the trained weights as a run folder and print the guarantee; with --test,
     score it against the public baselines on held-out patients' notes."""
+    settings = with_budget_delta(settings, budget)  # under --budget without --delta: its share of the delta
     from dpcare.privacy import PrivacyLedger, guard_run
     from dpcare.runs import RunFolder
     from dpcare.text.lm.finetune import finetune_with, plan
@@ -136,6 +137,7 @@ def finetune(
         for line in comparison_lines(scores):
             typer.echo(line)
         typer.echo(f"{info['mode']} {scores.result['verdict']}")
+        echo_outside_the_guarantee("patients' notes")
     save_finetuned(net, info, run.path(WEIGHTS).parent)  # into the run's staging folder
     data = {"path": str(notes), "patients": info["patients"], "notes": info["notes"], "rows": info["rows"]}
     if held_out is not None:
@@ -251,6 +253,7 @@ def classify(
     """Train an ICD coder on your notes (CAML; the K most frequent codes): the masked sensitive spans of a
     patient's notes protected (fusion methods, feature-level DP) or every note of a patient (dp-sgd). Prints
     the test metrics and the guarantee."""
+    settings = with_budget_delta(settings, budget)  # under --budget without --delta: its share of the delta
     from dpcare.privacy import guard_run
     from dpcare.runs import RunFolder
     from dpcare.text.classify.recipe import KIND, fit, plan
@@ -281,6 +284,7 @@ def classify(
                f"({settings.method} is a non-private reference).")
     if model.baseline is not None:
         typer.echo(f"{settings.method} {model.baseline['comparisons'][0]['verdict']}")
+    echo_outside_the_guarantee("patients' notes")
     typer.echo(f"written to {out}/")
 
 

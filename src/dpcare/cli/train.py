@@ -10,7 +10,8 @@ from typing import Annotated
 
 import typer
 
-from dpcare.cli.budget import BudgetOption
+from dpcare.cli.budget import BudgetOption, with_budget_delta
+from dpcare.cli.common import echo_outside_the_guarantee
 from dpcare.cli.options import settings_options
 from dpcare.tabular.settings import TabularSettings
 
@@ -39,6 +40,7 @@ def train(
     settings: TabularSettings = None,
 ) -> None:
     """Train a model on a table with a privacy spec; print test AUPRC/AUROC and the guarantee."""
+    settings = with_budget_delta(settings, budget)  # under --budget without --delta: its share of the delta
     from dpcare.data.schema import load_spec
     from dpcare.data.tables import count_rows
     from dpcare.exceptions import DataError, DPCareError
@@ -95,6 +97,8 @@ def train(
         typer.echo(model.guarantee.describe())
     if model.baseline is not None:
         typer.echo(f"{settings.method} {model.baseline['comparisons'][0]['verdict']}")
+    if model.metrics:
+        echo_outside_the_guarantee("rows")
     if audit:
         r = payload["rows"][0]
         typer.echo(f"LOSS attack: AUC {r['AUC'][0]:.3f} [{r['AUC'][1]:.3f}, {r['AUC'][2]:.3f}], TPR/FPR at the mean "

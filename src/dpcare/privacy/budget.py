@@ -65,6 +65,10 @@ from dpcare.runtime import process_rank
 FORMAT = 1
 COUNTED = ("reserved", "done")  # "cancelled" releases are kept for the record but not composed
 COLUMN_UNITS = (ProtectedUnit.FEATURES, ProtectedUnit.LABEL)
+#: runs a budget's delta is spread over by default (``budget init --runs``): a run under a budget without its own
+#: delta takes delta / runs, so that the check of a planned run (its (epsilon, delta) added by basic composition
+#: to the releases composed at the rest of the delta) leaves delta for the releases before it
+DEFAULT_RUNS = 10
 Planned = PrivacyLedger | Guarantee | None  # None: a non-private run (epsilon = inf)
 T = TypeVar("T")
 
@@ -196,9 +200,12 @@ class Budget:
     fingerprint: str | None = None
     created: str = ""
     releases: list[Release] = field(default_factory=list)
+    runs: int = DEFAULT_RUNS  # the runs it plans: a run's default delta is delta / runs (run_delta)
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
+        if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
+            raise PrivacyParameterError(f"runs (the runs a budget plans) must be a whole number >= 1, got {self.runs!r}")
         self.epsilon, self.delta = check_epsilon(self.epsilon), check_delta(self.delta)
         if not isinstance(self.dataset, str) or not self.dataset.strip():
             raise SpecError("a budget needs a data set name")
@@ -218,10 +225,12 @@ class Budget:
     @classmethod
     def create(cls, path: str | os.PathLike, epsilon: float, delta: float, dataset: str,
                unit: ProtectedUnit | str = ProtectedUnit.EXAMPLE, protected_columns: Sequence[str] = (),
-               accountant: str = "pld", fingerprint: str | None = None, force: bool = False) -> Budget:
-        """Write a new budget file with no releases; an existing one is kept unless ``force``."""
+               accountant: str = "pld", fingerprint: str | None = None, force: bool = False,
+               runs: int = DEFAULT_RUNS) -> Budget:
+        """Write a new budget file with no releases; an existing one is kept unless ``force``. ``runs``: how many
+        runs it plans (a run without its own delta takes ``delta / runs``)."""
         budget = cls(Path(path), dataset, epsilon, delta, unit, tuple(protected_columns), accountant, fingerprint,
-                     _now())
+                     _now(), runs=runs)
         if budget.path.exists() and not force:  # checked again under the lock; refused here it leaves no lock file
             raise DPCareError(f"a budget file already exists at {budget.path} (its releases would be lost; "
                               "`dpcare budget init --force` or Budget.create(..., force=True) overwrites it)")
@@ -247,7 +256,7 @@ class Budget:
         try:
             return cls(path, d["dataset"], d["total"]["epsilon"], d["total"]["delta"], d["unit"],
                        d["protected_columns"], d["accountant"], d["fingerprint"], d["created"],
-                       [Release.from_dict(r) for r in d["releases"]])
+                       [Release.from_dict(r) for r in d["releases"]], d.get("runs", DEFAULT_RUNS))
         except (KeyError, TypeError, ValueError) as err:
             raise SpecError(f"budget file {path} is malformed: {type(err).__name__}: {err}") from None
 
@@ -255,7 +264,17 @@ class Budget:
         return {"dpcare_budget": FORMAT, "dataset": self.dataset, "fingerprint": self.fingerprint,
                 "unit": self.unit.value, "protected_columns": list(self.protected_columns),
                 "total": {"epsilon": self.epsilon, "delta": self.delta}, "accountant": self.accountant,
-                "created": self.created, "releases": [r.to_dict() for r in self.releases]}
+                "runs": self.runs, "created": self.created, "releases": [r.to_dict() for r in self.releases]}
+
+    @property
+    def run_delta(self) -> float:
+        """The delta of a run under this budget that gives none of its own: the total spread over ``runs``."""
+        return self.delta / self.runs
+
+    def basic_delta(self) -> float:
+        """The delta held by the counted releases composed by basic composition (no events): what is not left
+        for composing the others' events."""
+        return math.fsum(r.delta for r in self.releases if r.status in COUNTED and r.event() is None)
 
     def _write(self) -> None:
         atomic_write(self.path, lambda f: _dump(self.to_dict(), f))
@@ -326,12 +345,21 @@ class Budget:
         after = self.spent(release)
         if after.epsilon > self.epsilon or after.delta > self.delta:
             before = self.spent()
+            held = self.basic_delta() + (release.delta if release.event() is None else 0.0)
+            if held >= self.delta:  # no delta left to compose the events at: epsilon is infinite
+                why = (f"the DELTA is spent: releases without events (this run's planned guarantee included) hold "
+                       f"delta = {held:.3g} of the total {self.delta:g}, leaving none to compose the others at; "
+                       f"give this run a smaller delta (--delta, e.g. {self.run_delta:.3g}: the budget's delta over "
+                       f"its {self.runs} planned runs, the default under a budget)")
+            else:
+                why = ("the EPSILON is spent: give this run a smaller --epsilon, or stop here (the budget's remaining "
+                       "epsilon is the total minus what the releases above compose to)")
             raise BudgetExceededError(
                 f"run {release.run_id!r} would exceed the privacy budget of {self.dataset!r} ({self.path}): "
                 f"spent epsilon = {before.epsilon:.4g} ({before.releases} releases) + planned epsilon = "
                 f"{release.epsilon:.4g} (delta = {release.delta:.3g}) compose to epsilon = {after.epsilon:.4g} "
                 f"at delta = {after.delta:.3g} ({after.method}), above the total epsilon = {self.epsilon:g}, "
-                f"delta = {self.delta:g}; nothing was run")
+                f"delta = {self.delta:g}: {why}; nothing was run")
         return after
 
     # ------------------------------------------------------------- changing (locked)
