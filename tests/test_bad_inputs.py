@@ -68,7 +68,7 @@ def _file_in_the_way(root: Path, name: str) -> str:
 def _events(root: Path, bad_time: bool = False, conflict: bool = False) -> str:
     rng = np.random.default_rng(0)
     rows = []
-    for p in range(6):
+    for p in range(12):  # 12 patients: a hash split of the seed leaves no split empty (7 / 2 / 3)
         for h in range(30):
             rows.append({"patient_id": f"p{p}", "stay_id": f"s{p}", "time": f"2020-01-01 {h % 24:02d}:00" if h < 24
                          else f"2020-01-02 {h - 24:02d}:00", "variable": "hr", "value": 80 + rng.normal()})
@@ -120,6 +120,9 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("train: a meaninglessly large epsilon", lambda d: ["train", _table(d), "--spec", _spec(d), "--epsilon", "1e6"],
      r"--epsilon must be a finite number in \(0, 100\]"),
     ("train: delta >= 1/n", lambda d: ["train", _table(d), "--spec", _spec(d), "--delta", "0.5"], "delta"),
+    ("train: a spec key dpcare does not know (epsilon: in the spec)",
+     lambda d: ["train", _table(d), "--spec", _spec(d, yaml.safe_dump({**SPEC, "epsilon": 1.0}))],
+     r"unknown spec key\(s\) \['epsilon'\]"),
     ("train: an unknown method", lambda d: ["train", _table(d), "--spec", _spec(d), "--method", "dp-adam"],
      "--method must be one of"),
     ("train: --out is an existing file",

@@ -43,6 +43,7 @@ def spec_with(**changes):
         (lambda d: d["columns"][0].update(colour="red"), "unknown keys"),
         (lambda d: d.pop("target"), "exactly one target"),
         (lambda d: d["target"].pop("categories"), "declared categories"),
+        (lambda d: d.update(epsilon=1.0), r"unknown spec key\(s\) \['epsilon'\]: a table spec has 'name', 'target'"),
     ],
 )
 def test_bad_specs_are_named(mutate, match):
@@ -53,7 +54,8 @@ def test_bad_specs_are_named(mutate, match):
 
 
 def test_spec_round_trips_yaml_and_json(tmp_path):
-    schema = TableSchema.from_dict(SPEC)
+    schema = TableSchema.from_dict({**SPEC, "source": "a toy table", "licence": "CC0"})  # descriptive keys kept
+    assert schema.meta == {"source": "a toy table", "licence": "CC0"}
     for ext in ("yaml", "json"):
         save_spec(schema, tmp_path / f"s.{ext}")
         assert load_spec(tmp_path / f"s.{ext}") == schema

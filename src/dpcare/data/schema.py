@@ -164,12 +164,21 @@ class TableSchema:
                 raise SpecError(f"each column must be a mapping, got {c!r}")
             cols.append(_column(c))
         meta = {k: v for k, v in d.items() if k not in ("columns", "target", "name")}
+        unknown = sorted(set(meta) - set(SPEC_NOTES), key=str)
+        if unknown:  # e.g. an `epsilon:` the user meant as a setting: silently ignored, it would mislead
+            raise SpecError(f"unknown spec key(s) {unknown}: a table spec has 'name', 'target', 'columns' and the "
+                            f"descriptive {list(SPEC_NOTES)}; privacy settings (epsilon, delta, ...) are options of "
+                            "the command or fields of the settings, not spec keys")
         return cls(tuple(cols), str(d.get("name", "")), meta)
 
     def to_dict(self) -> dict[str, Any]:
         target = self.column(self.target)
         return {"name": self.name, **self.meta, "target": target.to_dict(),
                 "columns": [c.to_dict() for c in self.columns if c.role != "target"]}
+
+
+#: top-level keys of a table spec that describe it and change nothing (kept in ``TableSchema.meta``)
+SPEC_NOTES = ("source", "licence", "license", "note", "notes", "description", "url", "citation", "version")
 
 
 def _column(d: dict[str, Any]) -> ColumnSpec:
