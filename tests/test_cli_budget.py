@@ -2,6 +2,7 @@
 recorded with its exact ledger after, and a run that would exceed the total is refused."""
 
 import json
+import re
 
 import pytest
 import yaml
@@ -79,7 +80,12 @@ def test_a_refusal_says_whether_epsilon_or_delta_is_spent(table):
     budget = table / "budget.json"
     assert runner.invoke(app, ["budget", "init", str(budget), "--epsilon", "3", "--delta", "1e-4",
                                "--dataset", "toy"]).exit_code == 0
-    assert train(table, "a", 1.0, budget).exit_code == 0  # --delta 1e-4: the budget's whole delta
+    first = train(table, "a", 1.0, budget)  # --delta 1e-4: the budget's whole delta
+    assert first.exit_code == 0, first.output
+    lines = first.output.splitlines()
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))  # issue 54: said first
+    assert verdict < lines.index("{") and re.match(r"verdict: (worth releasing|do not release|cannot be told with "
+                                                   r"30 test units) \(on test AUPRC, against ", lines[verdict])
     refused = train(table, "b", 1.0, budget)
     assert refused.exit_code == 2 and "the DELTA is spent" in refused.output and "--delta" in refused.output
     over = runner.invoke(app, ["train", str(table / "train.csv"), "--spec", str(table / "spec.yaml"), "--out",

@@ -116,3 +116,12 @@ def test_the_panel_is_fitted_on_training_rows_and_the_best_is_chosen_on_validati
     assert scored[0].validation_auroc == 0.5 and scored[1].validation_auprc > 0.9  # the linear signal is found
     only_constant = fit_panel(x[:50], np.zeros(50, dtype=np.float32), seed=0)
     assert list(only_constant) == ["a constant (the training prevalence)"]  # one class: nothing else fits
+
+
+def test_the_plain_verdict_has_three_answers():
+    from dpcare.verdict import plain_verdict
+
+    base = {"beats": False, "low": -0.1, "high": 0.2, "units": 45}
+    assert plain_verdict({**base, "beats": True, "low": 0.01}) == "worth releasing"
+    assert plain_verdict({**base, "high": -0.01}) == "do not release"
+    assert plain_verdict(base) == "cannot be told with 45 test units"

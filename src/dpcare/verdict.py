@@ -62,6 +62,17 @@ class Comparison:
         return {**asdict(self), "beats": self.beats, "verdict": self.verdict()}
 
 
+def plain_verdict(comparison: dict) -> str:
+    """The verdict in plain words, from a :meth:`Comparison.to_dict`: "worth releasing" (the whole interval is
+    better than the public baseline), "do not release" (the whole interval is worse) or "cannot be told with N
+    test units" (the interval contains 0: release nothing on this evidence)."""
+    if comparison["beats"]:
+        return "worth releasing"
+    if comparison["high"] < 0:
+        return "do not release"
+    return f"cannot be told with {comparison['units']} test units"
+
+
 def compare(metric_name: str, metric: Metric, truth: np.ndarray, model: np.ndarray, baseline: np.ndarray,
             baseline_name: str, higher_is_better: bool = True, groups: np.ndarray | None = None,
             resamples: int = 1000, seed: int = 0) -> Comparison:
@@ -96,4 +107,4 @@ def compare(metric_name: str, metric: Metric, truth: np.ndarray, model: np.ndarr
                       float(low), float(high), higher_is_better, len(labels), len(diffs))
 
 
-__all__ = ["Comparison", "Metric", "compare"]
+__all__ = ["OUTSIDE_THE_GUARANTEE", "Comparison", "Metric", "compare", "plain_verdict"]

@@ -18,6 +18,16 @@ from dpcare.exceptions import DPCareError, SettingsError
 USER_ERRORS = (DPCareError,)
 
 
+def echo_plain_verdict(baseline: dict | None) -> None:
+    """The first line of a run's summary: the verdict against its public baseline in plain words (issue 54)."""
+    if baseline is None:
+        return
+    from dpcare.verdict import plain_verdict
+
+    first = baseline["comparisons"][0]
+    typer.echo(f"verdict: {plain_verdict(first)} (on {first['metric']}, against {baseline['name']}; details below)")
+
+
 def echo_outside_the_guarantee(units: str) -> None:
     """Say, under a run's summary, that its metrics, baselines and verdict are outside its guarantee (``units``:
     what the held-out data are: rows, patients, images...), as the report does."""

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from dpcare.cli.budget import BudgetOption, with_budget_delta
-from dpcare.cli.common import echo_outside_the_guarantee
+from dpcare.cli.common import echo_outside_the_guarantee, echo_plain_verdict
 from dpcare.cli.options import settings_options
 from dpcare.images.settings import DiffusionSettings
 
@@ -83,6 +83,7 @@ def images_fit(
                                                                if public_images else {}),
             **({"test_images": str(test_images)} if test_images else {})}
     model.write(run, data=data)
+    echo_plain_verdict(model.baseline)
     typer.echo(f"{settings.method}: {n_train} training images" + (f" ({n - n_train} held out)" if n > n_train else "")
                + f", {len(model.classes)} classes, {model.info['steps']} steps")
     typer.echo(model.guarantee.describe() if model.guarantee else model.manifest().models[0]["note"])

@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from dpcare.cli.budget import BudgetOption, with_budget_delta
-from dpcare.cli.common import RayAddressOption, echo_outside_the_guarantee, use_ray
+from dpcare.cli.common import RayAddressOption, echo_outside_the_guarantee, echo_plain_verdict, use_ray
 from dpcare.cli.options import settings_options
 from dpcare.exceptions import MissingFileError, SettingsError
 from dpcare.text.classify.settings import NoteClassifierSettings
@@ -277,6 +277,7 @@ def classify(
         if held is not None:
             held.actual = model.ledger
     model.write(run, data={"path": str(notes), "notes": len(corpus), "patients": patients})
+    echo_plain_verdict(model.baseline)
     typer.echo(json.dumps({"method": settings.method, **{k: round(v, 4) for k, v in model.metrics.items()},
                            "best epoch": model.info["best_epoch"], "threshold": model.threshold,
                            "codes": len(model.codes)}, indent=2))

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from dpcare.cli.budget import BudgetOption, with_budget_delta
-from dpcare.cli.common import echo_outside_the_guarantee
+from dpcare.cli.common import echo_outside_the_guarantee, echo_plain_verdict
 from dpcare.cli.options import settings_options
 from dpcare.tabular.settings import TabularSettings
 
@@ -88,6 +88,7 @@ def train(
     row = {"method": settings.method, **{k: v for k, v in model.metrics.items() if k.startswith("test")},
            "epsilon": model.guarantee.epsilon if model.guarantee else math.inf,
            "delta": model.guarantee.delta if model.guarantee else 0.0}
+    echo_plain_verdict(model.baseline)
     typer.echo(json.dumps(strict_json(row), indent=2))  # a non-private run's epsilon prints as null
     if grid:
         t = model.info["tuning"]
