@@ -69,7 +69,7 @@ def budget_show(file: Annotated[Path, typer.Argument(help="budget file")]) -> No
     typer.echo(f"total:     epsilon = {b.epsilon:g}, delta = {b.delta:g}")
     typer.echo(f"remaining: epsilon = {max(left, 0.0):.4g}" + (" (EXCEEDED)" if over else "")
                + "; a run is checked by composing its own events with the releases above")
-    held = b.basic_delta()
+    held = spent.basic_delta
     typer.echo(f"delta:     {held:.3g} of {b.delta:g} held by releases without events, {b.delta - held:.3g} left to "
                f"compose the rest at; a run without --delta takes delta = {b.run_delta:.3g} (the total over "
                f"{b.runs} planned runs)")

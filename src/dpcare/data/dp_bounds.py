@@ -3,9 +3,10 @@
 A histogram over a FIXED, data-independent grid (sign x 10^k, k from -3 to 9 in
 steps of 0.05, plus 0) gets Gaussian noise (the floating-point-safe sampler,
 privacy.randomness.secure_normal); one record moves one count by one, so the L2
-sensitivity under add/remove is 1 and each column is one Gaussian mechanism. Bins whose noisy count is below 4 sigma are dropped (an empty bin
-passes with probability 3e-5), and the bounds are approximate lower/upper
-quantiles of what remains: post-processing, so no further privacy cost.
+sensitivity under add/remove is 1 and each column is one Gaussian mechanism.
+Bins whose noisy count is below 4 sigma are dropped (an empty bin passes with
+probability 3e-5), and the bounds are approximate lower/upper quantiles of what
+remains: post-processing, so no further privacy cost.
 """
 
 from __future__ import annotations

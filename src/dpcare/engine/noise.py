@@ -12,12 +12,13 @@ Two modes, chosen by ``noise_seed``:
   ``SeedSequence(root, (stream, draw number))`` with its full 128-bit state: no pseudo-random state lives
   across steps whose outputs could be pieced together (torch's CPU generator is a Mersenne Twister seeded with
   32 bits). Each Gaussian coordinate is the sum of SECURE_SUMMANDS = 4 draws of std sigma / 2
-  (:func:`~dpcare.privacy.randomness.secure_normal`), which is again N(0, sigma^2) but hides the floating-point artefacts of one draw's sampler (Holohan & Braghin 2021,
-  "Secure random sampling in differential privacy", ESORICS; the defence Opacus' ``secure_mode`` uses). Opacus
-  also draws from a CSPRNG (torchcsprng, unmaintained); here the generators are NumPy's PCG64DXSM on the CPU and
-  torch's Philox on CUDA (64-bit seed), each seeded afresh per draw from the secret root. The draws are a
-  function of the root and the draw number, so a resumed run (root kept in its checkpoint folder) repeats the
-  noise of the steps it replays instead of releasing a second draw of them.
+  (:func:`~dpcare.privacy.randomness.secure_normal`), which is again N(0, sigma^2) but hides the floating-point
+  artefacts of one draw's sampler (Holohan & Braghin 2021, "Secure random sampling in differential privacy",
+  ESORICS; the defence Opacus' ``secure_mode`` uses). Opacus also draws from a CSPRNG (torchcsprng, unmaintained);
+  here the generators are NumPy's PCG64DXSM on the CPU and torch's Philox on CUDA (64-bit seed), each seeded
+  afresh per draw from the secret root. The draws are a function of the root and the draw number, so a resumed
+  run (root kept in its checkpoint folder) repeats the noise of the steps it replays instead of releasing a
+  second draw of them.
 * **reproducible** (an integer ``noise_seed``, for tests and published numbers): one seeded torch generator per
   stream, plain ``torch.rand`` / ``torch.normal``.
 
@@ -33,6 +34,7 @@ import torch
 from torch import Tensor
 
 from dpcare.privacy.randomness import SECURE_SUMMANDS, secure_normal, sub_root
+
 
 def seeded_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
     g = torch.Generator(device=device)

@@ -504,8 +504,8 @@ def _remember_search_rows(X, y, clf: DPClassifier, search: str) -> None:
     ``search``" (in the columns ``clf`` would fingerprint them by)."""
     how = f"the private models of {search}"
     if clf.schema is None:
-        if isinstance(X, pd.DataFrame) or isinstance(X, np.ndarray):
-            x = np.asarray(X, dtype=np.float32) if not isinstance(X, pd.DataFrame) else X.to_numpy(np.float32)
+        if isinstance(X, (pd.DataFrame, np.ndarray)):
+            x = np.asarray(X, dtype=np.float32)
             if x.ndim == 2 and y is not None:
                 _remember(_positional_frame(x, np.asarray(y)), None, how)
         return

@@ -110,6 +110,7 @@ class Spent:
     delta: float
     method: str  # "pld" / "rdp" (the accountant), "basic" (sum), "pld + basic", or "none"
     releases: int
+    basic_delta: float = 0.0  # the delta of the releases added by basic composition: not left for the events
 
 
 def compose(releases: Sequence[Release], delta: float, accountant: str = "pld") -> Spent:
@@ -125,10 +126,10 @@ def compose(releases: Sequence[Release], delta: float, accountant: str = "pld") 
             basic.append(r)
     eps_b, delta_b = math.fsum(r.epsilon for r in basic), math.fsum(r.delta for r in basic)
     if not events:
-        return Spent(eps_b, delta_b, "basic" if basic else "none", len(counted))
+        return Spent(eps_b, delta_b, "basic" if basic else "none", len(counted), delta_b)
     rest = delta - delta_b
     eps_a = compute_epsilon(dp_event.ComposedDpEvent(events), rest, accountant) if rest > 0 else math.inf
-    return Spent(eps_a + eps_b, delta, accountant + (" + basic" if basic else ""), len(counted))
+    return Spent(eps_a + eps_b, delta, accountant + (" + basic" if basic else ""), len(counted), delta_b)
 
 
 def data_fingerprint(path: str | os.PathLike) -> str:
@@ -271,11 +272,6 @@ class Budget:
         """The delta of a run under this budget that gives none of its own: the total spread over ``runs``."""
         return self.delta / self.runs
 
-    def basic_delta(self) -> float:
-        """The delta held by the counted releases composed by basic composition (no events): what is not left
-        for composing the others' events."""
-        return math.fsum(r.delta for r in self.releases if r.status in COUNTED and r.event() is None)
-
     def _write(self) -> None:
         atomic_write(self.path, lambda f: _dump(self.to_dict(), f))
 
@@ -345,7 +341,7 @@ class Budget:
         after = self.spent(release)
         if after.epsilon > self.epsilon or after.delta > self.delta:
             before = self.spent()
-            held = self.basic_delta() + (release.delta if release.event() is None else 0.0)
+            held = after.basic_delta  # this run's planned guarantee included
             if held >= self.delta:  # no delta left to compose the events at: epsilon is infinite
                 why = (f"the DELTA is spent: releases without events (this run's planned guarantee included) hold "
                        f"delta = {held:.3g} of the total {self.delta:g}, leaving none to compose the others at; "

@@ -225,10 +225,7 @@ def training_patients(patients: Iterable[str], settings: ForecastSettings,
         if empty:
             raise DataError(f"the data set's split(s) {empty} are empty")
         return len(given["train"])
-    try:
-        return len(split_patients(patients, FRACTIONS, settings.dp.seed, SPLIT_NAMES, settings.split)["train"])
-    except DataError as err:
-        raise DataError(f"{err} (the train / validation / test split {list(FRACTIONS)})") from None
+    return len(split_patients(patients, FRACTIONS, settings.dp.seed, SPLIT_NAMES, settings.split)["train"])
 
 
 def plan(settings: ForecastSettings, patients: Iterable[str], dataset: TimeSeriesDataset | None = None
