@@ -54,6 +54,7 @@ class Rule:
     none: bool = False
     none_means: str = ""
     cli: str | None = None  # the option's name on the command line, if not the field's
+    methods: tuple[str, ...] = ()  # the methods this setting acts in (empty: every method); the report shows no other
     error: type[DPCareError] = SettingsError
 
     def allowed(self) -> str:
@@ -156,6 +157,37 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def in_effect(obj: Any, resolved: dict[str, Any] | None = None, method: str | None = None) -> dict[str, Any]:
+    """The settings a run used, for its run.json and report: a None the run resolved shown as that value
+    (``resolved``: {dotted name: value}, e.g. {"dp.delta": 1e-5}), another None as what it means (its Rule's
+    ``none_means``), settings of other methods than ``method`` (default: ``obj.method``) left out, and of a
+    non-private run (``obj.private`` False) no DP setting but the public seed."""
+    resolved = dict(resolved or {})
+    method = method if method is not None else getattr(obj, "method", None)
+    private = getattr(obj, "private", True)
+
+    def walk(o: Any, prefix: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        declared = rules(o)
+        for f in dataclasses.fields(o):
+            name, value, rule = f"{prefix}{f.name}", getattr(o, f.name), declared.get(f.name)
+            if rule is not None and rule.methods and method not in rule.methods:
+                continue
+            if isinstance(value, DPSettings) and not private:
+                out[f.name] = {"seed": value.seed}
+            elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+                out[f.name] = walk(value, f"{name}.")
+            elif name in resolved:
+                out[f.name] = _plain(resolved[name])
+            elif value is None and rule is not None and rule.none_means:
+                out[f.name] = f"none ({rule.none_means})"
+            else:
+                out[f.name] = _plain(value)
+        return out
+
+    return walk(obj, "")
 
 
 class Settings:
@@ -291,5 +323,5 @@ def require_unit(dp: DPSettings, unit: str, why: str) -> None:
 
 
 __all__ = ["ACCOUNTANTS", "PRECISIONS", "UNITS", "ComputeSettings", "DPSettings", "Rule", "Settings", "check",
-           "check_device_name", "from_dict", "require_unit", "rules",
+           "check_device_name", "from_dict", "in_effect", "require_unit", "rules",
            "setting", "to_dict"]

@@ -73,6 +73,20 @@ def plain_verdict(comparison: dict) -> str:
     return f"cannot be told with {comparison['units']} test units"
 
 
+def verdict_entry(model: str, comparison: dict) -> dict:
+    """One row of run.json's ``verdicts``: the model, the verdict in plain words first, then what it rests on
+    (the metric, the baseline, the difference and its 95% interval over how many test units) and the sentence."""
+    c = comparison
+    if c.get("undefined"):  # a metric that cannot be computed (e.g. a synthetic table of one class)
+        return {"model": model, "verdict": "do not release (the metric is undefined)", "metric": c["metric"],
+                "against": c["baseline_name"], "model value": c.get("model"), "baseline value": c.get("baseline"),
+                "sentence": c["verdict"]}
+    return {"model": model, "verdict": plain_verdict(c), "metric": c["metric"], "against": c["baseline_name"],
+            "model value": c["model"], "baseline value": c["baseline"],
+            "difference [95% interval]": [c["difference"], c["low"], c["high"]], "test units": c["units"],
+            "sentence": c["verdict"]}
+
+
 def compare(metric_name: str, metric: Metric, truth: np.ndarray, model: np.ndarray, baseline: np.ndarray,
             baseline_name: str, higher_is_better: bool = True, groups: np.ndarray | None = None,
             resamples: int = 1000, seed: int = 0) -> Comparison:
@@ -107,4 +121,4 @@ def compare(metric_name: str, metric: Metric, truth: np.ndarray, model: np.ndarr
                       float(low), float(high), higher_is_better, len(labels), len(diffs))
 
 
-__all__ = ["OUTSIDE_THE_GUARANTEE", "Comparison", "Metric", "compare", "plain_verdict"]
+__all__ = ["OUTSIDE_THE_GUARANTEE", "Comparison", "Metric", "compare", "plain_verdict", "verdict_entry"]

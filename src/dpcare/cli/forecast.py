@@ -74,7 +74,10 @@ def forecast_fit(
             held.actual = model.ledger
     attacks = []
     if audit:
-        payload = loss_audit(model)
+        from dpcare.runs.record import phase
+
+        with phase("LOSS membership attack (--audit)"):
+            payload = loss_audit(model)
         attacks.append(run.attack("loss", payload))
     data = {"path": str(events) if events is not None else None, "layout": layout if events is not None else None,
             "dataset": dataset or source.name, "patients": len(patients)}

@@ -180,6 +180,7 @@ def _fit_and_write(synth, data: Path, test: Path | None, holdout: float, compare
     from dpcare.data import count_rows, load_table
     from dpcare.privacy import guard_run
     from dpcare.runs import RunFolder
+    from dpcare.runs.record import phase
     from dpcare.synth.saved import check_test_rows
     from dpcare.synth.evaluate import EFFICACY
     from dpcare.synth.support_baseline import describe
@@ -198,7 +199,8 @@ def _fit_and_write(synth, data: Path, test: Path | None, holdout: float, compare
     planned = plan(len(train_idx))
     run = RunFolder(out, "synth", run_settings, force=force, command="dpcare synth fit")
     with guard_run(budget, planned, run_id=run.run_id, command="synth fit", data=data) as held:
-        table = load_table(data, schema)
+        with phase("reading and checking the table"):
+            table = load_table(data, schema)
         if test is not None:
             real_test = load_table(test, schema)
             check_test_rows(real_test, schema, f"--test {test}")
@@ -208,11 +210,13 @@ def _fit_and_write(synth, data: Path, test: Path | None, holdout: float, compare
                                                f"{seed})")
         else:
             real_test = None
-        train(table.iloc[train_idx].reset_index(drop=True), run)
+        with phase("fitting the synthesizer"):
+            train(table.iloc[train_idx].reset_index(drop=True), run)
         if held is not None:
             held.actual = synth.ledger
     if real_test is not None:
-        synth.compare_to_public(real_test, rows=compare_rows)
+        with phase("public baseline and the verdict on the real test rows"):
+            synth.compare_to_public(real_test, rows=compare_rows)
     split = ({"test": str(test), "test rows": len(real_test)} if test is not None else
              {"held out": holdout, "test rows": len(test_idx), "held-out rows": test_idx.tolist()})
     synth.write(run, data={"path": str(data), "rows": rows, "training rows": len(train_idx), **split,

@@ -106,6 +106,7 @@ def finetune(
     settings = with_budget_delta(settings, budget)  # under --budget without --delta: its share of the delta
     from dpcare.privacy import PrivacyLedger, guard_run
     from dpcare.runs import RunFolder
+    from dpcare.runs.record import phase
     from dpcare.text.lm.finetune import finetune_with, plan
     from dpcare.text.lm.saved import WEIGHTS, finetune_manifest, save_finetuned
     from dpcare.text.lm.scoring import read_test_notes
@@ -122,9 +123,10 @@ def finetune(
     run = RunFolder(out, "text-finetune", recorded, force=force, command="dpcare text finetune")
     held_out = read_test_notes(test, format, settings.task, ids, patient_of) if test is not None else None
     with guard_run(budget, planned, run_id=run.run_id, command="text finetune", data=notes) as held:
-        net, tokenizer, info = finetune_with(read_notes(notes, format, patient_of), settings,
-                                             checkpoint_dir=run.checkpoint_dir,
-                                             progress=True, max_physical_batch=physical_batch)
+        with phase(f"fine-tuning ({settings.mode}, {settings.task})"):
+            net, tokenizer, info = finetune_with(read_notes(notes, format, patient_of), settings,
+                                                 checkpoint_dir=run.checkpoint_dir,
+                                                 progress=True, max_physical_batch=physical_batch)
         if held is not None:
             held.actual = PrivacyLedger.from_state_dict(info["ledger"])
     scores = None
@@ -132,7 +134,8 @@ def finetune(
         from dpcare.text.lm.saved import RECIPE
         from dpcare.text.lm.scoring import comparison_lines, score_notes
 
-        scores = score_notes(net.eval(), tokenizer, {k: info[k] for k in RECIPE}, held_out)
+        with phase("scoring the held-out notes against the public baselines"):
+            scores = score_notes(net.eval(), tokenizer, {k: info[k] for k in RECIPE}, held_out)
         typer.echo(f"{scores.metric} {scores.value:.3f} on {scores.scored} held-out notes of {test}")
         for line in comparison_lines(scores):
             typer.echo(line)

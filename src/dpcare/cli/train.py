@@ -82,7 +82,10 @@ def train(
             held.actual = model.ledger
     attacks = []
     if audit:
-        payload = audit_split(model, data)
+        from dpcare.runs.record import phase
+
+        with phase("LOSS membership attack (--audit)"):
+            payload = audit_split(model, data)
         attacks.append(run.attack("loss", payload))
     model.write(run, data={"path": str(data), "rows": model.split["rows"]}, attacks=attacks)
     row = {"method": settings.method, **{k: v for k, v in model.metrics.items() if k.startswith("test")},

@@ -56,7 +56,9 @@ from dpcare.images.settings import DiffusionSettings
 from dpcare.images.unet import UNet
 from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, default_delta
 from dpcare.runs import Manifest, RunFolder, SavesRunFolder, read_run_of_kind
-from dpcare.verdict import Comparison, compare
+from dpcare.runs.record import phase
+from dpcare.settings import in_effect
+from dpcare.verdict import Comparison, compare, verdict_entry
 
 KIND = "images"
 MODEL_FILE = "model.pt"
@@ -280,6 +282,9 @@ class DiffusionModel(SavesRunFolder):
             b = self.baseline
             m.baselines = [b]
             m.metrics.append({"model": f"public baseline: {b['name']}", **b["metrics"]})
+        if self.baseline is not None:
+            m.verdicts = [verdict_entry(method, self.baseline["comparisons"][0])]
+        m.settings_in_effect = in_effect(self.settings, {"dp.delta": self.guarantee.delta} if self.guarantee else {})
         m.not_protected = self.not_protected()
         if self.baseline is not None and "feature_net" in self.baseline:
             m.not_protected.append(f"The test images (scored, and {self.baseline['feature_net']}) are outside the "
@@ -412,21 +417,25 @@ def fit(images: ImageSet | str | os.PathLike, settings: DiffusionSettings | None
         info["init"] = {"what": f"the public model of run {start.run_id or '(not saved)'}, trained on blurred images "
                                 "only", "run_id": start.run_id}
     elif settings.feature_dp:
-        unet_init, first = train_unet(views, replace(settings, method="public"), shape, k, None, sub("public"),
-                                      progress, max_physical_batch)
+        with phase("training the public model on blurred images"):
+            unet_init, first = train_unet(views, replace(settings, method="public"), shape, k, None, sub("public"),
+                                          progress, max_physical_batch)
         info["init"] = {"what": "a public model trained first in this run on the blurred images only (plain epochs, "
                                 "plain batch size and lr)", "steps": first.steps}
-    unet, result = train_unet(views, settings, shape, k, unet_init, sub(settings.method), progress,
-                              max_physical_batch)
+    with phase(f"training ({settings.method})"):
+        unet, result = train_unet(views, settings, shape, k, unet_init, sub(settings.method), progress,
+                                  max_physical_batch)
     info.update(training_info(result))
     blurred, source = threshold_source(settings, views, public)
     info["threshold_from"] = source
     threshold = rejection_threshold(blurred, settings) if blurred is not None else None
     metrics, compared = {}, None
     if test is not None and baseline and settings.private:
-        base_unet, name = public_baseline(settings, views, public, shape, k, unet_init, sub("baseline"), progress,
-                                          max_physical_batch)
-        metrics, compared = compare_with_baseline(unet, base_unet, name, settings, test, public, resamples)
+        with phase("training the public baseline"):
+            base_unet, name = public_baseline(settings, views, public, shape, k, unet_init, sub("baseline"),
+                                              progress, max_physical_batch)
+        with phase("sampling, test FIDs and the verdict"):
+            metrics, compared = compare_with_baseline(unet, base_unet, name, settings, test, public, resamples)
     return DiffusionModel(settings, unet, data.classes, shape, result.guarantee, result.ledger, threshold, info,
                           metrics=metrics, baseline=compared)
 

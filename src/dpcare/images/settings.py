@@ -48,8 +48,8 @@ class DiffusionSettings(Settings):
     plain_batch_size: int = setting(128, kind="integer", low=1,
                                     help="batch of training without DP, and of fdp-alg1's public branch")
     plain_lr: float = setting(2e-3, low=0, open_low=True, help="Adam learning rate of training without DP")
-    lr: float = setting(2e-3, low=0, open_low=True, help="Adam learning rate of the private methods")
-    alpha: float = setting(1.0, low=0, help="fdp-alg1: weight of the private gradient (g = g_pub + alpha g_priv)")
+    lr: float = setting(2e-3, low=0, open_low=True, methods=PRIVATE, help="Adam learning rate of the private methods")
+    alpha: float = setting(1.0, low=0, methods=("fdp-alg1",), help="fdp-alg1: weight of the private gradient (g = g_pub + alpha g_priv)")
     ema_decay: float | None = setting(0.99, low=0, high=1, open_high=True, none=True, none_means="no averaging",
                                       help="exponential moving average of the weights (post-processing: free)")
     blur_kernel: int = setting(3, kind="integer", low=1,

@@ -33,9 +33,12 @@ def read_run(folder: Path) -> Run:
         plots = [folder / p for p in a.get("plots", []) if (folder / p).exists()]
         attacks.append(Attack(a.get("title", "attack"), list(a.get("rows", [])), curves, plots))
     figures = [(caption, folder / file) for caption, file in m.figures if (folder / file).exists()]
-    config = {**m.settings, **({"data": m.data} if m.data else {}), "run id": m.run_id}
+    settings = m.settings_in_effect or {k: v for k, v in m.settings.items() if k != "info"}
+    config = {**settings, **({"data": m.data} if m.data else {}), "run id": m.run_id}
+    resolved = m.settings.get("info") if isinstance(m.settings.get("info"), dict) else {}
     return Run(folder, m.command or m.kind, privacy, list(m.metrics), list(m.headline), attacks, config,
-               list(m.timing), list(m.not_protected), figures, list(m.notes))
+               list(m.timing), list(m.not_protected), figures, list(m.notes), list(m.verdicts), dict(m.units),
+               list(m.phases), list(m.warnings), resolved)
 
 
 def collect(folder: str | Path) -> Run:

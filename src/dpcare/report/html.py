@@ -15,6 +15,7 @@ from dpcare.io import check_writable_file, write_text
 from dpcare.report.collect import collect
 from dpcare.report.model import Privacy, Run
 from dpcare.report.plots import bar_png, data_uri, roc_png
+from dpcare.units import unit_of
 
 EVAL_SPLITS = ("Validation and test rows are not training data: they, the metrics computed on them and every attack "
                "result in this report are outside the guarantee (nothing there is noised); publishing them is a "
@@ -31,6 +32,8 @@ text-align:left;vertical-align:top}th{background:#eef2f8}td.n{text-align:right;f
 .guarantee{background:#f3f8f1;border-left:4px solid #4a9a3a;padding:6px 12px;margin:6px 0}
 .none{background:#fbf0ef;border-left:4px solid #c0392b;padding:6px 12px;margin:6px 0}
 .exposed{background:#fff8e6;border-left:4px solid #d4a017;padding:6px 12px}
+.verdict{font-size:15px;padding:6px 12px;margin:6px 0;border-left:4px solid #d4a017;background:#fff8e6}
+.verdict.worth{border-color:#4a9a3a;background:#f3f8f1}.verdict.dont{border-color:#c0392b;background:#fbf0ef}
 .muted{color:#666;font-size:12.5px}img{max-width:100%;border:1px solid #ddd;margin:4px 8px 4px 0}
 code{background:#f4f4f4;padding:0 3px}
 ul.kv{columns:3;font-size:12.5px;list-style:none;padding-left:0}ul.kv li{break-inside:avoid}
@@ -83,6 +86,30 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- sections
+NO_VERDICT = ("No verdict: this folder saves no comparison with a public baseline (a run without held-out data, "
+              "or one written before dpcare saved verdicts): nothing here says the model is worth releasing.")
+
+
+def verdict_lines(run: Run) -> list[tuple[str, str]]:
+    """(css class, line) per verdict of the run: the plain verdict first, then what it rests on."""
+    out = []
+    for v in run.verdicts:
+        cls = "worth" if v["verdict"] == "worth releasing" else "dont" if v["verdict"].startswith("do not") else ""
+        rest = (f"{v['metric']}: {fmt(v.get('model value'))} against {fmt(v.get('baseline value'))} for "
+                f"{v['against']}")
+        if v.get("difference [95% interval]"):
+            rest += f"; difference {fmt(v['difference [95% interval]'])} over {v['test units']} test units"
+        out.append((cls, f"{v['model']}: {v['verdict']} ({rest})"))
+    return out
+
+
+def verdict_section(run: Run) -> str:
+    lines = verdict_lines(run)
+    if not lines:
+        return f"<p class=verdict>{escape(NO_VERDICT)}</p>"
+    return "".join(f"<p class='verdict {cls}'>{escape(line)}</p>" for cls, line in lines)
+
+
 def guarantee_section(run: Run) -> str:
     if not run.privacy:
         return "<p class=none>This folder saves no privacy guarantee.</p>"
@@ -133,11 +160,38 @@ def _labels(labels: list[str], total: int) -> str:
 def utility_section(run: Run) -> str:
     if not run.utility:
         return "<p class=muted>No utility metric saved in this folder.</p>"
-    out = table(run.utility)
+    out = table(run.utility) + units_list(run)
     pairs = next(((key, p) for key in run.headline if (p := _numbers(run.utility, key))), None)
-    if pairs and len(pairs[1]) > 1:
+    if pairs and informative(pairs[1]):
         out += _bars(pairs[1], pairs[0], f"{run.name}: {pairs[0]}")
     return out
+
+
+def metric_columns(run: Run) -> list[str]:
+    """The numeric columns of the utility rows (the metrics), in order."""
+    return list(dict.fromkeys(k for r in run.utility for k, v in r.items()
+                              if k != "model" and isinstance(v, (int, float)) and not isinstance(v, bool)))
+
+
+def units_list(run: Run) -> str:
+    """What each metric measures and on which scale (run.json ``units``); a metric the run gave no unit is named."""
+    columns = metric_columns(run)
+    if not columns:
+        return ""
+    items = [f"<li><b>{escape(c)}</b>: {escape(unit_text(run, c))}</li>" for c in columns]
+    return f"<ul class=muted>{''.join(items)}</ul>"
+
+
+def unit_text(run: Run, column: str) -> str:
+    """The unit the run recorded for a metric column, else the glossary's (folders written before run.json kept
+    units), else a plain "not recorded"."""
+    return run.units.get(column) or unit_of(column) or "unit not recorded by the run"
+
+
+def informative(pairs: list[tuple[str, float]]) -> bool:
+    """A bar chart says something only for two or more bars of different, not all zero, heights."""
+    values = {round(v, 12) for _, v in pairs}
+    return len(pairs) > 1 and len(values) > 1 and any(values)
 
 
 def _numbers(rows: Iterable[dict[str, Any]], key: str) -> list[tuple[str, float]]:
@@ -183,7 +237,7 @@ def comparison_section(runs: Sequence[Run]) -> str:
                          "attack AUC": _first(auc.get(u["model"]))})
     out = table(rows)
     pairs = _numbers([{**r, "model": f"{r['folder']}: {r['model']}"} for r in rows], headline[0]) if headline else []
-    if len(runs) > 1 and len(pairs) > 1:
+    if len(runs) > 1 and informative(pairs):
         out += _bars(pairs, headline[0], f"{headline[0]} across folders")
     return out
 
@@ -192,38 +246,78 @@ def _first(v: Any) -> Any:
     return v[0] if isinstance(v, tuple) else v
 
 
-def run_section(run: Run, anchor: str) -> str:
+def warnings_section(run: Run) -> str:
+    if not run.warnings:
+        return "<p class=muted>The command printed no warning (runs written before dpcare kept them say none).</p>"
+    return "<ul class=exposed>" + "".join(f"<li>{escape(w)}</li>" for w in run.warnings) + "</ul>"
+
+
+def timing_section(run: Run) -> str:
+    out = table(run.phases, ["phase", "seconds"]) + table(run.timing)
+    return out or "<p class=muted>Timing: not recorded in this folder.</p>"
+
+
+def relative(value: Any, base: Path | None) -> Any:
+    """An absolute path (a folder's, a configured file's) as a path relative to the report's folder."""
+    if base is None or not isinstance(value, (str, Path)) or not os.path.isabs(value):
+        return value
+    return os.path.relpath(value, base)
+
+
+def settings_list(items: dict[str, Any], base: Path | None) -> str:
+    rows = "".join(f"<li><b>{escape(k)}</b> = {escape(fmt(relative(v, base)))}</li>" for k, v in flatten(items).items())
+    return f"<ul class=kv>{rows}</ul>" if rows else ""
+
+
+def run_section(run: Run, anchor: str, base: Path | None = None) -> str:
     figures = "".join(f"<figure>{img(p.read_bytes(), caption)}<figcaption class=muted>{escape(caption)} "
                       f"({escape(p.name)})</figcaption></figure>" for caption, p in run.figures)
-    config = "".join(f"<li><b>{escape(k)}</b> = {escape(fmt(v))}</li>" for k, v in flatten(run.config).items())
-    config = f"<ul class=kv>{config}</ul>" if config else "<p class=muted>No configuration saved.</p>"
-    timing = table(run.timing) or "<p class=muted>Timing: not recorded in this folder.</p>"
+    config = settings_list(run.config, base) or "<p class=muted>No configuration saved.</p>"
+    resolved = settings_list(run.resolved, base)
     notes = "".join(f"<li>{escape(n)}</li>" for n in run.notes)
     return (f"<h2 id={anchor}>{escape(run.name)} <span class=muted>({escape(run.kind)})</span></h2>"
-            f"<p class=muted>{escape(str(run.path))}</p>"
+            f"<p class=muted>run folder: {escape(str(relative(run.path.resolve(), base)))}</p>"
+            f"<h3>Verdict</h3>{verdict_section(run)}"
             f"<h3>Privacy guarantee</h3>{guarantee_section(run)}"
             f"<h3>What is NOT protected</h3>{not_protected_section(run)}"
             f"<h3>Utility</h3>{utility_section(run)}"
             f"<h3>Attacks</h3>{attacks_section(run)}"
+            f"<h3>Warnings</h3>{warnings_section(run)}"
             + (f"<h3>Figures saved by the run</h3>{figures}" if figures else "")
-            + f"<h3>Configuration</h3>{config}<h3>Timing</h3>{timing}"
+            + f"<h3>Settings in effect</h3>{config}"
+            + (f"<h3>Computed by the run</h3>{resolved}" if resolved else "")
+            + f"<h3>Timing</h3>{timing_section(run)}"
             + (f"<h3>Notes</h3><ul>{notes}</ul>" if notes else ""))
 
 
-def render(runs: Sequence[Run], title: str | None = None) -> str:
+def render(runs: Sequence[Run], title: str | None = None, base: str | os.PathLike | None = None) -> str:
+    """The page; ``base``: the folder the page is written to (paths are shown relative to it)."""
+    base = Path(base).resolve() if base is not None else None
     title = title or "dpcare report: " + ", ".join(r.name for r in runs)
     toc = "".join(f"<li><a href=#run{i}>{escape(r.name)}</a> ({escape(r.kind)})</li>" for i, r in enumerate(runs))
     heading = "Comparison" if len(runs) > 1 else "Summary"
-    body = "".join(run_section(r, f"run{i}") for i, r in enumerate(runs))
+    verdicts = "".join(f"<p class='verdict {cls}'>{escape(line)}</p>" for r in runs for cls, line in verdict_lines(r))
+    verdicts = verdicts or f"<p class=verdict>{escape(NO_VERDICT)}</p>"
+    body = "".join(run_section(r, f"run{i}", base) for i, r in enumerate(runs))
     return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1><ul>{toc}</ul>"
+            f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1>{verdicts}<ul>{toc}</ul>"
             f"<h2>{heading}</h2><p class=muted>One row per model; epsilon and delta from each folder's saved "
             f"guarantee (— : no formal guarantee or not saved).</p>{comparison_section(runs)}{body}</body></html>\n")
 
 
-def write_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, title: str | None = None) -> Path:
-    """Read every folder (a clear error for one that no dpcare command wrote) and write the page atomically."""
+def write_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, title: str | None = None,
+                 card: bool = True) -> Path:
+    """Read every folder (a clear error for one that no dpcare command wrote) and write the page atomically;
+    with ``card``, each run's Markdown model card beside it (:func:`dpcare.report.card.card_path`)."""
+    from dpcare.report.card import card_path, model_card
+
     if not run_dirs:
         raise SettingsError("give at least one run folder")
     check_writable_file(out, "--out")
-    return write_text(out, render([collect(d) for d in run_dirs], title))
+    runs = [collect(d) for d in run_dirs]
+    page = write_text(out, render(runs, title, Path(out).resolve().parent))
+    if card:
+        for run in runs:
+            path = card_path(out, run, len(runs))
+            write_text(path, model_card(run, path.resolve().parent))
+    return page

@@ -92,6 +92,11 @@ class Run:
     not_protected: list[str] = field(default_factory=list)  # what the writer leaves outside every guarantee
     figures: list[tuple[str, Path]] = field(default_factory=list)  # other plots the run saved
     notes: list[str] = field(default_factory=list)
+    verdicts: list[dict[str, Any]] = field(default_factory=list)  # plain verdicts against the public baselines
+    units: dict[str, str] = field(default_factory=dict)  # metric column -> its unit and scale
+    phases: list[dict[str, Any]] = field(default_factory=list)  # seconds of each phase of the run
+    warnings: list[str] = field(default_factory=list)  # every warning the command printed
+    resolved: dict[str, Any] = field(default_factory=dict)  # figures the run computed (steps, noise multiplier...)
 
     @property
     def name(self) -> str:

@@ -39,8 +39,11 @@ def bar_png(labels: Sequence[str], values: Sequence[float], xlabel: str, title: 
     ax.barh(y, values, color="#4C72B0")
     ax.set_yticks(y, labels, fontsize=8)
     for yi, v in zip(y, values):
-        ax.text(v, yi, f" {v:.4g}", va="center", fontsize=7)
+        ax.text(v, yi, f" {v:.4g} " if v < 0 else f" {v:.4g}", va="center", ha="right" if v < 0 else "left",
+                fontsize=7)
+    lo, hi = min(0.0, *values), max(0.0, *values)
+    pad = 0.22 * ((hi - lo) or 1.0)  # room for the value labels inside the axes (they were cut at the edge)
+    ax.set_xlim(lo - (pad if lo < 0 else 0.0), hi + (pad if hi > 0 else 0.02 * pad))
     ax.set_xlabel(xlabel)
     ax.set_title(title, fontsize=9)
-    ax.margins(x=0.15)
     return _rendered(lambda p: save_figure(fig, p))

@@ -31,7 +31,9 @@ from dpcare.exceptions import DPCareError, SettingsError
 from dpcare.io import torch_save, write_json, write_text
 from dpcare.privacy.randomness import reproducible_noise_note
 from dpcare.runs.manifest import MANIFEST, Manifest, is_run_folder, read_manifest
+from dpcare.runs.record import close_record, open_record
 from dpcare.runtime import process_rank
+from dpcare.units import units_for
 
 PARTIAL = "partial.json"  # in the staging folder: run id, kind and settings fingerprint of the unfinished run
 CHECKPOINTS = "checkpoints"  # resumable training state, deleted when the run finishes
@@ -127,6 +129,7 @@ class RunFolder:
         self._key = key
         if not self.resumed:  # the staging folder is made when the run first writes: a refused run leaves nothing
             self.run_id, self.created = new_run_id(), datetime.now(UTC).isoformat(timespec="seconds")
+        self.record = open_record()  # its phases' seconds and the warnings shown, for run.json
         _OPEN.add(self)
 
     def abandon(self) -> None:
@@ -134,6 +137,7 @@ class RunFolder:
         partial.json, and the empty parent folders it made. A staging folder with checkpoints or files stays
         (a rerun resumes it)."""
         _OPEN.discard(self)
+        close_record(self.record)
         if self.staging.is_dir() and {p.name for p in self.staging.iterdir()} <= {PARTIAL}:
             shutil.rmtree(self.staging)
         for folder in self._made:
@@ -180,6 +184,10 @@ class RunFolder:
         manifest.command = manifest.command or self.command
         manifest.settings = manifest.settings or self.settings
         manifest.finished = datetime.now(UTC).isoformat(timespec="seconds")
+        manifest.phases = [*manifest.phases, *self.record.timing_rows(resumed=self.resumed)]
+        manifest.warnings = list(dict.fromkeys([*manifest.warnings, *self.record.warnings]))
+        manifest.units = {**units_for(manifest.metrics), **manifest.units}  # a writer's own unit wins
+        close_record(self.record)
         # a given noise_seed voids the guarantee against whoever knows it: run.json says so
         note = reproducible_noise_note(pinned_noise_seed(manifest.settings))
         if note is not None and note not in manifest.not_protected:

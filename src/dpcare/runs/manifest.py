@@ -8,9 +8,16 @@ One manifest per run folder::
      "metrics": [{"model": "dp-sgd", "test AUPRC": 0.84, ...}], "headline": ["test AUPRC", ...],
      "baselines": [...], "attacks": [{"name": ..., "file": "attacks/loss.json"}],
      "timing": [...], "not_protected": [...], "figures": [[caption, file]], "notes": [...],
-     "files": {"model": "model.pt", "split": "split.json"}}
+     "files": {"model": "model.pt", "split": "split.json"},
+     "phases": [{"phase": "training", "seconds": 12.3}], "warnings": [...],
+     "units": {"test MSE": "..."}, "verdicts": [{"model": ..., "verdict": "worth releasing", ...}],
+     "settings_in_effect": {...}}
 
 ``models`` are the released models with their guarantees (``guarantee`` null: none) and ledger states;
+``phases`` are the seconds of each phase of the run (:mod:`dpcare.runs.record`), ``warnings`` every warning the
+command printed; ``units`` says the unit and scale of a metric column; ``verdicts`` are the plain verdicts against
+the public baselines (:func:`dpcare.verdict.verdict_entry`); ``settings_in_effect`` are the settings the run used,
+defaults resolved and other methods' settings left out (:func:`dpcare.settings.in_effect`).
 ``metrics`` and ``timing`` rows name their model; attack files carry the run id and are read only if it
 matches the manifest's (a file of another run is never shown as this run's). An attack file::
 
@@ -52,6 +59,11 @@ class Manifest:
     baselines: list[dict[str, Any]] = field(default_factory=list)
     attacks: list[dict[str, str]] = field(default_factory=list)
     timing: list[dict[str, Any]] = field(default_factory=list)
+    phases: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    units: dict[str, str] = field(default_factory=dict)
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    settings_in_effect: dict[str, Any] = field(default_factory=dict)
     not_protected: list[str] = field(default_factory=list)
     figures: list[list[str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -54,6 +54,7 @@ from dpcare.privacy import (
     zcdp_event,
 )
 from dpcare.runs import Manifest, RunFolder, SavesRunFolder
+from dpcare.settings import in_effect
 from dpcare.synth.saved import BASELINE_NOTE, KIND, STATE_FILE, check_test_rows, read_state
 from dpcare.synth.settings import AIMSettings
 
@@ -230,7 +231,11 @@ class AIMSynthesizer(SavesRunFolder):
                            **b["metrics"]}]
             m.headline = ["AUC XGB"]
             m.notes.append(f"{NAME}: {b['verdict']}")
+            from dpcare.verdict import verdict_entry
+
+            m.verdicts = [verdict_entry(NAME, c) for c in b["comparisons"]]
             m.not_protected.append(BASELINE_NOTE)
+        m.settings_in_effect = in_effect(self.settings, {"delta": g.delta})
         if self.info:
             m.timing.append({"model": NAME, "fit seconds": self.info.get("fit_seconds"),
                              "marginals measured": len(self.info.get("cliques", []))})

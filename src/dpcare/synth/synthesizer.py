@@ -56,7 +56,7 @@ from dpcare.privacy import (
     default_delta,
 )
 from dpcare.runs import MANIFEST, Manifest, RunFolder, SavesRunFolder, read_manifest
-from dpcare.settings import to_dict
+from dpcare.settings import in_effect, to_dict
 from dpcare.synth.lm_model import build_lm, trainable_state
 from dpcare.synth.objective import TokenLoss, role_perplexity
 from dpcare.synth.pseudo import numeric_ranges, uniform_pseudo_table
@@ -372,7 +372,11 @@ class Synthesizer(SavesRunFolder):
                            **b["metrics"]}]
             m.headline = m.headline or ["AUC XGB"]
             m.notes.append(f"{s.mode}: {b['verdict']}")
+            from dpcare.verdict import verdict_entry
+
+            m.verdicts = [verdict_entry(s.mode, c) for c in b["comparisons"]]
             m.not_protected.append(BASELINE_NOTE)
+        m.settings_in_effect = in_effect(s, {"dp.delta": g.delta} if g else {}, method=s.mode)
         if self.info:
             m.timing.append({"model": s.mode, "fit seconds": self.info.get("fit_seconds"),
                              "stage-2 steps": self.info.get("stage2_steps")})

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,10 @@ from dpcare.privacy import (
 )
 from dpcare.registry import Registry
 from dpcare.runs import Manifest, RunFolder, SavesRunFolder, read_run_of_kind
+from dpcare.runs.record import phase
+from dpcare.settings import in_effect
 from dpcare.tabular.settings import METHOD_NAMES, TabularSettings
+from dpcare.verdict import verdict_entry
 
 SPLITS = {"train": 0.8, "val": 0.1, "test": 0.1}
 MODEL_FILE, SPLIT_FILE = "model.pt", "split.json"
@@ -254,6 +258,13 @@ class TabularModel(SavesRunFolder):
             m.metrics.append({"model": f"public baseline: {b['name']}", **b["metrics"]})
             m.notes.append(f"{method}: {b['comparisons'][0]['verdict']}")
         m.settings["info"] = self.info
+        if self.baseline is not None:
+            m.verdicts = [verdict_entry(method, self.baseline["comparisons"][0])]
+        dp = self.settings.dp
+        m.settings_in_effect = in_effect(self.settings, {
+            "alpha": self.settings.effective_alpha, "dp.steps": self.info.get("steps"),
+            "public_batch_size": self.settings.public_batch_size or dp.batch_size,
+            **({"dp.delta": self.guarantee.delta} if self.guarantee else {})})
         if "imputation" in self.info:
             m.not_protected.append("The public support table (it fitted the imputer) is public data, outside every "
                                    "guarantee.")
@@ -349,20 +360,26 @@ def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: T
     settings = settings or TabularSettings()
     schema.require_binary_target(BINARY_ONLY)
     check_imputer_inputs(settings, public_data, imputer)
-    frame, parts = read_and_split(data, schema, settings.dp.seed, holdout)
-    imp = fit_imputer(schema, settings, public_data, imputer)  # public rows only
+    with phase("reading, checking and splitting the table"):
+        frame, parts = read_and_split(data, schema, settings.dp.seed, holdout)
+    with phase("fitting the imputer on the public support table") if METHODS.get(settings.method).hybrid \
+            else nullcontext():
+        imp = fit_imputer(schema, settings, public_data, imputer)  # public rows only
     train = frame.iloc[parts["train"]].reset_index(drop=True)
     trained = settings  # with engine_seed: each candidate its own draws (a pinned noise_seed moves with the seed)
     if engine_seed is not None:
         trained = settings.replace(dp=settings.dp.shifted(engine_seed - settings.dp.seed))
-    model, encoder, result, train = train_rows(train, schema, trained, imp, checkpoint_dir, progress)
+    with phase(f"training ({settings.method})"):
+        model, encoder, result, train = train_rows(train, schema, trained, imp, checkpoint_dir, progress)
     metrics, baseline = {}, None
     if holdout:
-        held = {name: tensors(encoder, frame.iloc[parts[name]].reset_index(drop=True), settings.pad,
-                              settings.dp.seed + i) for i, name in enumerate(("val", "test"), start=1)}
-        for name, data in held.items():
-            metrics.update({f"{name}_{k}": v for k, v in evaluate(model, data).items()})
-        baseline = public_baseline(settings, train, held["val"], held["test"], model)
+        with phase("scoring on the validation and test rows"):
+            held = {name: tensors(encoder, frame.iloc[parts[name]].reset_index(drop=True), settings.pad,
+                                  settings.dp.seed + i) for i, name in enumerate(("val", "test"), start=1)}
+            for name, data in held.items():
+                metrics.update({f"{name}_{k}": v for k, v in evaluate(model, data).items()})
+        with phase("public baseline panel and the verdict"):
+            baseline = public_baseline(settings, train, held["val"], held["test"], model)
     split = {"rows": len(frame), "seed": settings.dp.seed, "holdout": holdout,
              **{k: v.tolist() for k, v in parts.items()}}
     info = {"steps": result.steps, "noise_multiplier": result.noise_multiplier, "backend": result.backend,

@@ -23,6 +23,11 @@ def default_alpha(method: str) -> float:
     return DEFAULT_ALPHA.get(method, 1.0)
 
 
+#: methods with a public branch (g = g_pub + alpha g_priv), and those whose public branch reads imputed columns
+PUBLIC_BRANCH = ("feature-dp", "label-dp", "naive-fusion", "naive-fusion-pub", "calibrated-fusion", "fusiondp")
+HYBRID = ("naive-fusion", "calibrated-fusion", "fusiondp")
+
+
 def _default_dp() -> DPSettings:
     return DPSettings(epsilon=1.0, batch_size=256, epochs=10.0)
 
@@ -37,20 +42,23 @@ class TabularSettings(Settings):
     hidden: int = setting(256, kind="integer", low=1, help="width of the MLP's hidden layers")
     lr: float = setting(1e-3, low=0, open_low=True, help="Adam learning rate")
     alpha: float | None = setting(None, low=0, none=True, none_means="the method's default (default_alpha)",
+                                  methods=PUBLIC_BRANCH,
                                   help="weight of the private gradient: g = g_pub + alpha g_priv; default: the "
                                        f"method's own (label-dp {DEFAULT_ALPHA['label-dp']:g}, the others 1)")
-    beta: float = setting(0.2, low=0, help="fusiondp: weight of the hidden-layer consistency term")
-    pad: str = setting("gaussian", kind="choice", choices=("gaussian", "zeros"),
+    beta: float = setting(0.2, low=0, methods=("fusiondp",), help="fusiondp: weight of the hidden-layer consistency term")
+    pad: str = setting("gaussian", kind="choice", choices=("gaussian", "zeros"), methods=PUBLIC_BRANCH,
                        help="how pad(Psi(x)) fills the private columns")
     public_batch_size: int | None = setting(None, kind="integer", low=1, none=True, none_means="the batch size",
+                                            methods=PUBLIC_BRANCH,
                                             help="rows per step of the public branch")
-    public_pretrain_steps: int = setting(0, kind="integer", low=0,
+    public_pretrain_steps: int = setting(0, kind="integer", low=0, methods=PUBLIC_BRANCH,
                                          help="public-only steps before private training (free)")
     stats_epsilon: float | None = setting(None, low=0, open_low=True, none=True,
                                           none_means="protected columns must declare bounds/categories",
+                                          methods=METHOD_NAMES[1:],
                                           help="DP budget for scaling bounds of protected columns the spec does "
                                                "not declare")
-    imputer: str = setting("gbm", kind="choice", choices=("gbm", "lm"),
+    imputer: str = setting("gbm", kind="choice", choices=("gbm", "lm"), methods=HYBRID,
                            help="fusion methods: imputer of the private columns, fitted on --public-data")
     dp: DPSettings = field(default_factory=_default_dp)
     compute: ComputeSettings = field(default_factory=ComputeSettings)  # device, precision, processes

@@ -38,6 +38,8 @@ from dpcare.engine import TrainConfig, Trainer
 from dpcare.exceptions import DataError, SettingsError, SpecError, UnknownNameError
 from dpcare.privacy import NEIGHBOURING, Guarantee, PrivacyLedger, ProtectedUnit, default_delta
 from dpcare.runs import Manifest, RunFolder, SavesRunFolder, read_run_of_kind
+from dpcare.runs.record import phase
+from dpcare.settings import in_effect
 from dpcare.timeseries.augment import (
     AugmentConfig,
     embed_windows,
@@ -64,6 +66,7 @@ from dpcare.timeseries.windows import (
     split_patients,
     windows_for,
 )
+from dpcare.verdict import verdict_entry
 
 SPLIT_NAMES = ("train", "validation", "test")
 FRACTIONS = (0.64, 0.16, 0.20)
@@ -441,6 +444,14 @@ class ForecastModel(SavesRunFolder):
                           for e in b["baselines"]]
             m.notes += verdict_lines(method, b)
         m.settings["info"] = {k: v for k, v in self.info.items() if k != "history"}
+        if self.baselines is not None:
+            binding = min((e["comparison"] for e in self.baselines["baselines"] if e["comparison"] is not None),
+                          key=lambda c: c["low"])
+            m.verdicts = [verdict_entry(method, binding)]
+        s = self.settings
+        m.settings_in_effect = in_effect(s, {
+            "parameterisation": s.form, **{k: self.window.get(k) for k in ("input_len", "output_len", "stride")},
+            **({"dp.delta": g.delta, "dp.steps": self.info.get("steps")} if g is not None else {})})
         m.not_protected = [f"{SPLIT_FILE} names the training (member) and held-out patients: patient identifiers, "
                            f"kept in the run folder for audits only; share {MODEL_FILE} and run.json, not it."]
         if g is not None:
@@ -542,13 +553,14 @@ def fit(data: str | TimeSeriesDataset | pd.DataFrame, settings: ForecastSettings
     if settings.private:
         require_declared(dataset)
     population = dataset.patient_ids()
-    if dataset.windows is not None:  # a lazy reader (MEDS folders): windows past memory go to the staging folder
-        spill = None if checkpoint_dir is None else Path(checkpoint_dir) / "windows"
-        prepared = prepare_lazy(dataset, **settings.window(), seed=settings.dp.seed, population=population,
-                                spill_dir=spill, split=settings.split)
-    else:
-        prepared = prepare_tsf(dataset, **settings.window(), seed=settings.dp.seed, population=population,
-                               split=settings.split)
+    with phase("splitting patients and cutting windows"):
+        if dataset.windows is not None:  # a lazy reader (MEDS folders): windows past memory go to the staging folder
+            spill = None if checkpoint_dir is None else Path(checkpoint_dir) / "windows"
+            prepared = prepare_lazy(dataset, **settings.window(), seed=settings.dp.seed, population=population,
+                                    spill_dir=spill, split=settings.split)
+        else:
+            prepared = prepare_tsf(dataset, **settings.window(), seed=settings.dp.seed, population=population,
+                                   split=settings.split)
     parts = {s: _part(prepared, s) for s in SPLIT_NAMES}
     train = parts["train"]
 
@@ -557,22 +569,26 @@ def fit(data: str | TimeSeriesDataset | pd.DataFrame, settings: ForecastSettings
 
     guarantee = ledger = None
     if settings.private:
-        model, result = dp_sgd(train, settings, prepared.standardizer, len(prepared.splits["train"]), progress,
-                               ckpt("dp-sgd"))
+        with phase("training (dp-sgd)"):
+            model, result = dp_sgd(train, settings, prepared.standardizer, len(prepared.splits["train"]), progress,
+                                   ckpt("dp-sgd"))
         guarantee, ledger = result.guarantee, result.ledger
         info = {"steps": result.steps, "noise_multiplier": result.noise_multiplier, "backend": result.backend,
                 "sampling_rate": result.sampling_rate,
                 "expected_patients_per_step": dp_batch_size(settings, len(prepared.splits["train"]))}
     else:
-        model = train_baseline(train, settings, progress, ckpt("baseline"))
+        with phase("training (the non-private baseline forecaster)"):
+            model = train_baseline(train, settings, progress, ckpt("baseline"))
         info = {}
         if settings.method in DEFENCES:
-            model, info = train_defended(model, train, parts["validation"], settings, progress)
-    losses = {s: window_losses(model, parts[s]) for s in SPLIT_NAMES}
+            with phase(f"training ({settings.method} defence)"):
+                model, info = train_defended(model, train, parts["validation"], settings, progress)
+    with phase("scoring every split's windows"):
+        losses = {s: window_losses(model, parts[s]) for s in SPLIT_NAMES}
     metrics = {f"{s}_mse": float(losses[s].mean()) for s in SPLIT_NAMES}
-    # the baselines on the SAME test windows, the verdict resampling test patients
-    baselines = compare_with_baselines(losses["test"], parts["test"], train,
-                                       declared=prepared.standardizer.source == "declared", seed=settings.dp.seed)
+    with phase("public baselines and the verdict"):  # on the SAME test windows, resampling test patients
+        baselines = compare_with_baselines(losses["test"], parts["test"], train,
+                                           declared=prepared.standardizer.source == "declared", seed=settings.dp.seed)
     split = {"seed": settings.dp.seed, "fractions": list(FRACTIONS), "patients": len(population),
              **{s: prepared.splits[s] for s in SPLIT_NAMES}}
     if prepared.splits_file:  # the data's own split (MEDS subject_splits), used as given

@@ -12,6 +12,8 @@ DEFENCES = ("zoo", "zoo_pca", "mixup")
 METHODS = ("baseline", "dp-sgd", *DEFENCES)
 PARAMETERISATIONS = ("direct", "residual", "linear")
 SPLIT_METHODS = ("hash", "permutation")  # timeseries.windows.split_patients
+NON_PRIVATE = ("baseline", *DEFENCES)  # trained without privacy (the defences start from the baseline)
+ZOO = ("zoo", "zoo_pca")
 
 
 def _default_dp() -> DPSettings:
@@ -36,24 +38,24 @@ class ForecastSettings(Settings):
              "parameters: what DP-SGD can learn from few patients)")
     d_model: int = setting(64, kind="integer", low=1, help="width of the forecaster's embedding and encoder")
     n_heads: int = setting(4, kind="integer", low=1, help="attention heads of the encoder (must divide --d-model)")
-    baseline_epochs: float = setting(60.0, low=0, open_low=True,
+    baseline_epochs: float = setting(60.0, low=0, open_low=True, methods=NON_PRIVATE,
                                      help="epochs of non-private training (the baseline; the defences start from it)")
-    baseline_batch_size: int = setting(32, kind="integer", low=1, help="windows per step of non-private training")
-    baseline_lr: float = setting(5e-4, low=0, open_low=True, help="Adam learning rate of non-private training")
-    dp_lr: float = setting(0.05, low=0, open_low=True, help="Adam learning rate of DP-SGD")
+    baseline_batch_size: int = setting(32, kind="integer", low=1, methods=NON_PRIVATE, help="windows per step of non-private training")
+    baseline_lr: float = setting(5e-4, low=0, open_low=True, methods=NON_PRIVATE, help="Adam learning rate of non-private training")
+    dp_lr: float = setting(0.05, low=0, open_low=True, methods=("dp-sgd",), help="Adam learning rate of DP-SGD")
     dp_sampling_rate: float | None = setting(
-        0.25, low=0, high=1, open_low=True, none=True, none_means="--batch-size patients per step",
+        0.25, low=0, high=1, open_low=True, none=True, none_means="--batch-size patients per step", methods=("dp-sgd",),
         help="DP-SGD: expected share of the training patients per step (expected batch = rate x the training "
              "patients of the split, a public count)")
-    aug_epochs: int = setting(8, kind="integer", low=1, help="defences: retraining epochs (at most)")
-    aug_candidates: int = setting(256, kind="integer", low=1,
+    aug_epochs: int = setting(8, kind="integer", low=1, methods=DEFENCES, help="defences: retraining epochs (at most)")
+    aug_candidates: int = setting(256, kind="integer", low=1, methods=DEFENCES,
                                   help="defences: synthetic candidates per epoch (the paper's 32,000 is GPU scale)")
-    aug_lr: float = setting(5e-4, low=0, open_low=True, help="defences: fine-tuning learning rate")
-    alpha: float = setting(0.75, low=0, high=1, help="ZOO: interpolation weight alpha")
-    mixup_beta: float = setting(1.0, low=0, open_low=True, help="MixUp: Beta(b, b) of the mixing weight")
-    pca_variance: float = setting(0.70, low=0, high=1, open_low=True,
+    aug_lr: float = setting(5e-4, low=0, open_low=True, methods=DEFENCES, help="defences: fine-tuning learning rate")
+    alpha: float = setting(0.75, low=0, high=1, methods=ZOO, help="ZOO: interpolation weight alpha")
+    mixup_beta: float = setting(1.0, low=0, open_low=True, methods=("mixup",), help="MixUp: Beta(b, b) of the mixing weight")
+    pca_variance: float = setting(0.70, low=0, high=1, open_low=True, methods=("zoo_pca",),
                                   help="ZOO-PCA: share of the embeddings' variance its components keep")
-    zoo_mu_rel: float = setting(0.05, low=0, open_low=True,
+    zoo_mu_rel: float = setting(0.05, low=0, open_low=True, methods=ZOO,
                                 help="ZOO: step mu as a share of the mean norm of the real embeddings")
     input_len: int | None = setting(None, kind="integer", low=1, none=True, none_means="the spec's window",
                                     help="input steps of a window")

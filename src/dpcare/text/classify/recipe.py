@@ -43,6 +43,8 @@ from dpcare.methods import DPSGD, NonPrivate
 from dpcare.methods.fusion import HYBRID_METHODS
 from dpcare.privacy import Guarantee, PrivacyLedger, ProtectedUnit
 from dpcare.runs import Manifest, RunFolder, SavesRunFolder, read_run_of_kind
+from dpcare.runs.record import phase
+from dpcare.settings import in_effect
 from dpcare.text.classify.caml import CAML
 from dpcare.text.classify.data import (
     PLACEHOLDER,
@@ -57,6 +59,7 @@ from dpcare.text.classify.multilabel import choose_threshold, multilabel_metrics
 from dpcare.text.classify.settings import HYBRID_VIEW, NONPRIVATE_VIEWS, NoteClassifierSettings
 from dpcare.text.classify.vocab import Vocab
 from dpcare.text.spans import Note
+from dpcare.verdict import verdict_entry
 
 KIND = "text-classify"
 MODEL_FILE, VOCAB_FILE, SPLIT_FILE = "model.pt", "vocabulary.json", "split.json"
@@ -283,6 +286,9 @@ class NoteClassifier(SavesRunFolder):
             m.metrics.append({"model": f"public baseline: {b['name']}", **b["metrics"]})
             m.notes.append(f"{method}: {b['comparisons'][0]['verdict']}")
         m.settings["info"] = self.info
+        if self.baseline is not None:
+            m.verdicts = [verdict_entry(method, self.baseline["comparisons"][0])]
+        m.settings_in_effect = in_effect(self.settings, {"dp.delta": self.guarantee.delta} if self.guarantee else {})
         if method != "dp-sgd" and method != "sgd-org":
             m.not_protected.append("Sensitive spans the masker missed are part of the public view (the masked and "
                                    "hybrid notes): no guarantee covers them. "
@@ -339,21 +345,25 @@ def fit(notes: Sequence[Note], settings: NoteClassifierSettings | None = None, *
     patients, the epoch and threshold chosen on the validation notes, scored on the test notes."""
     settings = settings or NoteClassifierSettings()
     notes = list(notes)
-    views = prepare_views(notes, settings, imputer=imputer, masker=masker, work_dir=work_dir,
-                          impute_workers=impute_workers, progress=progress)
+    with phase("masking, imputing and encoding the notes (the views)"):
+        views = prepare_views(notes, settings, imputer=imputer, masker=masker, work_dir=work_dir,
+                              impute_workers=impute_workers, progress=progress)
     vocab = public_vocabulary()
     if len(vocab) != views.embedding.shape[0]:
         raise RuntimeError(f"the views were encoded with {views.embedding.shape[0]} tokens, the public vocabulary "
                            f"has {len(vocab)}")
-    trained = train_views(views, settings, progress=progress)
+    with phase(f"training ({settings.method}) and choosing the epoch on the validation notes"):
+        trained = train_views(views, settings, progress=progress)
     test = views.tensors["test"]
-    test_scores = predict_scores(trained.model, test["x"])  # the test notes, read once by the chosen model
-    scores = multilabel_metrics(test_scores, test["y"], trained.best["threshold"])
+    with phase("scoring the test notes"):
+        test_scores = predict_scores(trained.model, test["x"])  # the test notes, read once by the chosen model
+        scores = multilabel_metrics(test_scores, test["y"], trained.best["threshold"])
     metrics = {"validation f1_micro": trained.best["f1_micro"], **{f"test {k}": scores[k] for k in METRICS}}
     # the best coder that needs no private data, on the same test notes (dpcare.text.classify.baseline)
     from dpcare.text.classify.baseline import public_baseline
 
-    baseline = public_baseline(views, settings, test_scores, float(trained.best["threshold"]))
+    with phase("public baseline and the verdict"):
+        baseline = public_baseline(views, settings, test_scores, float(trained.best["threshold"]))
     parts = split_positions([n.patient_id for n in notes], settings.split_seed)
     split = {"notes": len(notes), "seed": settings.split_seed, **parts}
     result, v = trained.result, views.info

@@ -24,6 +24,11 @@ PAPER_SETTINGS: dict[str, tuple[float, float, float]] = {
     "fusiondp": (1.0, 0.5, 0.5), "dp-sgd": (1.5, 1.0, 0.0), "feature-dp": (1.0, 0.2, 0.0),
     "calibrated-fusion": (0.05, 8.0, 0.0), "naive-fusion": (1.5, 0.5, 0.0), "naive-fusion-pub": (1.5, 0.5, 0.0)}
 LOSSES = ("sum", "mean")
+#: methods with a public branch (g = g_pub + alpha g_priv); methods that read the imputed (hybrid) note; methods that
+#: read a masked view at all
+PUBLIC_BRANCH = ("naive-fusion", "naive-fusion-pub", "feature-dp", "calibrated-fusion", "fusiondp")
+READ_HYBRID = (*HYBRID_VIEW, "sgd-hybrid")
+READ_MASKED = tuple(m for m in METHOD_NAMES if m not in ("dp-sgd", "sgd-org"))
 
 
 def _default_dp() -> DPSettings:
@@ -51,17 +56,17 @@ class NoteClassifierSettings(Settings):
     n_filters: int = setting(50, kind="integer", low=1, cli="filters", help="CAML convolution filters")
     kernel_size: int = setting(10, kind="integer", low=1, cli="kernel", help="CAML convolution width (tokens)")
     lr: float = setting(3e-3, low=0, open_low=True, help="Adam learning rate")
-    alpha: float = setting(0.5, low=0, help="weight of the private gradient: g = g_pub + alpha g_priv")
-    beta: float = setting(0.5, low=0, help="fusiondp: weight of the consistency term ||h(x) - h(x_hyb)||^2")
+    alpha: float = setting(0.5, low=0, methods=PUBLIC_BRANCH, help="weight of the private gradient: g = g_pub + alpha g_priv")
+    beta: float = setting(0.5, low=0, methods=("fusiondp",), help="fusiondp: weight of the consistency term ||h(x) - h(x_hyb)||^2")
     loss: str = setting("sum", kind="choice", choices=LOSSES, help="per-note BCE over the codes: sum or mean")
     train_embeddings: bool = setting(True, kind="flag", help="train the word vectors (off: keep the public ones)")
-    impute: bool = setting(True, kind="flag",
+    impute: bool = setting(True, kind="flag", methods=READ_HYBRID,
                            help="fill the masked spans with a language model that reads only the masked text (the "
                                 "hybrid view); off: the hybrid view is the masked note")
-    lm: str = setting("smollm2", kind="text", help="imputation LM: smollm2 or a local causal-LM folder")
-    impute_context_chars: int = setting(64, kind="integer", low=1, cli="impute_context",
+    lm: str = setting("smollm2", kind="text", methods=READ_HYBRID, help="imputation LM: smollm2 or a local causal-LM folder")
+    impute_context_chars: int = setting(64, kind="integer", low=1, cli="impute_context", methods=READ_HYBRID,
                                         help="characters of masked text left of a span in the imputer's prompt")
-    mask_ner: bool = setting(True, kind="flag",
+    mask_ner: bool = setting(True, kind="flag", methods=READ_MASKED,
                              help="mask persons, dates, places and organisations found by spaCy's NER model as well "
                                   "as the rules' spans (off: rules only)")
     split_seed: int = setting(0, kind="integer", help="seed of the patient split (train 70 / validation 10 / test 20)")

@@ -21,6 +21,7 @@ from torch import nn
 from dpcare.exceptions import DataError, MissingFileError
 from dpcare.io import atomic_write, write_json
 from dpcare.runs import Manifest
+from dpcare.verdict import verdict_entry
 
 FORMAT = 1
 WEIGHTS = "weights.safetensors"
@@ -67,6 +68,15 @@ def finetune_manifest(info: dict[str, Any], settings: dict[str, Any] | None = No
                 note="" if info.get("guarantee") else "NO differential privacy guarantee (non-private fine-tuning).")
     m.settings["info"] = {k: info.get(k) for k in (*RECIPE, "patients", "notes", "rows", "steps", "sampling_rate",
                                                    "noise_multiplier", "clip_norm", "trainable_parameters")}
+    if settings:
+        from dpcare.settings import in_effect
+        from dpcare.text.lm.finetune import DEFAULT_LR
+        from dpcare.text.lm.settings import FinetuneSettings
+
+        s = FinetuneSettings.from_dict({k: v for k, v in settings.items() if k != "info"})
+        g = info.get("guarantee")
+        m.settings_in_effect = in_effect(s, {"lr": DEFAULT_LR[s.mode] if s.lr is None else s.lr,
+                                             **({"dp.delta": g["delta"]} if g else {})}, method=s.mode)
     if scores is None or scores.result is None:
         m.notes.append("No utility is measured at fine-tuning without --test: `dpcare text ner` / `summarise` "
                        "score notes with gold annotations; the clinical-nlp study attacks its models.")
@@ -76,6 +86,7 @@ def finetune_manifest(info: dict[str, Any], settings: dict[str, Any] | None = No
                    "test notes": scores.scored} for c in scores.result["comparisons"]]
     m.headline = [f"test {scores.metric}"]
     m.baselines = [scores.record(name)]
+    m.verdicts = [verdict_entry(name, c) for c in scores.result["comparisons"]]
     m.notes.append(f"{name}: {scores.result['verdict']}")
     m.not_protected.append("The held-out notes (--test) are scored, not trained on: their scores in this file are "
                            "outside the guarantee.")

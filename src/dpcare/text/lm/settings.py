@@ -35,7 +35,7 @@ class FinetuneSettings(Settings):
     clip_variant: str = setting("fixed", kind="choice", choices=CLIP_VARIANTS,
                                 help="fixed C, adaptive-median (private quantile estimate) or warmup-p80 (10 charged "
                                      "warm-up counts to the 80th percentile, then frozen)")
-    prefix_init: str = setting("text", kind="choice", choices=("text", "random"),
+    prefix_init: str = setting("text", kind="choice", choices=("text", "random"), methods=("dp-prefix",),
                                help="dp-prefix only: text (the keys and values of the task's public instruction, "
                                     "Li and Liang's init; no budget) or random (peft's)")
     window: int = setting(256, kind="integer", low=1, help="note tokens per NER window")

@@ -16,7 +16,11 @@ piece's tag from the same window, then decodes the note's whole tag sequence (a 
 
 Decoding (:func:`decode_bio`). ``B-x`` starts a span of type x; ``I-x`` continues an open span of type x
 and otherwise starts one (an I- without B-); ``O`` closes the open span. A span runs from its first
-piece's start to its last piece's end in the note.
+piece's start to its last piece's end in the note. Predictions are decoded by WORD (``words``: the
+tokenizer's pre-tokenized word of each piece, :func:`piece_words`): a word takes the tag of its first piece
+and its other pieces continue it, so a predicted entity is always whole words, never a fragment of one
+("Dia" of "Diabetes", or a lone "##d"). Gold spans of the generated corpus all start and end on word
+boundaries.
 
 Loss (:class:`TokenNERLoss`). Per window, the MEAN token cross-entropy over its scored pieces (as
 :class:`~dpcare.text.lm.finetune.TargetLoss`; ``reduction="sum"``: the sum). Every window of every note of a
@@ -171,6 +175,27 @@ def note_pieces(text: str, tokenizer) -> tuple[list[int], list[tuple[int, int]]]
     return enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]]
 
 
+def piece_words(text: str, tokenizer) -> list[int]:
+    """The pre-tokenized word index of every word piece of ``text`` (no special tokens): pieces of one word
+    (``dia ##bet ##es``) share it."""
+    enc = tokenizer(text, add_special_tokens=False, verbose=False)
+    return [-1 if w is None else w for w in enc.word_ids()]
+
+
+def word_tags(tags: Sequence[str], words: Sequence[int]) -> list[str]:
+    """``tags`` made whole-word: each word's first piece keeps its tag, the word's other pieces continue it
+    (``I-x`` after ``B-x`` or ``I-x``, ``O`` after ``O``)."""
+    out, previous = [], None
+    for tag, word in zip(tags, words):
+        if word == previous and word != -1:
+            head = out[-1]
+            out.append("O" if head == "O" else "I-" + head.partition("-")[2])
+        else:
+            out.append(tag)
+        previous = word
+    return out
+
+
 def piece_tags(offsets: Sequence[tuple[int, int]], spans: Iterable[Span], labels: Sequence[str] = ENTITY_LABELS,
                name: str = "note") -> list[int]:
     """The tag index (of :func:`bio_tags`) of every piece, from entity ``spans`` of ``labels``."""
@@ -257,8 +282,12 @@ def merge_windows(windows: Sequence[TokenWindow], position_tags: Sequence[Sequen
     return out
 
 
-def decode_bio(tags: Sequence[str], offsets: Sequence[tuple[int, int]], text: str) -> list[Span]:
-    """Character spans of a note's piece tags (module docstring)."""
+def decode_bio(tags: Sequence[str], offsets: Sequence[tuple[int, int]], text: str,
+               words: Sequence[int] | None = None) -> list[Span]:
+    """Character spans of a note's piece tags (module docstring); ``words`` (:func:`piece_words`): decode whole
+    words (:func:`word_tags`)."""
+    if words is not None:
+        tags = word_tags(tags, words)
     spans, open_ = [], None  # open_: [label, start, end]
     for tag, (a, b) in zip(tags, offsets):
         prefix, _, label = tag.partition("-")
@@ -374,7 +403,8 @@ def predict_spans(model: nn.Module, tokenizer, notes: Sequence[Note], window: in
     out = []
     for note in notes:
         offsets = note_pieces(note.text, tokenizer)[1]
-        out.append(decode_bio([names[t] for t in merged.get(note.note_id, [])], offsets, note.text))
+        out.append(decode_bio([names[t] for t in merged.get(note.note_id, [])], offsets, note.text,
+                              piece_words(note.text, tokenizer)))
     return out
 
 
