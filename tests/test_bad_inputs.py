@@ -65,7 +65,7 @@ def _file_in_the_way(root: Path, name: str) -> str:
     return f"blocker/{name}"
 
 
-def _events(root: Path, bad_time: bool = False, conflict: bool = False) -> str:
+def _events(root: Path, bad_time: bool = False, conflict: bool = False, negated: bool = False) -> str:
     rng = np.random.default_rng(0)
     rows = []
     for p in range(12):  # 12 patients: a hash split of the seed leaves no split empty (7 / 2 / 3)
@@ -76,12 +76,14 @@ def _events(root: Path, bad_time: bool = False, conflict: bool = False) -> str:
         rows[3]["time"] = "yesterday at noon"
     if conflict:  # a second, other heart rate at one recorded time
         rows.append({**rows[5], "value": rows[5]["value"] + 30})
+    if negated:  # every value's sign flipped: impossible heart rates
+        rows = [{**r, "value": -r["value"]} for r in rows]
     import pandas as pd
 
     pd.DataFrame(rows).to_csv(root / "events.csv", index=False)
     (root / "ts.yaml").write_text(yaml.safe_dump({"name": "toy", "step": "hour", "window": {
         "input_len": 6, "output_len": 6, "stride": 6}, "default_variables": ["hr"],
-        "variables": {"hr": {"center": 80.0, "scale": 15.0}}}))
+        "variables": {"hr": {"center": 80.0, "scale": 15.0, "range": [0, 300]}}}))
     return "events.csv"
 
 
@@ -123,6 +125,12 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("train: a spec key dpcare does not know (epsilon: in the spec)",
      lambda d: ["train", _table(d), "--spec", _spec(d, yaml.safe_dump({**SPEC, "epsilon": 1.0}))],
      r"unknown spec key\(s\) \['epsilon'\]"),
+    ("train: values outside their declared bounds (ages negated)",
+     lambda d: ["train", _table(d, lambda f: f.assign(age=-f["age"])), "--spec", _spec(d)],
+     r"'age' \d+ of \d+ \(100.0%\): \d+ below 18, 0 above 100; at most 5.0%"),
+    ("train: max_out_of_range: 2 in the spec",
+     lambda d: ["train", _table(d), "--spec", _spec(d, yaml.safe_dump({**SPEC, "max_out_of_range": 2}))],
+     r"max_out_of_range must be a share in \[0, 1\]"),
     ("train: an unknown method", lambda d: ["train", _table(d), "--spec", _spec(d), "--method", "dp-adam"],
      "--method must be one of"),
     ("train: --out is an existing file",
@@ -162,6 +170,9 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("budget init: the file exists",
      lambda d: ["budget", "init", _write(d, "b.json", "{}"), "--epsilon", "1", "--delta", "1e-5", "--dataset", "x"],
      "already exists"),
+    ("forecast fit: values outside a variable's declared range (negated)",
+     lambda d: ["forecast", "fit", _events(d, negated=True), "--spec", "ts.yaml"],
+     r"'hr' 360 of 360 \(100.0%\): 360 below 0; at most 5.0%"),
     ("forecast fit: an unreadable time",
      lambda d: ["forecast", "fit", _events(d, bad_time=True), "--spec", "ts.yaml"], "yesterday at noon"),
     ("forecast fit: two different values of a variable at one time",

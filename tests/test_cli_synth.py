@@ -113,6 +113,7 @@ def test_the_comparison_on_a_given_test_table_or_none(files, tmp_path):
     m = read_manifest(out)
     assert m.data["training rows"] == 200 and m.data["test rows"] == 100 and m.baselines[0]["test_rows"] == 100
     assert m.baselines[0]["verdict"] in r.output
+    assert r.stdout.startswith(f"verdict: {m.verdicts[0]['verdict']} (on real-test AUC XGB")  # issue 54 part 3
     out = tmp_path / "none"
     r = runner.invoke(app, fit_args(d, out, "--mode", "non-private", "--holdout", "0"))
     assert r.exit_code == 0 and "no public-baseline comparison" in r.output, r.output

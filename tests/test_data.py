@@ -207,3 +207,34 @@ def test_hybrid_rows_keep_public_values_exactly():
     assert (hybrid["age"] == 50).all()
     with pytest.raises(ValueError, match="private columns"):
         replace_private(df, imputed.drop(columns=["sex"]), schema)
+
+
+def test_values_outside_their_declared_bounds_are_counted_and_refused_above_the_spec_share():
+    """Issue 54 part 4: the encoder clips to the declared bounds, so a table in other units (negated, scaled)
+    was silently scored; now each column's values outside its bounds are counted, refused above the spec's
+    max_out_of_range, else said in a warning that holds exact counts (ExactStatisticWarning)."""
+    import warnings
+
+    from dpcare.data.tables import OutOfRangeWarning
+    from dpcare.exceptions import DataError, ExactStatisticWarning, SpecError
+
+    SCHEMA = TableSchema.from_dict(SPEC)
+
+    table = toy_table(200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_table(table, SCHEMA)  # inside the bounds: nothing said
+    few = table.assign(hr=[300.0] * 4 + list(table["hr"][4:]))  # 2% above 250: kept, clipped, said
+    with pytest.warns(OutOfRangeWarning, match=r"'hr' 4 of 200 \(2.0%\): 0 below 20, 4 above 250"):
+        load_table(few, SCHEMA)
+    assert issubclass(OutOfRangeWarning, ExactStatisticWarning)
+    with pytest.raises(DataError, match=r"'age' 200 of 200 \(100.0%\): 200 below 18, 0 above 100"):
+        load_table(table.assign(age=-table["age"]), SCHEMA)
+    strict = TableSchema.from_dict({**SPEC, "max_out_of_range": 0.0})
+    with pytest.raises(DataError, match=r"'hr' 4 of 200.*at most 0.0%"):
+        load_table(few, strict)
+    loose = TableSchema.from_dict({**SPEC, "max_out_of_range": 1.0})
+    with pytest.warns(OutOfRangeWarning):
+        load_table(table.assign(age=-table["age"]), loose)
+    with pytest.raises(SpecError, match="max_out_of_range must be a share"):
+        TableSchema.from_dict({**SPEC, "max_out_of_range": "high"})

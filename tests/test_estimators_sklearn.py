@@ -136,7 +136,7 @@ def test_a_scaler_before_the_estimator_is_refused(output):
     X, y = _numeric_rows()
     scaler = StandardScaler() if output == "default" else StandardScaler().set_output(transform="pandas")
     pipe = Pipeline([("scale", scaler), ("clf", DPClassifier(schema=NUMERIC, holdout=False, **TINY))])
-    with pytest.raises(DataError, match=r"'age' \(100% outside \[18.0, 100.0\]\).*scaler before DPClassifier"):
+    with pytest.raises(DataError, match=r"'age' \d+ of \d+ \(100.0%\).*scaler before DPClassifier"):
         pipe.fit(X, y)
     raw = Pipeline([("clf", DPClassifier(schema=NUMERIC, holdout=False, **TINY))]).fit(X, y)  # raw columns: fine
     assert raw.predict(X.head(3)).shape == (3,)

@@ -77,6 +77,8 @@ def test_the_page_opens_with_the_verdict_and_names_no_absolute_path(q1_run):
     assert body.index(m["verdicts"][0]["verdict"]) < body.index("<h3>Privacy guarantee</h3>")
     assert str(root) not in html  # the run folder appears relative to the page: ../run
     assert "run folder: ../run" in html
+    summary = html.split("<h2>Summary</h2>", 1)[1].split("<h2", 1)[0]  # the verdict column of the summary table
+    assert "<th>verdict</th>" in summary and f"<td>{m['verdicts'][0]['verdict']}</td>" in summary
     assert "(q = 1)" in html.split("<h3>Warnings</h3>", 1)[1].split("<h3>", 1)[0]
     assert "training (dp-sgd)" in html.split("<h3>Timing</h3>", 1)[1]
     assert "0.5 is chance" in html and "unit not recorded" not in html
@@ -164,3 +166,17 @@ def test_bars_only_where_they_say_something():
     assert not informative([("a", 0.5)]) and not informative([("a", 0.3), ("b", 0.3)])
     assert informative([("a", 0.3), ("b", 0.4)])
     assert bar_png(["a", "b"], [-0.2, 0.4], "difference").startswith(b"\x89PNG")  # labels either side fit
+
+
+def test_the_guarantee_reads_in_plain_words_for_each_unit():
+    from dpcare.privacy import PrivacyLedger, ProtectedUnit
+
+    for unit, whose in ((ProtectedUnit.EXAMPLE, "one person's row"), (ProtectedUnit.PATIENT, "one patient's records"),
+                        (ProtectedUnit.FEATURES, "one person's private columns (age)")):
+        cols = {"protected_columns": ("age",), "public_columns": ("hr",)} if unit is ProtectedUnit.FEATURES else {}
+        ledger = PrivacyLedger(1000, delta=1e-6, unit=unit, **cols)
+        ledger.charge_sampled_gaussian("steps", 0.1, 1.0, 50)
+        g = ledger.guarantee()
+        reading = g.describe().splitlines()[1]
+        assert reading.startswith("In plain words:") and whose in reading and "1 in 1,000,000" in reading
+        assert f"factor of {__import__('math').exp(g.epsilon):.3g}" in reading

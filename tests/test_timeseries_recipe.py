@@ -4,6 +4,7 @@ checked on the public patient count before any event is read; bad inputs are nam
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -207,7 +208,12 @@ def test_cli_fit_apply_in_a_fresh_process_report(files, tmp_path):
     assert r.exit_code == 0, r.output
     assert "(3, " in r.output and "patient" in r.output and "LOSS attack: AUC" in r.output
     assert "dp-sgd vs last observation carried forward: " in r.output
+    first = r.stdout.splitlines()[0]  # progress goes to stderr
+    assert re.match(r"verdict: (worth releasing|do not release|cannot be told with \d+ test units) \(on test MSE, "
+                    r"against ", first), r.stdout  # the plain verdict opens the summary (issue 54 part 3)
     m = read_manifest(run)
+    assert m.verdicts[0]["metric"] == "test MSE" and m.verdicts[0]["verdict"] in first
+    assert "training (dp-sgd)" in [p["phase"] for p in m.phases] and "MSE" in m.units["test MSE"]
     split = json.loads((run / "split.json").read_text())
     loss = json.loads((run / "attacks" / "loss.json").read_text())
     assert loss["run_id"] == m.run_id and 0 < loss["rows"][0]["non-member patients"] <= len(split["test"])
@@ -270,3 +276,26 @@ def test_a_partly_declared_standardisation_is_refused_and_the_default_stride_fol
     assert events_dataset(events(), {**SPEC, "variables": {}}).declared == {}  # none declared: fitted (non-private)
     with pytest.raises(SpecError, match="stride may be left out"):
         events_dataset(events(), {**SPEC, "window": {"input_len": 4}})
+
+
+def test_values_outside_a_declared_range_are_counted_and_refused_above_the_share():
+    """Issue 54 part 4: a forecaster trained on negated concentrations was accepted without a word. A variable's
+    declared `range` is checked when the events are read: refused above max_out_of_range, else a warning."""
+    from dpcare.data.tables import OutOfRangeWarning
+    from dpcare.exceptions import DataError, SpecError
+    from dpcare.timeseries import events_dataset
+
+    spec = json.loads(json.dumps(SPEC))
+    spec["variables"]["sbp"]["range"] = [0, None]
+    table = events(patients=8)
+    negated = table.assign(value=np.where(table["variable"] == "sbp", -table["value"], table["value"]))
+    with pytest.raises(DataError, match=r"'sbp' \d+ of \d+ \(100.0%\): \d+ below 0; at most 5.0%"):
+        events_dataset(negated, spec).load()
+    few = table.copy()
+    few.loc[few.index[few["variable"] == "sbp"][:1], "value"] = -5.0
+    with pytest.warns(OutOfRangeWarning, match=r"'sbp' 1 of \d+ .*: 1 below 0"):
+        events_dataset(few, spec).load()
+    assert len(events_dataset(table, spec).load()) == len(table)  # inside the range: nothing said
+    with pytest.raises(SpecError, match="range of 'sbp' must be"):
+        events_dataset(table, {**spec, "variables": {**spec["variables"], "sbp": {"center": 1, "scale": 1,
+                                                                                   "range": "positive"}}})

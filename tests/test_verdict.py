@@ -125,3 +125,36 @@ def test_the_plain_verdict_has_three_answers():
     assert plain_verdict({**base, "beats": True, "low": 0.01}) == "worth releasing"
     assert plain_verdict({**base, "high": -0.01}) == "do not release"
     assert plain_verdict(base) == "cannot be told with 45 test units"
+
+
+def test_the_smallest_detectable_difference_is_hanley_mcneil_and_falls_with_the_test_units():
+    """Issue 54 part 2: said before training from the count alone (balanced classes, AUC 0.75, correlation 0.5)."""
+    from dpcare.verdict import detectable_difference, units_to_detect
+
+    # Hanley & McNeil at A = 0.75, 30 + 30 units: SE^2 = (0.1875 + 29 (0.6 - 0.5625) + 29 (0.6429 - 0.5625)) / 900
+    se2 = (0.1875 + 29 * (0.75 / 1.25 - 0.5625) + 29 * (2 * 0.5625 / 1.75 - 0.5625)) / 900
+    assert detectable_difference(60) == pytest.approx((1.959964 + 0.841621) * (2 * se2 * 0.5) ** 0.5, rel=1e-5)
+    values = [detectable_difference(n) for n in (20, 60, 200, 1000)]
+    assert values == sorted(values, reverse=True)
+    n = units_to_detect(0.05)
+    assert detectable_difference(n) <= 0.05 < detectable_difference(n - 1)
+
+
+def test_a_small_test_split_is_said_before_training_and_the_shares_are_settings(monkeypatch):
+    from dpcare.exceptions import SettingsError
+    from dpcare.verdict import SmallTestWarning
+
+    read = []
+    monkeypatch.setattr("dpcare.tabular.recipe.load_table", lambda *a, **k: read.append(1) or pytest.fail("read"))
+    settings = TabularSettings(method="dp-sgd", hidden=8, test_share=0.3, dp=DPSettings(epochs=1, batch_size=32))
+    with pytest.warns(SmallTestWarning, match=r"the test split holds 90 rows: .* about 0.14 AUROC"), \
+            pytest.raises(BaseException, match="read"):
+        fit(toy_table(300), TableSchema.from_dict(SPEC), settings, progress=False)
+    assert read == [1]  # said before the table was read
+    monkeypatch.undo()
+    with pytest.warns(SmallTestWarning):
+        model = fit(toy_table(300), TableSchema.from_dict(SPEC), settings, progress=False)
+    assert (len(model.split["train"]), len(model.split["val"]), len(model.split["test"])) == (180, 30, 90)
+    assert model.guarantee.n == 180
+    with pytest.raises(SettingsError, match="leave at least 10% of the rows to train"):
+        TabularSettings(validation_share=0.45, test_share=0.45)

@@ -13,6 +13,11 @@ an :class:`ImportError`, :class:`UnknownNameError` a :class:`KeyError` and
 from __future__ import annotations
 
 
+class ExactStatisticWarning(UserWarning):
+    """A warning whose text holds exact statistics of the private data (counts of bad values...): shown to whoever
+    runs the command, and in run.json outside every guarantee (the run says so)."""
+
+
 class DPCareError(ValueError):
     """Base class of the errors dpcare raises on bad input or settings."""
 

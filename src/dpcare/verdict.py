@@ -73,6 +73,55 @@ def plain_verdict(comparison: dict) -> str:
     return f"cannot be told with {comparison['units']} test units"
 
 
+#: a difference in AUROC / AUPRC a clinician would act on; a test split that cannot detect it is said before training
+PRACTICAL_DIFFERENCE = 0.05
+
+
+class SmallTestWarning(UserWarning):
+    """The test split is too small to detect a difference of practical size (said before training)."""
+
+
+def detectable_difference(test_units: int, power: float = 0.8, level: float = 0.05, auc: float = 0.75,
+                          correlation: float = 0.5) -> float:
+    """The smallest difference in AUROC between a model and its baseline that a paired comparison on
+    ``test_units`` units detects with ``power`` at two-sided ``level``, computed before any label is read: Hanley
+    and McNeil's (Radiology 1982) standard error of an AUC of ``auc`` with balanced classes, the most favourable
+    case (rarer positives need more units), for two AUCs correlated at ``correlation``. A planning figure."""
+    from statistics import NormalDist
+
+    a, half = auc, test_units / 2
+    if half < 1:
+        return float("inf")
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    variance = (a * (1 - a) + (half - 1) * (q1 - a * a) + (half - 1) * (q2 - a * a)) / (half * half)
+    z = NormalDist().inv_cdf(1 - level / 2) + NormalDist().inv_cdf(power)
+    return z * (2 * variance * (1 - correlation)) ** 0.5
+
+
+def units_to_detect(difference: float, **kwargs: float) -> int:
+    """The fewest test units whose :func:`detectable_difference` is at most ``difference``."""
+    low, high = 2, 4
+    while detectable_difference(high, **kwargs) > difference:
+        low, high = high, high * 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if detectable_difference(mid, **kwargs) > difference else (low, mid)
+    return high
+
+
+def warn_if_small_test(test_units: int, unit: str = "rows", option: str = "--test-share") -> None:
+    """Say before training when the test split cannot detect a difference of :data:`PRACTICAL_DIFFERENCE`."""
+    import warnings
+
+    smallest = detectable_difference(test_units)
+    if smallest > PRACTICAL_DIFFERENCE:
+        warnings.warn(f"the test split holds {test_units} {unit}: the verdict can detect a difference from the public "
+                      f"baseline of about {smallest:.2f} AUROC or more (80% power, 5% level, balanced classes; more "
+                      f"with rarer positives), not one of practical size ({PRACTICAL_DIFFERENCE:g} needs about "
+                      f"{units_to_detect(PRACTICAL_DIFFERENCE):,} test {unit}): expect 'cannot be told' unless the "
+                      f"model is much better; use more {unit} or a larger {option}", SmallTestWarning, stacklevel=3)
+
+
 def verdict_entry(model: str, comparison: dict) -> dict:
     """One row of run.json's ``verdicts``: the model, the verdict in plain words first, then what it rests on
     (the metric, the baseline, the difference and its 95% interval over how many test units) and the sentence."""
@@ -121,4 +170,5 @@ def compare(metric_name: str, metric: Metric, truth: np.ndarray, model: np.ndarr
                       float(low), float(high), higher_is_better, len(labels), len(diffs))
 
 
-__all__ = ["OUTSIDE_THE_GUARANTEE", "Comparison", "Metric", "compare", "plain_verdict", "verdict_entry"]
+__all__ = ["OUTSIDE_THE_GUARANTEE", "PRACTICAL_DIFFERENCE", "Comparison", "Metric", "SmallTestWarning", "compare",
+           "detectable_difference", "plain_verdict", "units_to_detect", "verdict_entry", "warn_if_small_test"]

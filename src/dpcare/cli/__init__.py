@@ -77,9 +77,10 @@ def show_warnings_once() -> None:
         if key in shown:
             return
         shown.add(key)
+        from dpcare.exceptions import ExactStatisticWarning
         from dpcare.runs.record import record_warning  # here: importing dpcare.runs would slow every start
 
-        record_warning(str(message))  # repeated in run.json and the report
+        record_warning(str(message), issubclass(category, ExactStatisticWarning))  # repeated in run.json, report
         try:
             if file is None:
                 typer.secho(f"warning: {message}", fg=typer.colors.YELLOW, err=True)

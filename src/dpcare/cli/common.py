@@ -18,14 +18,15 @@ from dpcare.exceptions import DPCareError, SettingsError
 USER_ERRORS = (DPCareError,)
 
 
-def echo_plain_verdict(baseline: dict | None) -> None:
-    """The first line of a run's summary: the verdict against its public baseline in plain words (issue 54)."""
-    if baseline is None:
+def echo_plain_verdict(comparison: dict | None) -> None:
+    """The first line of a run's summary: the verdict against its public baseline in plain words (issue 54);
+    ``comparison``: the binding :meth:`dpcare.verdict.Comparison.to_dict` (None: no baseline, nothing said)."""
+    if comparison is None:
         return
-    from dpcare.verdict import plain_verdict
+    from dpcare.verdict import verdict_entry
 
-    first = baseline["comparisons"][0]
-    typer.echo(f"verdict: {plain_verdict(first)} (on {first['metric']}, against {baseline['name']}; details below)")
+    v = verdict_entry("", comparison)
+    typer.echo(f"verdict: {v['verdict']} (on {v['metric']}, against {v['against']}; details below)")
 
 
 def echo_outside_the_guarantee(units: str) -> None:

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from dpcare.cli.budget import BudgetOption, with_budget_delta
-from dpcare.cli.common import echo_outside_the_guarantee
+from dpcare.cli.common import echo_outside_the_guarantee, echo_plain_verdict
 from dpcare.cli.options import settings_options
 from dpcare.timeseries.settings import ForecastSettings
 
@@ -51,7 +51,7 @@ def forecast_fit(
     from dpcare.runs import RunFolder
     from dpcare.timeseries import DATASETS, user_dataset
     from dpcare.timeseries.attacks import PRIV, loss_audit
-    from dpcare.timeseries.baselines import verdict_lines
+    from dpcare.timeseries.baselines import binding_comparison, verdict_lines
     from dpcare.timeseries.recipe import KIND, fit, plan
 
     if (events is None) == (dataset is None):
@@ -87,6 +87,7 @@ def forecast_fit(
            "baselines test_mse": {e["name"]: e["metrics"]["test MSE"] for e in model.baselines["baselines"]},
            "epsilon": g.epsilon if g else math.inf, "delta": g.delta if g else 0.0,
            "patients": {k: len(model.split[k]) for k in ("train", "validation", "test")}}
+    echo_plain_verdict(binding_comparison(model.baselines))
     typer.echo(json.dumps(row, indent=2, default=_json_float))
     typer.echo(g.describe() if g else "NO formal guarantee: a non-private model (the baseline or an augmentation "
                                       "defence).")

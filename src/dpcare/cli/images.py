@@ -83,7 +83,7 @@ def images_fit(
                                                                if public_images else {}),
             **({"test_images": str(test_images)} if test_images else {})}
     model.write(run, data=data)
-    echo_plain_verdict(model.baseline)
+    echo_plain_verdict(model.baseline["comparisons"][0] if model.baseline else None)
     typer.echo(f"{settings.method}: {n_train} training images" + (f" ({n - n_train} held out)" if n > n_train else "")
                + f", {len(model.classes)} classes, {model.info['steps']} steps")
     typer.echo(model.guarantee.describe() if model.guarantee else model.manifest().models[0]["note"])

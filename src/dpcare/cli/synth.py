@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from dpcare.cli.budget import BudgetOption, with_budget_delta
-from dpcare.cli.common import echo_outside_the_guarantee, table_and_spec
+from dpcare.cli.common import echo_outside_the_guarantee, echo_plain_verdict, table_and_spec
 from dpcare.cli.options import settings_options
 from dpcare.cli.train import ForceOption
 from dpcare.exceptions import MissingFileError, SettingsError, SpecError
@@ -221,6 +221,7 @@ def _fit_and_write(synth, data: Path, test: Path | None, holdout: float, compare
              {"held out": holdout, "test rows": len(test_idx), "held-out rows": test_idx.tolist()})
     synth.write(run, data={"path": str(data), "rows": rows, "training rows": len(train_idx), **split,
                            **(data_extra or {})})
+    echo_plain_verdict(synth.baseline["comparisons"][0] if synth.baseline is not None else None)
     if synth.guarantee is not None:
         typer.echo(synth.guarantee.describe())
     else:

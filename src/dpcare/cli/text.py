@@ -280,7 +280,7 @@ def classify(
         if held is not None:
             held.actual = model.ledger
     model.write(run, data={"path": str(notes), "notes": len(corpus), "patients": patients})
-    echo_plain_verdict(model.baseline)
+    echo_plain_verdict(model.baseline["comparisons"][0] if model.baseline else None)
     typer.echo(json.dumps({"method": settings.method, **{k: round(v, 4) for k, v in model.metrics.items()},
                            "best epoch": model.info["best_epoch"], "threshold": model.threshold,
                            "codes": len(model.codes)}, indent=2))

@@ -67,7 +67,7 @@ def train(
     run = RunFolder(out, "tabular", settings.to_dict(), force=force, command="dpcare train")
     with guard_run(budget, planned, run_id=run.run_id, command="train", data=data) as held:
         try:
-            frame, _ = read_and_split(data, schema, settings.dp.seed)  # bad values or splits: refused untrained
+            frame, _ = read_and_split(data, schema, settings.dp.seed, splits=settings.splits)  # bad values or splits: refused untrained
         except DPCareError:
             if held is not None:
                 held.refused = True
@@ -91,7 +91,7 @@ def train(
     row = {"method": settings.method, **{k: v for k, v in model.metrics.items() if k.startswith("test")},
            "epsilon": model.guarantee.epsilon if model.guarantee else math.inf,
            "delta": model.guarantee.delta if model.guarantee else 0.0}
-    echo_plain_verdict(model.baseline)
+    echo_plain_verdict(model.baseline["comparisons"][0] if model.baseline else None)
     typer.echo(json.dumps(strict_json(row), indent=2))  # a non-private run's epsilon prints as null
     if grid:
         t = model.info["tuning"]

@@ -77,6 +77,11 @@ class TableSchema:
     name: str = ""
     meta: dict[str, Any] = field(default_factory=dict, compare=False)  # source, licence...
 
+    @property
+    def max_out_of_range(self) -> float:
+        """The largest share of a numeric column's values allowed outside its declared bounds (spec key)."""
+        return float(self.meta.get("max_out_of_range", DEFAULT_MAX_OUT_OF_RANGE))
+
     def __post_init__(self):
         object.__setattr__(self, "columns", tuple(self.columns))
         names = [c.name for c in self.columns]
@@ -164,11 +169,15 @@ class TableSchema:
                 raise SpecError(f"each column must be a mapping, got {c!r}")
             cols.append(_column(c))
         meta = {k: v for k, v in d.items() if k not in ("columns", "target", "name")}
-        unknown = sorted(set(meta) - set(SPEC_NOTES), key=str)
+        unknown = sorted(set(meta) - set(SPEC_NOTES) - set(SPEC_CHECKS), key=str)
         if unknown:  # e.g. an `epsilon:` the user meant as a setting: silently ignored, it would mislead
-            raise SpecError(f"unknown spec key(s) {unknown}: a table spec has 'name', 'target', 'columns' and the "
-                            f"descriptive {list(SPEC_NOTES)}; privacy settings (epsilon, delta, ...) are options of "
-                            "the command or fields of the settings, not spec keys")
+            raise SpecError(f"unknown spec key(s) {unknown}: a table spec has 'name', 'target', 'columns', the data "
+                            f"checks {list(SPEC_CHECKS)} and the descriptive {list(SPEC_NOTES)}; privacy settings "
+                            "(epsilon, delta, ...) are options of the command or fields of the settings, not spec keys")
+        limit = meta.get("max_out_of_range", DEFAULT_MAX_OUT_OF_RANGE)
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 <= limit <= 1:
+            raise SpecError(f"max_out_of_range must be a share in [0, 1] (of a column's values allowed outside its "
+                            f"declared bounds), got {limit!r}")
         return cls(tuple(cols), str(d.get("name", "")), meta)
 
     def to_dict(self) -> dict[str, Any]:
@@ -177,6 +186,10 @@ class TableSchema:
                 "columns": [c.to_dict() for c in self.columns if c.role != "target"]}
 
 
+#: top-level keys of a table spec that set a data check (kept in ``TableSchema.meta``): ``max_out_of_range`` is the
+#: largest share of a numeric column's values allowed outside its declared bounds (more: the table is refused)
+SPEC_CHECKS = ("max_out_of_range",)
+DEFAULT_MAX_OUT_OF_RANGE = 0.05
 #: top-level keys of a table spec that describe it and change nothing (kept in ``TableSchema.meta``)
 SPEC_NOTES = ("source", "licence", "license", "note", "notes", "description", "url", "citation", "version")
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from dpcare.data.schema import TableSchema
-from dpcare.exceptions import DataError, MissingFileError
+from dpcare.exceptions import DataError, ExactStatisticWarning, MissingFileError
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,54 @@ def load_table(source: str | Path | pd.DataFrame, schema: TableSchema) -> pd.Dat
                 raise DataError(f"column '{col.name}' has values {unknown[:5]} outside its declared categories "
                                  f"{list(col.categories)}")
         out[col.name] = s
+    check_ranges(out, schema, str(what))
     return out.reset_index(drop=True)
+
+
+class OutOfRangeWarning(ExactStatisticWarning):
+    """Values outside a column's declared bounds (clipped to them): exact counts of the data, said to its holder."""
+
+
+def check_ranges(table: pd.DataFrame, schema: TableSchema, what: str = "the table") -> None:
+    """Count each numeric column's values outside its declared bounds (the encoder clips them to the bounds, so
+    they are changed silently otherwise): refused when a column's share exceeds the spec's ``max_out_of_range``
+    (the table is in other units than the spec, or the bounds are wrong), else said in a warning. The counts are
+    exact statistics of the data: shown to whoever runs the command, outside any guarantee."""
+    columns = [(col.name, table[col.name].to_numpy(float), *col.bounds) for col in schema.columns
+               if col.kind == "numeric" and col.bounds is not None and col.name in table.columns]
+    judge_ranges(columns, schema.max_out_of_range, what, "clipped to them",
+                 " (e.g. negated, or standardised by a scaler before DPClassifier in a Pipeline: one fitted on the "
+                 "private rows is itself a release outside epsilon, so give the raw columns)")
+
+
+def judge_ranges(columns, limit: float, what: str, handled: str, hint: str = "") -> None:
+    """``columns``: (name, values, low, high) with None for an open side. Refuse (DataError) when a column's share
+    of values outside [low, high] (NaN not counted) exceeds ``limit``, else warn (:class:`OutOfRangeWarning`,
+    saying what was done with them: ``handled``) with every column's counts."""
+    import warnings
+
+    found, over = [], []
+    for name, values, low, high in columns:
+        values = np.asarray(values, float)
+        values = values[~np.isnan(values)]
+        below = int((values < low).sum()) if low is not None else 0
+        above = int((values > high).sum()) if high is not None else 0
+        if below + above:
+            share = (below + above) / len(values)
+            pct = f"{share:.1%}" if share >= 0.001 else "<0.1%"
+            sides = [f"{below} below {low:g}" if low is not None else "", f"{above} above {high:g}" if high is not None
+                     else ""]
+            text = f"'{name}' {below + above} of {len(values)} ({pct}): {', '.join(x for x in sides if x)}"
+            found.append(text)
+            if share > limit:
+                over.append(text)
+    if over:
+        raise DataError(f"{what}: values outside the spec's declared bounds in {'; '.join(over)}; at most "
+                        f"{limit:.1%} of a column may lie outside (spec key max_out_of_range). The data are not in "
+                        f"the units the spec declares{hint}, or the bounds are wrong: fix them")
+    if found:
+        warnings.warn(f"{what}: values outside the spec's declared bounds, {handled}: {'; '.join(found)}",
+                      OutOfRangeWarning, stacklevel=3)
 
 
 def category_text(v) -> str:

@@ -75,8 +75,6 @@ SELECTION_NOTE = ("hyperparameter selection: {what}; if these settings were chos
                   "release outside epsilon (DPClassifier(tune=...) counts it)")
 #: the label column of a spec-less fit's fingerprints
 _Y = "\0y"
-#: a fit is refused when more than this share of a numeric column's values lies outside its declared bounds
-OUT_OF_BOUNDS_LIMIT = 0.25
 #: methods that need no spec (every column and the label protected, or nothing)
 SPECLESS_METHODS = ("dp-sgd", "non-private")
 
@@ -268,7 +266,6 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         frame = _spec_frame(X, spec, with_target=y is None)
         if y is not None:
             frame = _with_target(frame, y, spec)
-        _check_declared_units(frame, spec)
         holdout = True if self.holdout is None else bool(self.holdout)
         if self.tune:
             if not holdout:
@@ -572,25 +569,6 @@ def _spec_frame(X: Table, spec: TableSchema, with_target: bool) -> pd.DataFrame:
                         f"{len(spec.feature_columns)} feature columns in order {spec.feature_columns}: pass a DataFrame "
                         "with those column names, or an array with exactly those columns")
     return pd.DataFrame(values, columns=names)
-
-
-def _check_declared_units(frame: pd.DataFrame, spec: TableSchema) -> None:
-    """Refuse X whose numeric columns lie mostly outside their declared bounds: X is in other units than the
-    spec's (a scaler before DPClassifier in a Pipeline), so clipping to the bounds would be silently wrong."""
-    wrong = []
-    for col in spec.columns:
-        if col.role == "target" or col.kind != "numeric" or col.bounds is None or col.name not in frame.columns:
-            continue
-        values = pd.to_numeric(frame[col.name], errors="coerce").dropna().to_numpy(float)
-        if len(values):
-            outside = float(np.mean((values < col.bounds[0]) | (values > col.bounds[1])))
-            if outside > OUT_OF_BOUNDS_LIMIT:
-                wrong.append(f"'{col.name}' ({outside:.0%} outside {list(col.bounds)})")
-    if wrong:
-        raise DataError(f"the values of {', '.join(wrong)} lie mostly outside the spec's declared bounds: X is not in "
-                        "the units the spec declares. A scaler before DPClassifier (a Pipeline step) changes them, and "
-                        "one fitted on the private rows is itself a release outside epsilon: give DPClassifier the raw "
-                        "columns (it scales by the declared bounds itself), or declare the bounds in X's units")
 
 
 def _label(v):

@@ -67,6 +67,19 @@ class Guarantee:
     def from_dict(cls, d: dict[str, Any]) -> Guarantee:
         return cls(**d)
 
+    def plain_reading(self) -> str:
+        """One sentence for a reader who is not a privacy specialist (a clinician): what the guarantee means for
+        one person, with e^epsilon as the bound on the change of odds (Dwork and Roth 2014, Section 2.3)."""
+        cols = ", ".join(self.protected_columns) or "not listed"
+        whose = {ProtectedUnit.EXAMPLE: "one person's row",
+                 ProtectedUnit.FEATURES: f"one person's private columns ({cols})",
+                 ProtectedUnit.LABEL: f"one person's label ({cols})",
+                 ProtectedUnit.PATIENT: "one patient's records"}[self.unit]
+        chance = f"1 in {1 / self.delta:,.0f}" if self.delta > 0 else "no"
+        return (f"In plain words: seeing what was released changes anyone's odds that {whose} were used by at "
+                f"most a factor of {math.exp(self.epsilon):.3g} (e^epsilon), except with a {chance} chance; it "
+                "does not hide what the rest of the data reveal about groups the person belongs to.")
+
     def describe(self) -> str:
         """A few plain-English lines: what is protected, at which (epsilon, delta), and what is not."""
         if not math.isfinite(self.epsilon):
@@ -93,7 +106,7 @@ class Guarantee:
         size = f"n = {self.n}, n*delta = {nd:.2g}" if self.n > 0 else "n not saved"
         head = (f"({self.epsilon:.4g}, {self.delta:.3g})-differential privacy ({self.accountant.upper()} "
                 f"accountant, {size}) protecting {what}.")
-        lines = [head, f"Neighbouring datasets: {self.neighbouring}."]
+        lines = [head, self.plain_reading(), f"Neighbouring datasets: {self.neighbouring}."]
         if self.n > 0 and is_weak_delta(self.delta, self.n):
             lines.append(f"WEAK delta: n*delta = {nd:.2g} > {MAX_N_DELTA:g}, so a mechanism that publishes each "
                          f"unit's record with probability delta meets this guarantee and would expose {nd:.2g} "

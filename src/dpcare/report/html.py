@@ -229,12 +229,13 @@ def comparison_section(runs: Sequence[Run]) -> str:
         for a in run.attacks:
             for row in a.rows:
                 auc.setdefault(row.get("model"), row.get("AUC"))
+        verdict = {v["model"]: v["verdict"] for v in reversed(run.verdicts)}  # the first verdict of a model
         for u in run.utility or [{"model": p.label} for p in run.privacy]:
             p = privacy.get(u["model"])
             rows.append({"folder": run.name, "model": u["model"], "written by": run.kind,
                          "protects": p.protects if p else "—", "epsilon": p.epsilon if p and p.private else None,
-                         "delta": p.delta if p else None, **{h: u.get(h) for h in headline},
-                         "attack AUC": _first(auc.get(u["model"]))})
+                         "delta": p.delta if p else None, "verdict": verdict.get(u["model"]),
+                         **{h: u.get(h) for h in headline}, "attack AUC": _first(auc.get(u["model"]))})
     out = table(rows)
     pairs = _numbers([{**r, "model": f"{r['folder']}: {r['model']}"} for r in rows], headline[0]) if headline else []
     if len(runs) > 1 and informative(pairs):

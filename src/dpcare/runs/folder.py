@@ -35,6 +35,9 @@ from dpcare.runs.record import close_record, open_record
 from dpcare.runtime import process_rank
 from dpcare.units import units_for
 
+EXACT_WARNINGS = ("Some warnings in this file state exact statistics of the private data (e.g. how many values lay "
+                  "outside their declared bounds): they are outside the guarantee; remove them before publishing "
+                  "run.json.")
 PARTIAL = "partial.json"  # in the staging folder: run id, kind and settings fingerprint of the unfinished run
 CHECKPOINTS = "checkpoints"  # resumable training state, deleted when the run finishes
 _OPEN: weakref.WeakSet[RunFolder] = weakref.WeakSet()  # run folders made and not finished, in this process
@@ -187,6 +190,8 @@ class RunFolder:
         manifest.phases = [*manifest.phases, *self.record.timing_rows(resumed=self.resumed)]
         manifest.warnings = list(dict.fromkeys([*manifest.warnings, *self.record.warnings]))
         manifest.units = {**units_for(manifest.metrics), **manifest.units}  # a writer's own unit wins
+        if self.record.exact_statistics and EXACT_WARNINGS not in manifest.not_protected:
+            manifest.not_protected.append(EXACT_WARNINGS)
         close_record(self.record)
         # a given noise_seed voids the guarantee against whoever knows it: run.json says so
         note = reproducible_noise_note(pinned_noise_seed(manifest.settings))

@@ -23,10 +23,12 @@ class RunRecord:
     started: float = field(default_factory=time.monotonic)
     phases: list[dict[str, float | str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    exact_statistics: bool = False  # a warning states exact statistics of the private data
 
-    def add_warning(self, message: str) -> None:
+    def add_warning(self, message: str, exact_statistics: bool = False) -> None:
         if message not in self.warnings:
             self.warnings.append(message)
+        self.exact_statistics |= exact_statistics
 
     def timing_rows(self, resumed: bool = False) -> list[dict[str, float | str]]:
         """The phases, then the whole run from its output check to its manifest (of a resumed run: this
@@ -37,14 +39,14 @@ class RunRecord:
 
 
 _ACTIVE: list[RunRecord] = []  # records of the unfinished run folders of this process, newest last
-_PENDING: list[str] = []  # warnings given while no run folder was open
+_PENDING: list[tuple[str, bool]] = []  # warnings given while no run folder was open
 
 
 def open_record() -> RunRecord:
     """A new run's record, made current (with the warnings given before it)."""
     record = RunRecord()
-    for message in _PENDING:
-        record.add_warning(message)
+    for message, exact in _PENDING:
+        record.add_warning(message, exact)
     _PENDING.clear()
     _ACTIVE.append(record)
     return record
@@ -68,9 +70,11 @@ def phase(name: str) -> Iterator[None]:
             record.phases.append({"phase": name, "seconds": round(time.monotonic() - start, 2)})
 
 
-def record_warning(message: str) -> None:
-    """Keep a warning shown to the user for the current run's manifest (or the next run's, if none is open)."""
+def record_warning(message: str, exact_statistics: bool = False) -> None:
+    """Keep a warning shown to the user for the current run's manifest (or the next run's, if none is open);
+    ``exact_statistics``: its text holds exact statistics of the private data (the run's manifest then says that
+    its warnings are outside the guarantee)."""
     if _ACTIVE:
-        _ACTIVE[-1].add_warning(message)
-    elif message not in _PENDING:
-        _PENDING.append(message)
+        _ACTIVE[-1].add_warning(message, exact_statistics)
+    elif (message, exact_statistics) not in _PENDING:
+        _PENDING.append((message, exact_statistics))

@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from dpcare.data import TableEncoder, TableSchema, load_table, public_view, replace_private
+from dpcare.data import TableEncoder, TableSchema, count_rows, load_table, public_view, replace_private
 from dpcare.data.splits import split_indices
 from dpcare.engine import Trainer
 from dpcare.engine.objective import Objective
@@ -52,7 +52,7 @@ from dpcare.runs import Manifest, RunFolder, SavesRunFolder, read_run_of_kind
 from dpcare.runs.record import phase
 from dpcare.settings import in_effect
 from dpcare.tabular.settings import METHOD_NAMES, TabularSettings
-from dpcare.verdict import verdict_entry
+from dpcare.verdict import verdict_entry, warn_if_small_test
 
 SPLITS = {"train": 0.8, "val": 0.1, "test": 0.1}
 MODEL_FILE, SPLIT_FILE = "model.pt", "split.json"
@@ -105,9 +105,9 @@ def ledger_terms(schema: TableSchema, unit: ProtectedUnit) -> dict[str, Any]:
             "declared": (DECLARED_SUPPORT,)}
 
 
-def training_rows(rows: int, seed: int, holdout: bool) -> int:
-    """How many rows train (the ledger's n) for a table of ``rows`` rows."""
-    return len(split_indices(rows, SPLITS, seed)["train"]) if holdout else rows
+def training_rows(rows: int, seed: int, holdout: bool, splits: dict[str, float] = SPLITS) -> int:
+    """How many rows train (the ledger's n) for a table of ``rows`` rows split by ``splits``."""
+    return len(split_indices(rows, splits, seed)["train"]) if holdout else rows
 
 
 #: what refuses a target of other than two categories (AUPRC, AUROC and the verdict are binary)
@@ -123,7 +123,7 @@ def plan(schema: TableSchema, settings: TabularSettings, rows: int, holdout: boo
         return None
     if objective.unit is ProtectedUnit.FEATURES:
         schema.require_public()
-    n = training_rows(rows, settings.dp.seed, holdout)
+    n = training_rows(rows, settings.dp.seed, holdout, settings.splits)
     delta = check_delta(settings.dp.delta, n) if settings.dp.delta is not None else default_delta(n)
     return Guarantee(epsilon=settings.dp.epsilon, delta=delta, n=n, accountant=settings.dp.accountant,
                      neighbouring=NEIGHBOURING[objective.unit], **ledger_terms(schema, objective.unit))
@@ -360,8 +360,11 @@ def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: T
     settings = settings or TabularSettings()
     schema.require_binary_target(BINARY_ONLY)
     check_imputer_inputs(settings, public_data, imputer)
+    if holdout:  # from the row count alone: said before any value is read
+        rows = len(data) if isinstance(data, pd.DataFrame) else count_rows(data)
+        warn_if_small_test(len(split_indices(rows, settings.splits, settings.dp.seed)["test"]))
     with phase("reading, checking and splitting the table"):
-        frame, parts = read_and_split(data, schema, settings.dp.seed, holdout)
+        frame, parts = read_and_split(data, schema, settings.dp.seed, holdout, settings.splits)
     with phase("fitting the imputer on the public support table") if METHODS.get(settings.method).hybrid \
             else nullcontext():
         imp = fit_imputer(schema, settings, public_data, imputer)  # public rows only
@@ -445,20 +448,22 @@ def _public_columns_model(settings: TabularSettings, train: dict[str, torch.Tens
 MIN_EVALUATION_ROWS = 10
 
 
-def read_and_split(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, seed: int, holdout: bool = True
-                   ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """The validated table and its split, checked before anything is trained: every split large enough and,
-    with a hold-out, both evaluation splits holding at least two classes (else the run would fail only after
-    training)."""
+def read_and_split(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, seed: int, holdout: bool = True,
+                   splits: dict[str, float] = SPLITS) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """The validated table and its split (``splits``: shares of train, val and test), checked before anything is
+    trained: every split large enough and, with a hold-out, both evaluation splits holding at least two classes
+    (else the run would fail only after training)."""
     frame = load_table(data, schema)
-    parts = split_indices(len(frame), SPLITS if holdout else {"train": 1.0}, seed)
+    parts = split_indices(len(frame), splits if holdout else {"train": 1.0}, seed)
     for name in ("val", "test") if holdout else ():
         rows = frame.iloc[parts[name]]
+        share = f"{splits[name]:.0%} of {len(frame)}"
         if len(rows) < MIN_EVALUATION_ROWS:
-            raise DataError(f"the {name} split has {len(rows)} rows (10% of {len(frame)}): at least "
-                            f"{MIN_EVALUATION_ROWS} are needed to score the model; use more rows or holdout=False")
+            raise DataError(f"the {name} split has {len(rows)} rows ({share}): at least {MIN_EVALUATION_ROWS} are "
+                            "needed to score the model; use more rows, a larger --validation-share / --test-share, "
+                            "or holdout=False")
         if rows[schema.target].nunique() < 2:
-            raise DataError(f"the {name} split (10% of {len(frame)} rows, seed {seed}) holds a single class of "
+            raise DataError(f"the {name} split ({share} rows, seed {seed}) holds a single class of "
                             f"'{schema.target}': AUROC/AUPRC are undefined; use more rows or another seed")
     return frame, parts
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dpcare.exceptions import SettingsError
 from dpcare.settings import ComputeSettings, DPSettings, Settings, require_unit, setting
 
 #: the methods of :data:`dpcare.tabular.recipe.METHODS`, in its order
@@ -60,17 +61,31 @@ class TabularSettings(Settings):
                                                "not declare")
     imputer: str = setting("gbm", kind="choice", choices=("gbm", "lm"), methods=HYBRID,
                            help="fusion methods: imputer of the private columns, fitted on --public-data")
+    validation_share: float = setting(0.1, low=0, high=0.5, open_low=True, open_high=True,
+                                      help="share of the rows held out to choose and check (validation)")
+    test_share: float = setting(0.1, low=0, high=0.5, open_low=True, open_high=True,
+                                help="share of the rows held out to score the model and its verdict (test); more "
+                                     "test rows detect smaller differences from the public baseline")
     dp: DPSettings = field(default_factory=_default_dp)
     compute: ComputeSettings = field(default_factory=ComputeSettings)  # device, precision, processes
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.validation_share + self.test_share >= 0.9:
+            raise SettingsError(f"validation_share + test_share must leave at least 10% of the rows to train, got "
+                                f"{self.validation_share:g} + {self.test_share:g}")
         require_unit(self.dp, "example", "the tabular recipe protects rows (a table with several rows per patient "
                                          "needs one row per patient, or the event and notes recipes)")
 
     @property
     def private(self) -> bool:
         return self.method != "non-private"
+
+    @property
+    def splits(self) -> dict[str, float]:
+        """The shares of the rows that train, validate and test (a function of the row count and seed only)."""
+        train = round(1.0 - self.validation_share - self.test_share, 12)
+        return {"train": train, "val": self.validation_share, "test": self.test_share}
 
     @property
     def effective_alpha(self) -> float:

@@ -85,9 +85,9 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
     return grid
 
 
-def tuning_units(rows: int, seed: int) -> tuple[int, int]:
-    """(training rows, validation rows) of a table of ``rows`` rows under the recipe's split."""
-    parts = split_indices(rows, SPLITS, seed)
+def tuning_units(rows: int, seed: int, splits: dict[str, float] = SPLITS) -> tuple[int, int]:
+    """(training rows, validation rows) of a table of ``rows`` rows under the split ``splits``."""
+    parts = split_indices(rows, splits, seed)
     return len(parts["train"]), len(parts["val"])
 
 
@@ -108,7 +108,7 @@ def plan_tuning(schema: TableSchema, settings: TabularSettings, rows: int, k: in
     schema.require_binary_target(BINARY_ONLY)
     if not 0 < selection_share < 1:
         raise SettingsError(f"selection_share must be in (0, 1), got {selection_share!r}")
-    n_train, n_val = tuning_units(rows, settings.dp.seed)
+    n_train, n_val = tuning_units(rows, settings.dp.seed, settings.splits)
     units = n_train + n_val
     delta = check_delta(settings.dp.delta, units) if settings.dp.delta is not None else default_delta(units)
     objective = objective_for(settings)
@@ -150,7 +150,7 @@ def tune(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: 
     imputer."""
     points = candidates(grid)
     check_tunable(settings)
-    frame, parts = read_and_split(data, schema, settings.dp.seed)
+    frame, parts = read_and_split(data, schema, settings.dp.seed, splits=settings.splits)
     k = len(points)
     total, sigma, sel_sigma = plan_tuning(schema, settings, len(frame), k, selection_share)
     n_train = len(parts["train"])

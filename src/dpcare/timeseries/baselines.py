@@ -95,9 +95,14 @@ def summarise(entries: list[dict[str, Any]], windows: int | None = None, patient
               ) -> dict[str, Any]:
     """The baselines with the verdict of the binding public comparison (also rebuilds a saved run's)."""
     comparisons = [e["comparison"] for e in entries if e["comparison"] is not None]
-    binding = min(comparisons, key=lambda c: c["low"])
     return {"baselines": entries, "test windows": windows, "test patients": patients,
-            "beats": all(c["beats"] for c in comparisons), "verdict": binding["verdict"]}
+            "beats": all(c["beats"] for c in comparisons),
+            "verdict": binding_comparison({"baselines": entries})["verdict"]}
+
+
+def binding_comparison(result: dict[str, Any]) -> dict[str, Any]:
+    """The comparison that gives the verdict: the public baseline with the smallest lower bound."""
+    return min((e["comparison"] for e in result["baselines"] if e["comparison"] is not None), key=lambda c: c["low"])
 
 
 def verdict_lines(model: str, result: dict[str, Any]) -> list[str]:
@@ -112,4 +117,4 @@ def verdict_lines(model: str, result: dict[str, Any]) -> list[str]:
 
 
 __all__ = ["DECLARED_MEAN", "FITTED_MEAN", "LOCF", "POOLED", "SHORT", "WINDOW_MEAN", "compare_with_baselines", "losses_of",
-           "pooled_mean", "public_forecasts", "summarise", "verdict_lines"]
+           "pooled_mean", "public_forecasts", "summarise", "verdict_lines", "binding_comparison"]

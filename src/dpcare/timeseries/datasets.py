@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -92,10 +92,23 @@ class TimeSeriesDataset:
     # how differing values of a variable at one time of a stay are combined: the spec's `duplicates` (first, last,
     # mean), else refused (dpcare.timeseries.binning.resolve_duplicates)
     duplicates: str = "refuse"
+    # declared plausible range (low, high; None: open) per variable, and the share of a variable's values allowed
+    # outside it (more: refused; see dpcare.data.tables.judge_ranges)
+    ranges: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    max_out_of_range: float = 0.05
 
     def load(self, variables: Iterable[str] | None = None) -> pd.DataFrame:
-        """Events of ``variables`` (default: the spec's default variables)."""
-        return self.loader(variables=list(self.variables if variables is None else variables))
+        """Events of ``variables`` (default: the spec's default variables); values outside a variable's declared
+        range are counted: refused above ``max_out_of_range``, else said (a warning)."""
+        events = self.loader(variables=list(self.variables if variables is None else variables))
+        if self.ranges:
+            from dpcare.data.tables import judge_ranges
+
+            by = events.groupby("variable")["value"]
+            judge_ranges([(v, values.to_numpy(float), *self.ranges[v]) for v, values in by if v in self.ranges],
+                         self.max_out_of_range, f"the events of {self.name}",
+                         "kept (their z-scores are clipped like every value's)", " (e.g. negated, or another unit)")
+        return events
 
     def splits(self) -> dict[str, list[str]] | None:
         """The train / validation / test patients the data comes with (MEDS subject splits), or None."""
@@ -286,6 +299,11 @@ def _parse_spec(spec: dict, loader: Callable[..., pd.DataFrame], where: str,
     if undeclared and declared:  # never silently fit every variable's statistics because one lacks them
         raise SpecError(f"time-series spec {where}: default_variables {undeclared} have no declared center and scale "
                         f"under 'variables' (declared: {sorted(declared)}); declare them, or leave them out")
+    ranges = {str(k): _range(k, v["range"], where) for k, v in spec["variables"].items() if v.get("range") is not None}
+    limit = spec.get("max_out_of_range", 0.05)
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 <= limit <= 1:
+        raise SpecError(f"time-series spec {where}: max_out_of_range must be a share in [0, 1] (of a variable's values "
+                        f"allowed outside its declared range), got {limit!r}")
     duplicates = spec.get("duplicates", "refuse")
     if duplicates not in DUPLICATE_RULES:
         raise SpecError(f"time-series spec {where}: 'duplicates' must be one of {list(DUPLICATE_RULES)} (how differing "
@@ -293,7 +311,20 @@ def _parse_spec(spec: dict, loader: Callable[..., pd.DataFrame], where: str,
     return TimeSeriesDataset(
         name=str(spec["name"]), loader=loader, variables=tuple(str(v) for v in defaults),
         step=spec["step"], declared=declared, source=" ".join(str(spec.get("source", "")).split()),
-        licence=str(spec.get("licence", "")), patients=patients, duplicates=duplicates, **window)
+        licence=str(spec.get("licence", "")), patients=patients, duplicates=duplicates, ranges=ranges,
+        max_out_of_range=float(limit), **window)
+
+
+def _range(name: str, value: Any, where: str) -> tuple[float | None, float | None]:
+    """A variable's declared ``range: [low, high]`` (null: open on that side)."""
+    try:
+        low, high = (None if x is None else float(x) for x in value)
+    except (TypeError, ValueError):
+        raise SpecError(f"time-series spec {where}: the range of {name!r} must be [low, high] (null for an open "
+                        f"side), got {value!r}") from None
+    if low is not None and high is not None and low > high:
+        raise SpecError(f"time-series spec {where}: the range of {name!r} has low {low:g} > high {high:g}")
+    return low, high
 
 
 DATASETS: dict[str, TimeSeriesDataset] = {

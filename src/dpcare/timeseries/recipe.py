@@ -46,7 +46,13 @@ from dpcare.timeseries.augment import (
     embedding_losses,
     retrain_with_augmentation,
 )
-from dpcare.timeseries.baselines import POOLED, compare_with_baselines, summarise, verdict_lines
+from dpcare.timeseries.baselines import (
+    POOLED,
+    binding_comparison,
+    compare_with_baselines,
+    summarise,
+    verdict_lines,
+)
 from dpcare.timeseries.binning import BinnedStays, Standardizer, bin_events
 from dpcare.timeseries.datasets import DATASETS, TimeSeriesDataset, events_dataset, load_events
 from dpcare.timeseries.events import validate_events
@@ -445,9 +451,7 @@ class ForecastModel(SavesRunFolder):
             m.notes += verdict_lines(method, b)
         m.settings["info"] = {k: v for k, v in self.info.items() if k != "history"}
         if self.baselines is not None:
-            binding = min((e["comparison"] for e in self.baselines["baselines"] if e["comparison"] is not None),
-                          key=lambda c: c["low"])
-            m.verdicts = [verdict_entry(method, binding)]
+            m.verdicts = [verdict_entry(method, binding_comparison(self.baselines))]
         s = self.settings
         m.settings_in_effect = in_effect(s, {
             "parameterisation": s.form, **{k: self.window.get(k) for k in ("input_len", "output_len", "stride")},
