@@ -172,7 +172,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "already exists"),
     ("forecast fit: values outside a variable's declared range (negated)",
      lambda d: ["forecast", "fit", _events(d, negated=True), "--spec", "ts.yaml"],
-     r"'hr' 360 of 360 \(100.0%\): 360 below 0; at most 5.0%"),
+     r"'hr' 360 of 360 \(100.0%\): 360 below 0, 0 above 300; at most 5.0%"),
     ("forecast fit: an unreadable time",
      lambda d: ["forecast", "fit", _events(d, bad_time=True), "--spec", "ts.yaml"], "yesterday at noon"),
     ("forecast fit: two different values of a variable at one time",

@@ -154,6 +154,18 @@ def test_fusion_method_needs_its_public_support_table():
         fit(toy_table(100), SCHEMA, TabularSettings(method="dp-sgd"), public_data=toy_table(20), progress=False)
 
 
+def test_a_support_table_holding_private_rows_is_refused_before_the_imputer_sees_it(monkeypatch):
+    """Issue 54 part 4: a 'public' support table that contains rows of the private table is not public for those
+    people (their private columns would reach the public branch through the imputer)."""
+    from dpcare.fusion import Imputer
+
+    df = toy_table(240)
+    monkeypatch.setattr(Imputer, "fit", lambda *a, **k: pytest.fail("the imputer saw the support table"))
+    s = TabularSettings(method="fusiondp", dp=DPSettings(epsilon=2.0, **FAST_DP), **SMALL)
+    with pytest.raises(DataError, match=r"holds 3 row\(s\) equal on every spec column to rows of the private"):
+        fit(df.iloc[57:], SCHEMA, s, public_data=df.iloc[:60], progress=False)  # rows 57-59 in both
+
+
 def write_inputs(tmp_path, df=None, spec=None):
     data = tmp_path / "table.csv"
     (df if df is not None else toy_table()).to_csv(data, index=False)

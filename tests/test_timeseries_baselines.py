@@ -148,10 +148,10 @@ def test_the_baselines_are_computed_on_the_test_patients_only(files, monkeypatch
     b = model.baselines
     assert b["test windows"] == len(test) and b["test patients"] == len(test_patients)
     names = [e["name"] for e in b["baselines"]]
-    assert names == [bl.LOCF, bl.WINDOW_MEAN, bl.DECLARED_MEAN, bl.POOLED]
-    assert [e["public"] for e in b["baselines"]] == [True, True, True, False]
-    assert b["baselines"][3]["comparison"] is None and "not public" in bl.POOLED
-    for e in b["baselines"][:3]:
+    assert names == [bl.LOCF, bl.WINDOW_MEAN, bl.TREND, bl.DECLARED_MEAN, bl.POOLED]
+    assert [e["public"] for e in b["baselines"]] == [True, True, True, True, False]
+    assert b["baselines"][4]["comparison"] is None and "not public" in bl.POOLED
+    for e in b["baselines"][:4]:
         c = e["comparison"]
         assert c["units"] == len(test_patients) and c["model"] == pytest.approx(model.metrics["test_mse"])
         assert c["baseline"] == e["metrics"]["test MSE"] and not c["higher_is_better"]
@@ -160,7 +160,7 @@ def test_the_baselines_are_computed_on_the_test_patients_only(files, monkeypatch
     by_hand = masked_mse(locf, test.y, test.mask).double().mean().item()
     assert b["baselines"][0]["metrics"]["test MSE"] == pytest.approx(by_hand, rel=1e-6)
     zero = masked_mse(torch.zeros_like(test.y), test.y, test.mask).double().mean().item()
-    assert b["baselines"][2]["metrics"]["test MSE"] == pytest.approx(zero, rel=1e-6)
+    assert b["baselines"][3]["metrics"]["test MSE"] == pytest.approx(zero, rel=1e-6)
     means = torch.from_numpy(window_mean_by_hand(test.x)).float()[:, None].expand_as(test.y)
     by_hand = masked_mse(means, test.y, test.mask).double().mean().item()
     assert b["baselines"][1]["metrics"]["test MSE"] == pytest.approx(by_hand, rel=1e-6)
@@ -175,18 +175,18 @@ def test_the_verdict_flips_when_the_model_is_locf_itself(files):
     assert locf["difference"] == 0 and locf["low"] == locf["high"] == 0
     perfect = bl.compare_with_baselines(np.zeros(len(test)), test, train)  # the truth itself
     assert perfect["beats"] and perfect["verdict"].startswith("beats the public baseline")
-    assert all(e["comparison"]["beats"] for e in perfect["baselines"][:3])
+    assert all(e["comparison"]["beats"] for e in perfect["baselines"][:4])
     # the binding comparison decides: LOCF beats the declared mean on these drifting vitals, yet it is no better
     # than itself, so the run is no better than the public baseline
-    assert itself["baselines"][2]["comparison"]["beats"] and not itself["beats"]
+    assert itself["baselines"][3]["comparison"]["beats"] and not itself["beats"]
 
 
 def test_fitted_statistics_make_the_mean_forecast_a_reference(files):
     model = fit(events(), replace(TINY, method="baseline", input_len=4, output_len=2, stride=2), progress=False)
     b = model.baselines
     assert model.standardizer.source == "fitted"
-    assert [e["public"] for e in b["baselines"]] == [True, True, False, False]
-    assert b["baselines"][2]["name"] == bl.FITTED_MEAN and b["baselines"][2]["comparison"] is None
+    assert [e["public"] for e in b["baselines"]] == [True, True, True, False, False]
+    assert b["baselines"][3]["name"] == bl.FITTED_MEAN and b["baselines"][3]["comparison"] is None
 
 
 def test_manifest_console_and_report_carry_the_verdict(files, tmp_path):
@@ -197,14 +197,14 @@ def test_manifest_console_and_report_carry_the_verdict(files, tmp_path):
     assert r.exit_code == 0, r.output
     assert "dp-sgd: beats the public baseline" in r.output or "dp-sgd: no better than the public baseline: do not " \
                                                                 "release" in r.output
-    for name in (bl.LOCF, bl.WINDOW_MEAN, bl.DECLARED_MEAN):
+    for name in (bl.LOCF, bl.WINDOW_MEAN, bl.TREND, bl.DECLARED_MEAN):
         assert f"dp-sgd vs {name}:" in r.output
     assert f"reference, not a public baseline: {bl.POOLED}" in r.output
     m = read_manifest(run)
     assert [row["model"] for row in m.metrics] == ["dp-sgd", f"public baseline: {bl.LOCF}",
-                                                  f"public baseline: {bl.WINDOW_MEAN}",
+                                                  f"public baseline: {bl.WINDOW_MEAN}", f"public baseline: {bl.TREND}",
                                                   f"public baseline: {bl.DECLARED_MEAN}", f"reference: {bl.POOLED}"]
-    assert [e["name"] for e in m.baselines] == [bl.LOCF, bl.WINDOW_MEAN, bl.DECLARED_MEAN, bl.POOLED]
+    assert [e["name"] for e in m.baselines] == [bl.LOCF, bl.WINDOW_MEAN, bl.TREND, bl.DECLARED_MEAN, bl.POOLED]
     verdict = m.notes[0]
     assert verdict.startswith("dp-sgd: ") and ("beats the public baseline" in verdict or "do not release" in verdict)
     assert any(bl.POOLED in s and "outside the guarantee" in s for s in m.not_protected)
@@ -214,7 +214,7 @@ def test_manifest_console_and_report_carry_the_verdict(files, tmp_path):
     r = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "report.html")])
     assert r.exit_code == 0, r.output
     html = (tmp_path / "report.html").read_text()
-    for name in (bl.LOCF, bl.WINDOW_MEAN, bl.DECLARED_MEAN):
+    for name in (bl.LOCF, bl.WINDOW_MEAN, bl.TREND, bl.DECLARED_MEAN):
         assert f"public baseline: {name}" in html
     assert "reads the training data, not public" in html and "public baseline" in html and verdict[:40] in html
 
@@ -239,3 +239,19 @@ def test_parameterisations_and_their_defaults(files):
     assert model.guarantee is not None and not torch.equal(model.model.skip.weight, fresh.skip.weight)
     direct = new_model(replace(TINY, parameterisation="direct"), test)
     assert not direct.residual and all(p.requires_grad for p in direct.parameters())
+
+
+def test_the_linear_trend_of_the_input_window_extends_each_line_and_needs_two_points():
+    """Issue 54 part 1: a public baseline that forecasts a trend (a model that only learned trends must beat it)."""
+    import torch
+
+    from dpcare.timeseries.baselines import TREND, linear_trend, public_forecasts
+
+    values = torch.tensor([[[0.0, 5.0], [1.0, 0.0], [2.0, 0.0], [3.0, 0.0]]])  # var 0: slope 1; var 1: one point
+    seen = torch.tensor([[[1.0, 1.0], [1.0, 0.0], [0.0, 0.0], [1.0, 0.0]]])  # var 0's step 2 unobserved
+    x = torch.cat([values, seen], dim=-1)
+    out = linear_trend(x, 3)
+    assert torch.allclose(out[0, :, 0], torch.tensor([4.0, 5.0, 6.0]))  # the line through t = 0, 1, 3
+    assert torch.allclose(out[0, :, 1], torch.tensor([5.0, 5.0, 5.0]))  # one observation: its value (the mean)
+    assert linear_trend(x * torch.tensor([100.0, 1, 1, 1]), 3).max() == 6.0  # clipped to +-6 z
+    assert TREND in public_forecasts(type("W", (), {"x": x, "y": torch.zeros(1, 3, 2)})())

@@ -164,6 +164,7 @@ def test_run_folder_contents(fitted, tmp_path):
     assert m.kind == "forecast" and m.models[0]["guarantee"]["unit"] == "patient"
     assert [r["model"] for r in m.metrics] == ["dp-sgd", "public baseline: last observation carried forward",
                                                "public baseline: mean of the input window",
+                                               "public baseline: linear trend of the input window",
                                                "public baseline: declared mean",
                                                "reference: pooled training mean per variable and step (reads the "
                                                "training data, not public)"]

@@ -169,7 +169,7 @@ def test_benchmark_attacks_test_patients_shadows_avoid_validation_and_resume(tmp
     monkeypatch.setattr("dpcare.studies.tsf.train_methods", no_training)
     monkeypatch.setattr("dpcare.studies.tsf.run_shadow", no_training)
     table = run_tsf_benchmark(bench, out, progress=False)  # the rerun resumes in the staging folder
-    baselines = ["public: LOCF", "public: input-window mean", "public: declared mean",
+    baselines = ["public: LOCF", "public: input-window mean", "public: input-window trend", "public: declared mean",
                  "reference: pooled training mean (not public)"]
     assert list(table["method"]) == ["baseline", "dp-sgd eps=3", "mixup", *baselines]
     assert set(table["verdict"][:3]) <= {"beats", "no better"} and table["verdict"][3:].isna().all()

@@ -164,15 +164,32 @@ def check_imputer_inputs(settings: TabularSettings, public_data: Any, imputer: A
 
 
 def fit_imputer(schema: TableSchema, settings: TabularSettings, public_data: pd.DataFrame | str | os.PathLike | None,
-                imputer: Imputer | str | os.PathLike | None) -> Imputer | None:
-    """The imputer a fusion method needs: fitted on the declared PUBLIC support table, or given fitted."""
+                imputer: Imputer | str | os.PathLike | None, private: pd.DataFrame | None = None) -> Imputer | None:
+    """The imputer a fusion method needs: fitted on the declared PUBLIC support table, or given fitted. With
+    ``private`` (the private table), a support table holding any of its rows is refused first
+    (:func:`refuse_private_rows`); the imputer itself never sees a private row."""
     check_imputer_inputs(settings, public_data, imputer)
     if not METHODS.get(settings.method).hybrid:
         return None
     if imputer is not None:
         return load_imputer(imputer, schema)
     support = load_table(public_data, schema)
+    if private is not None:
+        refuse_private_rows(support, private, schema)
     return make_imputer(settings.imputer, seed=settings.dp.seed).fit(support, schema)
+
+
+def refuse_private_rows(support: pd.DataFrame, private: pd.DataFrame, schema: TableSchema) -> None:
+    """Refuse a public support table that holds rows of the private table (equal on every spec column): those
+    people's private columns would reach the public branch through the imputer (issue 54 part 4). An input check
+    before training, like the refusal of a NaN: it releases nothing but the refusal."""
+    columns = [c.name for c in schema.columns]
+    shared = support[columns].drop_duplicates().merge(private[columns].drop_duplicates(), on=columns, how="inner")
+    if len(shared):
+        raise DataError(f"the public support table (--public-data) holds {len(shared)} row(s) equal on every spec "
+                        "column to rows of the private table: it is not public for those people (their private "
+                        "columns would reach the public branch through the imputer); remove them from the support "
+                        "table, or do not use a fusion method")
 
 
 def load_imputer(imputer: Imputer | str | os.PathLike, schema: TableSchema) -> Imputer:
@@ -367,7 +384,7 @@ def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: T
         frame, parts = read_and_split(data, schema, settings.dp.seed, holdout, settings.splits)
     with phase("fitting the imputer on the public support table") if METHODS.get(settings.method).hybrid \
             else nullcontext():
-        imp = fit_imputer(schema, settings, public_data, imputer)  # public rows only
+        imp = fit_imputer(schema, settings, public_data, imputer, private=frame)  # fitted on public rows only
     train = frame.iloc[parts["train"]].reset_index(drop=True)
     trained = settings  # with engine_seed: each candidate its own draws (a pinned noise_seed moves with the seed)
     if engine_seed is not None:

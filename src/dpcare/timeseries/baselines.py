@@ -7,6 +7,9 @@ verdict (:func:`dpcare.verdict.compare`, resampling test PATIENTS).
 - **mean of the input window**: every future step of a variable forecast by the mean of its observed values in
   the window's own input (the declared mean where never observed). Public, like LOCF; on noisy hourly vitals it
   is the stronger of the two (the last hour is a noisy estimate of a patient's level).
+- **linear trend of the input window**: per window and variable, the least-squares line through its observed
+  input values, extended over the horizon (the window mean where fewer than two steps are observed), clipped to
+  the recipe's z-score range. Public, like LOCF (issue 54: a trend the model must beat to claim it learned one).
 - **declared mean**: the spec's declared center of every variable (0 in z-units). Public when the
   standardisation is declared; with statistics fitted on the training patients (non-private methods on an
   event table without a spec) it is the training mean per variable and is labelled so.
@@ -30,21 +33,39 @@ from dpcare.timeseries.windows import WindowSet
 
 LOCF = "last observation carried forward"
 WINDOW_MEAN = "mean of the input window"
+TREND = "linear trend of the input window"
 DECLARED_MEAN = "declared mean"
 FITTED_MEAN = "training mean per variable (fitted standardisation: reads the training data, not public)"
 POOLED = "pooled training mean per variable and step (reads the training data, not public)"
 METRIC = "test MSE"
-SHORT = {LOCF: "public: LOCF", WINDOW_MEAN: "public: input-window mean", DECLARED_MEAN: "public: declared mean",
+SHORT = {LOCF: "public: LOCF", WINDOW_MEAN: "public: input-window mean", TREND: "public: input-window trend", DECLARED_MEAN: "public: declared mean",
          FITTED_MEAN: "reference: training mean (fitted, not public)",
          POOLED: "reference: pooled training mean (not public)"}  # table labels
 
 
 def public_forecasts(ws: WindowSet) -> dict[str, torch.Tensor]:
     """The forecasts of windows ``ws`` that read nothing but each window's own input: LOCF, the input window's
-    mean and the declared mean (0 in z-units), each [N, T_out, V]."""
+    mean, its linear trend and the declared mean (0 in z-units), each [N, T_out, V]."""
     t_out = int(ws.y.shape[1])
     return {LOCF: locf_forecast(ws.x, t_out), WINDOW_MEAN: window_mean(ws.x).unsqueeze(1).expand(-1, t_out, -1),
-            DECLARED_MEAN: torch.zeros_like(ws.y)}
+            TREND: linear_trend(ws.x, t_out), DECLARED_MEAN: torch.zeros_like(ws.y)}
+
+
+def linear_trend(x: torch.Tensor, output_len: int, clip: float = 6.0) -> torch.Tensor:
+    """Per window and variable, the least-squares line through the observed values of input windows x [B, T, 2V]
+    (values, then observed flags) at the future steps T, ..., T + output_len - 1: [B, output_len, V], clipped to
+    +-``clip`` z; the window mean where fewer than two steps are observed."""
+    n_vars, steps = x.shape[-1] // 2, x.shape[1]
+    values, seen = x[..., :n_vars].double(), x[..., n_vars:].double()
+    t = torch.arange(steps, dtype=torch.float64)[None, :, None]
+    count = seen.sum(1, keepdim=True)
+    t_mean = (t * seen).sum(1, keepdim=True) / count.clamp_min(1.0)
+    v_mean = (values * seen).sum(1, keepdim=True) / count.clamp_min(1.0)
+    spread = ((t - t_mean) ** 2 * seen).sum(1, keepdim=True)
+    slope = torch.where(spread > 0, ((t - t_mean) * (values - v_mean) * seen).sum(1, keepdim=True)
+                        / spread.clamp_min(1e-12), torch.zeros_like(spread))
+    future = torch.arange(steps, steps + output_len, dtype=torch.float64)[None, :, None]
+    return (v_mean + slope * (future - t_mean)).clamp(-clip, clip).to(x.dtype)
 
 
 def pooled_mean(train: WindowSet) -> torch.Tensor:
@@ -116,5 +137,5 @@ def verdict_lines(model: str, result: dict[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["DECLARED_MEAN", "FITTED_MEAN", "LOCF", "POOLED", "SHORT", "WINDOW_MEAN", "compare_with_baselines", "losses_of",
+__all__ = ["DECLARED_MEAN", "FITTED_MEAN", "LOCF", "POOLED", "SHORT", "TREND", "WINDOW_MEAN", "linear_trend", "compare_with_baselines", "losses_of",
            "pooled_mean", "public_forecasts", "summarise", "verdict_lines", "binding_comparison"]
