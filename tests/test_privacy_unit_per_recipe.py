@@ -311,3 +311,27 @@ def test_aim_synthesis_protects_rows_and_n_counts_the_rows(monkeypatch):
     monkeypatch.setattr(AIMSynthesizer, "check_available", staticmethod(lambda: None))
     synth = AIMSynthesizer(TableSchema.from_dict(SPEC), epsilon=3.0, progress=False).fit(toy_table(120))
     assert synth.guarantee.unit is ProtectedUnit.EXAMPLE and synth.guarantee.n == 120
+
+
+def test_lm_lira_shadows_train_on_whole_patients_each_in_half_of_them(monkeypatch):
+    """The clinical-nlp study's LiRA (dpcare.text.lm.attacks.lira_lm): each shadow's training set holds all of a
+    patient's notes or none, the shadows come in complementary pairs, and each attacked patient is in exactly half
+    of them. Red when the shadows split by note (a patient's notes on both sides of a shadow)."""
+    from dpcare.text.lm import attacks
+
+    notes = [Note(f"n{p}-{k}", f"p{p}", "Chest pain.", ()) for p in range(8) for k in range(3)]  # 3 notes a patient
+    members, nonmembers = notes[:12], notes[12:]
+    monkeypatch.setattr(attacks, "_attack_rows", lambda tok, m, n, rows: (
+        [], sorted({x.patient_id for x in m}), sorted({x.patient_id for x in n})))
+    monkeypatch.setattr(attacks, "_phi", lambda model, tok, ex, patients, bs: np.zeros(len(patients)))
+    monkeypatch.setattr(attacks, "lira_scores", lambda target, phi, ins: (np.zeros(ins.shape[1]),) * 2)
+    monkeypatch.setattr(attacks, "attack_metrics", lambda *a, **k: {})
+    trained = []
+    attacks.lira_lm(lambda items: trained.append(list(items)), object(), None, members, nonmembers, shadows=4)
+    patients = sorted({n.patient_id for n in notes})
+    inside = np.array([[any(x.patient_id == p for x in items) for p in patients] for items in trained])
+    for items in trained:
+        for p in {x.patient_id for x in items}:
+            assert sum(x.patient_id == p for x in items) == 3  # all of the patient's notes
+    assert (inside[0] == ~inside[1]).all() and (inside[2] == ~inside[3]).all()
+    assert (inside.sum(0) == 2).all()  # each patient in exactly half of the 4 shadows
