@@ -134,19 +134,20 @@ def test_notes_classification_groups_are_the_patients_and_n_counts_training_pati
     assert g.unit is ProtectedUnit.FEATURES and model.ledger.unit is ProtectedUnit.FEATURES
 
 
-def test_lm_finetuning_groups_are_the_patients_and_n_counts_patients(engine, gpt2_folder):
+@pytest.mark.parametrize("task", ["ner", "summarisation"])
+def test_lm_finetuning_groups_are_the_patients_and_n_counts_patients(engine, gpt2_folder, task):
     from dpcare.lm import load_causal_lm
     from dpcare.text.lm.finetune import encode, finetune, make_examples
 
     notes = make_notes(6)
-    _, _, info = finetune(notes, "ner", "dp-lora", epsilon=3.0, model=gpt2_folder, epochs=1, batch_size=2,
+    _, _, info = finetune(notes, task, "dp-lora", epsilon=3.0, model=gpt2_folder, epochs=1, batch_size=2,
                           window=24, stride=12, accountant="rdp")
     call = private_call(engine)
     tok = load_causal_lm(gpt2_folder)[1]
-    examples = make_examples(notes, "ner", tok, window=24, stride=12)
+    examples = make_examples(notes, task, tok, window=24, stride=12)
     assert torch.equal(call.data["ids"], encode(examples, tok)["ids"])  # the engine's rows are these, in this order
     patients = [e.patient_id for e in examples]
-    assert len(examples) > len(notes)  # several windows per note, several notes per patient
+    assert len(examples) > len(set(patients))  # several rows per patient
     assert_units_are_patients(call.groups, patients)
     assert info["guarantee"]["n"] == len(set(patients)) == 6 == call.result.ledger.n
     assert info["guarantee"]["unit"] == ProtectedUnit.PATIENT.value
