@@ -300,3 +300,16 @@ def test_values_outside_a_declared_range_are_counted_and_refused_above_the_share
     with pytest.raises(SpecError, match="range of 'sbp' must be"):
         events_dataset(table, {**spec, "variables": {**spec["variables"], "sbp": {"center": 1, "scale": 1,
                                                                                    "range": "positive"}}})
+
+
+def test_the_patient_split_shares_are_settings():
+    """Issue 54 part 2: the test share is an option (more test patients detect smaller differences)."""
+    from dpcare.exceptions import SettingsError
+    from dpcare.timeseries.recipe import training_patients
+
+    ids = [f"p{i}" for i in range(50)]
+    assert training_patients(ids, replace(BASE, split="permutation")) == 32  # 64% of 50
+    wider = replace(BASE, split="permutation", validation_share=0.1, test_share=0.3)
+    assert wider.fractions == (0.6, 0.1, 0.3) and training_patients(ids, wider) == 30
+    with pytest.raises(SettingsError, match="leave at least 10% of the patients"):
+        replace(BASE, validation_share=0.45, test_share=0.45)

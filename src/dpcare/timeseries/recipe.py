@@ -189,7 +189,8 @@ def prepare_tsf(dataset: str | TimeSeriesDataset = "mimic_demo", events: pd.Data
 def prepare_lazy(dataset: TimeSeriesDataset, input_len: int | None = None, output_len: int | None = None,
                  stride: int | None = None, seed: int = 0, population: Iterable[str] | None = None,
                  clip_z: float = CLIP_Z, spill_dir: str | os.PathLike | None = None,
-                 memory_bound: int | None = None, split: str = "hash") -> TsfData:
+                 memory_bound: int | None = None, split: str = "hash",
+                 fractions: Sequence[float] = FRACTIONS) -> TsfData:
     """:func:`prepare_tsf` for a data set whose reader builds the windows itself, split by split, without the
     event table in memory (``dataset.windows``: MEDS folders). The split: the one the data comes with
     (``dataset.splits()``: MEDS subject_splits), else :func:`split_patients` of ``population``, ``seed`` and
@@ -201,7 +202,7 @@ def prepare_lazy(dataset: TimeSeriesDataset, input_len: int | None = None, outpu
     given = dataset.splits()
     if given is None:
         ids = population if population is not None else dataset.patient_ids()
-        splits = split_patients(ids, FRACTIONS, seed, SPLIT_NAMES, split)
+        splits = split_patients(ids, fractions, seed, SPLIT_NAMES, split)
     else:
         splits = {s: list(given[s]) for s in SPLIT_NAMES}
     check_patient_splits(splits)
@@ -234,7 +235,7 @@ def training_patients(patients: Iterable[str], settings: ForecastSettings,
         if empty:
             raise DataError(f"the data set's split(s) {empty} are empty")
         return len(given["train"])
-    return len(split_patients(patients, FRACTIONS, settings.dp.seed, SPLIT_NAMES, settings.split)["train"])
+    return len(split_patients(patients, settings.fractions, settings.dp.seed, SPLIT_NAMES, settings.split)["train"])
 
 
 def plan(settings: ForecastSettings, patients: Iterable[str], dataset: TimeSeriesDataset | None = None
@@ -561,10 +562,10 @@ def fit(data: str | TimeSeriesDataset | pd.DataFrame, settings: ForecastSettings
         if dataset.windows is not None:  # a lazy reader (MEDS folders): windows past memory go to the staging folder
             spill = None if checkpoint_dir is None else Path(checkpoint_dir) / "windows"
             prepared = prepare_lazy(dataset, **settings.window(), seed=settings.dp.seed, population=population,
-                                    spill_dir=spill, split=settings.split)
+                                    spill_dir=spill, split=settings.split, fractions=settings.fractions)
         else:
             prepared = prepare_tsf(dataset, **settings.window(), seed=settings.dp.seed, population=population,
-                                   split=settings.split)
+                                   split=settings.split, fractions=settings.fractions)
     parts = {s: _part(prepared, s) for s in SPLIT_NAMES}
     train = parts["train"]
 
@@ -593,7 +594,7 @@ def fit(data: str | TimeSeriesDataset | pd.DataFrame, settings: ForecastSettings
     with phase("public baselines and the verdict"):  # on the SAME test windows, resampling test patients
         baselines = compare_with_baselines(losses["test"], parts["test"], train,
                                            declared=prepared.standardizer.source == "declared", seed=settings.dp.seed)
-    split = {"seed": settings.dp.seed, "fractions": list(FRACTIONS), "patients": len(population),
+    split = {"seed": settings.dp.seed, "fractions": list(settings.fractions), "patients": len(population),
              **{s: prepared.splits[s] for s in SPLIT_NAMES}}
     if prepared.splits_file:  # the data's own split (MEDS subject_splits), used as given
         split.update(seed=None, fractions=None, splits_file=prepared.splits_file)

@@ -67,11 +67,19 @@ class ForecastSettings(Settings):
                          help="how patients are split 64/16/20: hash (a hash of the seed and the patient id: one new "
                               "patient moves only itself) or permutation (exact sizes; a new patient reshuffles all; "
                               "the forecasting runs published before issue 51)")
+    validation_share: float = setting(0.16, low=0, high=0.5, open_low=True, open_high=True,
+                                      help="share of the patients held out for validation (the defences' "
+                                           "early stopping)")
+    test_share: float = setting(0.20, low=0, high=0.5, open_low=True, open_high=True,
+                                help="share of the patients held out to score the model and its verdict (test)")
     dp: DPSettings = field(default_factory=_default_dp)
     compute: ComputeSettings = field(default_factory=ComputeSettings)  # device, precision, processes
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.validation_share + self.test_share >= 0.9:
+            raise SettingsError(f"validation_share + test_share must leave at least 10% of the patients to train, "
+                                f"got {self.validation_share:g} + {self.test_share:g}")
         require_unit(self.dp, "patient", "the forecasting recipe protects patients (all windows of a patient sampled "
                                          "and clipped together)")
         if self.method in DEFENCES and self.form == "linear":
@@ -96,6 +104,11 @@ class ForecastSettings(Settings):
         if self.parameterisation is not None:
             return self.parameterisation
         return "linear" if private else "residual"
+
+    @property
+    def fractions(self) -> tuple[float, float, float]:
+        """The shares of the patients that train, validate and test (64 / 16 / 20 by default)."""
+        return (round(1.0 - self.validation_share - self.test_share, 12), self.validation_share, self.test_share)
 
     def window(self) -> dict[str, int | None]:
         return {"input_len": self.input_len, "output_len": self.output_len, "stride": self.stride}
