@@ -49,11 +49,12 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   fi
   touch "$stamp"
 fi
-# SmartNoise baselines (MST, AIM, DP-CTGAN) live in their own venv: smartnoise-sql pins pandas<3 and
-# DP-CTGAN needs opacus 0.14. torch==2.13.0 first (CPU build on disk). Optional: a failure only warns,
-# and their tests then skip with the reason shown.
+# The comparison baselines MST and DP-CTGAN (SmartNoise) live in their own venv: smartnoise-sql pins pandas<3 and
+# DP-CTGAN needs opacus 0.14. torch==2.13.0 first (CPU build on disk). Optional: a failure only warns, and their
+# tests then skip with the reason shown. AIM, the default synthesizer, runs in .venv (the synth extra); the demo
+# skips this venv (DPCARE_BASELINES=0), the tests install it.
 bstamp=.venv-baselines/.dpcare-installed
-if [ ! -f "$bstamp" ]; then
+if [ "${DPCARE_BASELINES:-1}" = "1" ] && [ ! -f "$bstamp" ]; then
   if ( [ -x .venv-baselines/bin/python ] || "$PY" -m venv .venv-baselines ) &&
      .venv-baselines/bin/python -m pip install -q --upgrade pip &&
      .venv-baselines/bin/python -m pip install -q torch==2.13.0 &&

@@ -38,14 +38,14 @@ def fakes(anneal: bool, seed=1):
         return np.full(4 ** len(clique), 0.0 if anneal else 1e9 * model)
 
     return dict(estimate=estimate, fitted=fitted, select=lambda model, state: order[state.round % len(order)],
-                noise=lambda sigma, size: rng.normal(0, sigma, size))
+                noisy=lambda x, sigma: x + rng.normal(0, sigma, x.size))
 
 
 def fit(rho, rounds, anneal, after_round=None, state=None):
     x = answers()
     if state is None:
         state = AIMRounds.start(rho, rounds)
-        measure_one_way(state, x, fakes(anneal)["noise"])
+        measure_one_way(state, x, fakes(anneal)["noisy"])
     run_rounds(state, x, **fakes(anneal), **({} if after_round is None else {"after_round": after_round}))
     return state
 
@@ -90,7 +90,7 @@ def test_an_interrupted_fit_resumes_with_its_measurements_and_spends_rho_once(tm
 
 def test_an_unfinished_or_overspent_fit_is_refused():
     state = AIMRounds.start(1.0, 16)
-    measure_one_way(state, answers(), fakes(False)["noise"])
+    measure_one_way(state, answers(), fakes(False)["noisy"])
     with pytest.raises(RuntimeError, match="last round has not been run"):
         state.check_spent()
     done = fit(1.0, 16, anneal=False)
@@ -113,7 +113,7 @@ def test_a_checkpoint_of_other_settings_or_rows_is_not_resumed(tmp_path):
 def test_a_save_that_fails_leaves_the_last_round_in_place(tmp_path, monkeypatch):
     path = tmp_path / "c.npz"
     state = AIMRounds.start(1.0, 16)
-    measure_one_way(state, answers(), fakes(False)["noise"])
+    measure_one_way(state, answers(), fakes(False)["noisy"])
     state.save(path, KEY)
     state.begin_round()
 

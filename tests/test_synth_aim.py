@@ -1,9 +1,9 @@
 """AIM as a synthesizer of its own (dpcare.synth.aim, ``synth fit --synthesizer aim``).
 
-Fast tests (no SmartNoise: the worker is replaced by a stand-in that records its job and input files):
-the rho-zCDP accounting and its calibration, the plan made before any row is read, the isolation of
-everything the public transformer sees, fresh entropy for the fit's selections, the run folder round
-trip, and the command line's refusals. The slow test fits the real AIM in .venv-baselines end to end.
+Fast tests (the in-process engine, dpcare.synth.aim_engine, replaced by a stand-in that records what it is given):
+the rho-zCDP accounting and its calibration, the plan made before any row is read, the isolation of everything
+but the rows that the engine sees, OpenDP's randomness for the noise and the selections, the run folder round trip,
+and the command line's refusals. The slow tests fit the real AIM (mbi 2 and OpenDP in this process) end to end.
 """
 
 import json
@@ -17,9 +17,10 @@ import yaml
 from helpers import SPEC, needs_smartnoise, toy_table
 from typer.testing import CliRunner
 
+import dpcare.synth.aim_engine as aim_engine
 import dpcare.synth.baselines as bl
 from dpcare.cli import app
-from dpcare.data import TableSchema
+from dpcare.data import TableSchema, load_table
 from dpcare.exceptions import PrivacyParameterError, SpecError
 from dpcare.privacy import (
     Budget,
@@ -92,38 +93,39 @@ def test_columns_without_declared_support_are_refused_when_made():
         AIMSynthesizer(TableSchema.from_dict(d))
 
 
-# ------------------------------------------------------------------ the worker, replaced
-class FakeWorker:
-    """Stands in for the SmartNoise worker: records each job and its training file, and writes a tiny model
-    (a uniform graphical model over each column) for fit jobs, uniform codes for sample jobs."""
+# ------------------------------------------------------------------ the engine, replaced
+class FakeEngine:
+    """Stands in for dpcare.synth.aim_engine: records what fit and sample are given; fits a uniform graphical model
+    over each column, samples uniform codes."""
 
     def __init__(self):
-        self.jobs, self.inputs = [], []
+        self.fits, self.samples = [], []
 
-    def __call__(self, job, work, timeout=None, progress=None):
-        self.jobs.append(json.loads(json.dumps(job)))
-        # run_job would write job.json beside the input files: record it as it would be written
-        self.inputs.append({"job.json": json.dumps(job).encode(), **{p.name: p.read_bytes() for p in work.iterdir()}})
-        if job["name"] == bl.SAMPLE_JOB:
-            rng = np.random.default_rng(job["seed"])
-            codes = {c["name"]: rng.integers(0, c["card"], job["n_samples"]) for c in job["columns"]}
-            pd.DataFrame(codes).to_csv(work / "synth.csv", index=False)
-            return {}
+    def fit(self, train, layout, bins, rho, max_model_size=80.0, progress=None, checkpoint=None):
+        self.fits.append({"train": train.copy(), "layout": json.loads(json.dumps(layout)), "bins": bins, "rho": rho,
+                          "max_model_size": max_model_size, "checkpoint": checkpoint})
         if progress is not None:
             progress(0.5)
             progress(1.0)
-        cols = [f"col{i}" for i in range(len(job["columns"]))]
-        np.savez(work / bl.MODEL_ARRAYS, **{f"p{i}": np.zeros(c["card"]) for i, c in enumerate(job["columns"])})
-        (work / bl.MODEL_STATE).write_text(json.dumps({
-            "attributes": cols, "shape": [c["card"] for c in job["columns"]], "cliques": [[c] for c in cols],
-            "total": 100.0}))
-        return {"rho": job["rho"], "rho_spent": job["rho"], "fit_seconds": 0.01}
+        cards = [c["card"] for c in bl.public_column_specs(layout, bins)]
+        cols = [f"col{i}" for i in range(len(cards))]
+        state = {"attributes": cols, "shape": cards, "cliques": [[c] for c in cols], "total": 100.0}
+        arrays = {f"p{i}": np.zeros(card) for i, card in enumerate(cards)}
+        return state, arrays, {"rho": rho, "rho_spent": rho, "rounds": 3, "resumed_after_round": None,
+                               "fit_seconds": 0.01}
+
+    def sample(self, state, arrays, layout, bins, n, seed=0):
+        self.samples.append({"state": state, "arrays": arrays, "layout": layout, "bins": bins, "n": n, "seed": seed})
+        rng = np.random.default_rng(seed)
+        codes = pd.DataFrame({c["name"]: rng.integers(0, card, n) for c, card in zip(layout, state["shape"])})
+        return bl._decoded(codes, layout, "cube", bins, seed)
 
 
 @pytest.fixture
-def worker(monkeypatch):
-    fake = FakeWorker()
-    monkeypatch.setattr(bl, "run_job", fake)
+def engine(monkeypatch):
+    fake = FakeEngine()
+    monkeypatch.setattr(aim_engine, "fit_aim", fake.fit)
+    monkeypatch.setattr(aim_engine, "sample_aim", fake.sample)
     monkeypatch.setattr(AIMSynthesizer, "check_available", staticmethod(lambda: None))
     return fake
 
@@ -135,31 +137,34 @@ def other_private_table(df: pd.DataFrame) -> pd.DataFrame:
     return other
 
 
-def test_what_the_public_transformer_sees_does_not_depend_on_the_private_rows(worker):
-    """The worker builds SmartNoise's transformer from the job's column specs: they, and every job field,
-    must be bit-identical for two private tables; only train.csv differs. Red when the layout (bins, bounds)
-    is taken from the data, e.g. _layout reading df.min()/max()."""
+def test_everything_the_engine_is_given_but_the_rows_is_the_same_for_another_private_table(engine):
+    """The layout (bins, bounds, categories), the rho and the options the engine gets must be bit-identical for two
+    private tables; only the rows differ. Red when the layout is taken from the data (e.g. _layout reading
+    df.min()/max()). The real engine's domain and workload come from the layout alone."""
     df = toy_table(300)
     AIMSynthesizer(SCHEMA, epsilon=2.0, progress=False).fit(df)
     AIMSynthesizer(SCHEMA, epsilon=2.0, progress=False).fit(other_private_table(df))
-    (a, b), (ia, ib) = worker.jobs, worker.inputs
-    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-    assert ia["job.json"] == ib["job.json"] and ia["train.csv"] != ib["train.csv"]
-    assert set(ia) == {"job.json", "train.csv"}
-    assert a["columns"] == bl.public_column_specs(bl._layout(SCHEMA, 20), 20)
+    a, b = engine.fits
+    assert {k: v for k, v in a.items() if k != "train"} == {k: v for k, v in b.items() if k != "train"}
+    assert not a["train"].equals(b["train"])
+    assert a["layout"] == json.loads(json.dumps(bl._layout(SCHEMA, 20)))
+    pytest.importorskip("mbi", reason="pip install 'dpcare[synth]'")
+    domain = aim_engine.domain_of(bl._layout(SCHEMA, 20), 20)
+    assert list(domain.shape) == [c["card"] for c in bl.public_column_specs(bl._layout(SCHEMA, 20), 20)]
 
 
-def test_sampling_sends_the_model_and_no_private_row(worker, tmp_path):
+def test_sampling_reads_the_model_and_no_private_row(engine):
     synth = AIMSynthesizer(SCHEMA, epsilon=2.0, progress=False).fit(toy_table(300))
     out = synth.sample(50, seed=3)
-    job, files = worker.jobs[-1], worker.inputs[-1]
-    assert job["name"] == bl.SAMPLE_JOB and set(files) == {"job.json", bl.MODEL_STATE, bl.MODEL_ARRAYS}
+    given = engine.samples[-1]
+    assert given["state"] is synth.state and given["arrays"] is synth.arrays and given["n"] == 50
+    assert not any(isinstance(v, pd.DataFrame) for v in given.values())
     assert len(out) == 50 and list(out.columns) == [c.name for c in SCHEMA.columns]
     assert out["hr"].between(20, 250).all() and set(out["group"]) <= {"a", "b", "c"}
 
 
 @pytest.mark.slow  # end to end
-def test_fit_save_load_and_sample_again(worker, tmp_path):
+def test_fit_save_load_and_sample_again(engine, tmp_path):
     df = toy_table(300)
     synth = AIMSynthesizer(SCHEMA, epsilon=2.0, progress=False).fit(df.iloc[:250])
     synth.compare_to_public(df.iloc[250:], rows=60)
@@ -178,18 +183,34 @@ def test_fit_save_load_and_sample_again(worker, tmp_path):
         Synthesizer.load(tmp_path / "aim")
 
 
-def test_a_fit_refuses_a_worker_that_spent_another_rho(worker, monkeypatch):
-    def greedy(job, work, timeout=None, progress=None):
-        return {**FakeWorker()(job, work), "rho": job["rho"] * 1.01}
+def test_a_fit_refuses_an_engine_that_spent_another_rho(engine, monkeypatch):
+    def greedy(*args, **kwargs):
+        state, arrays, acc = FakeEngine().fit(*args, **kwargs)
+        return state, arrays, {**acc, "rho_spent": acc["rho"] * 1.01}
 
-    monkeypatch.setattr(bl, "run_job", greedy)
+    monkeypatch.setattr(aim_engine, "fit_aim", greedy)
     with pytest.raises(RuntimeError, match="not the planned"):
         AIMSynthesizer(SCHEMA, epsilon=2.0, progress=False).fit(toy_table(100))
 
 
-def test_the_fit_draws_its_selections_from_fresh_entropy_not_the_public_seed():
-    """AIM's and MST's exponential mechanisms draw from numpy's global generator: seeded with the job's public
-    seed, anyone could replay the selections. Red when _fresh_entropy seeds with a constant."""
+def test_the_noise_and_the_selections_are_opendps_not_numpys_seeded_generator():
+    """A public seed in NumPy's global generator (what sampling uses) must not replay the fit's noise or
+    selections: they come from OpenDP's samplers. Red when Mechanisms draws from np.random."""
+    pytest.importorskip("opendp", reason="pip install 'dpcare[synth]'")
+    mech = aim_engine.Mechanisms()
+    draws, picks = [], []
+    for _ in range(2):
+        np.random.seed(7)
+        draws.append(mech.noisy(np.zeros(8), 1.0))
+        picks.append([mech.select([0.0] * 20, 1.0, 1.0) for _ in range(10)])
+    assert not np.array_equal(*draws) and picks[0] != picks[1]
+    with pytest.raises(RuntimeError, match="OpenDP's privacy map"):  # the check against the rounds' charge
+        aim_engine._check(0.2, 0.1, "Gaussian measurement")
+
+
+def test_the_smartnoise_workers_draw_from_fresh_entropy_not_the_public_seed():
+    """MST's and DP-CTGAN's mechanisms (SmartNoise's interpreter) draw from numpy's global generator: seeded with
+    the job's public seed, anyone could replay them. Red when _fresh_entropy seeds with a constant."""
     draws = []
     for _ in range(2):
         bl._fresh_entropy(torch_too=False)
@@ -244,7 +265,7 @@ def test_aim_options_are_refused_for_the_language_model(files, monkeypatch):
 
 
 @pytest.mark.slow  # end to end
-def test_the_cli_fits_writes_samples_and_reserves_the_planned_budget(files, worker):
+def test_the_cli_fits_writes_samples_and_reserves_the_planned_budget(files, engine):
     budget = files / "b.json"
     assert runner.invoke(app, ["budget", "init", str(budget), "--epsilon", "5", "--delta", "1e-3", "--dataset",
                                "toy"]).exit_code == 0
@@ -262,44 +283,45 @@ def test_the_cli_fits_writes_samples_and_reserves_the_planned_budget(files, work
 
 
 @pytest.mark.slow  # end to end
-def test_an_interrupted_cli_fit_resumes_from_its_checkpoint_under_the_same_reservation(files, worker,
+def test_an_interrupted_cli_fit_resumes_from_its_checkpoint_under_the_same_reservation(files, engine,
                                                                                          monkeypatch):
-    """The worker's checkpoint lives in the run's staging folder: a rerun of the same command finds it (and the
+    """The engine's checkpoint lives in the run's staging folder: a rerun of the same command finds it (and the
     budget's reservation of the interrupted run, not a second one), and the finished run folder holds none."""
     budget = files / "b.json"
     runner.invoke(app, ["budget", "init", str(budget), "--epsilon", "5", "--delta", "1e-3", "--dataset", "toy"])
     args = aim_args(files, "--epsilon", "2", "--compare-rows", "60", "--budget", str(budget))
     staging = files / ".out.partial" / "checkpoints" / "aim-rounds.npz"
 
-    def killed(job, work, timeout=None, progress=None):
-        worker.jobs.append(job)
-        Path(job["checkpoint"]).parent.mkdir(parents=True, exist_ok=True)
-        Path(job["checkpoint"]).write_bytes(b"rounds so far")  # what the real worker saves after a round
+    checkpoints = []
+
+    def killed(train, layout, bins, rho, max_model_size=80.0, progress=None, checkpoint=None):
+        checkpoints.append(Path(checkpoint))
+        Path(checkpoint).parent.mkdir(parents=True, exist_ok=True)
+        Path(checkpoint).write_bytes(b"rounds so far")  # what the real engine saves after a round
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bl, "run_job", killed)
+    monkeypatch.setattr(aim_engine, "fit_aim", killed)
     assert runner.invoke(app, args).exit_code != 0
-    assert Path(worker.jobs[0]["checkpoint"]) == staging.resolve() and staging.read_bytes() == b"rounds so far"
+    assert checkpoints[0].resolve() == staging.resolve() and staging.read_bytes() == b"rounds so far"
     (reserved,) = json.loads(budget.read_text())["releases"]
     assert reserved["status"] == "reserved"
-    monkeypatch.setattr(bl, "run_job", worker)
+    monkeypatch.setattr(aim_engine, "fit_aim", engine.fit)
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
-    fits = [job for job in worker.jobs if job["name"] == "aim"]
-    assert len(fits) == 2 and fits[1]["checkpoint"] == fits[0]["checkpoint"]
+    assert len(engine.fits) == 1 and Path(engine.fits[0]["checkpoint"]).resolve() == checkpoints[0].resolve()
     (release,) = json.loads(budget.read_text())["releases"]
     assert release["status"] == "done" and release["run_id"] == reserved["run_id"]
     assert not (files / ".out.partial").exists() and not (files / "out" / "checkpoints").exists()
 
 
 def test_an_unavailable_aim_is_refused_before_any_row_is_read(files, monkeypatch):
-    monkeypatch.setattr(bl, "available_baselines", lambda: {"aim": "no interpreter", "mst": None, "dpctgan": None})
+    monkeypatch.setattr(aim_engine, "available", lambda: "AIM needs mbi and jax (mbi is missing)")
     monkeypatch.setattr("dpcare.data.load_table", lambda *a, **k: pytest.fail("the private table was read"))
     r = runner.invoke(app, aim_args(files))
-    assert r.exit_code == 2 and "--synthesizer dp-2stage" in r.stderr and "no interpreter" in r.stderr
+    assert r.exit_code == 2 and "--synthesizer dp-2stage" in r.stderr and "mbi is missing" in r.stderr
 
 
-# ------------------------------------------------------------------ the real AIM (SmartNoise venv)
+# ------------------------------------------------------------------ the real AIM (mbi 2 and OpenDP, in this process)
 @pytest.mark.slow
 def test_the_real_aim_fits_saves_and_samples_in_a_fresh_process(files):
     needs_smartnoise("aim")
@@ -317,7 +339,7 @@ def test_the_real_aim_fits_saves_and_samples_in_a_fresh_process(files):
 
 
 @pytest.mark.slow  # end to end
-def test_evaluate_and_report_read_an_aim_run(files, worker):
+def test_evaluate_and_report_read_an_aim_run(files, engine):
     from dpcare.privacy import event_to_json
     from dpcare.report.model import _event_fields
 
@@ -339,8 +361,8 @@ def test_evaluate_and_report_read_an_aim_run(files, worker):
 
 @pytest.mark.slow
 def test_the_real_aim_resumes_a_killed_fit_after_its_last_round(tmp_path, monkeypatch):
-    """The worker is killed at its first progress line (after round 1 is saved); the second fit resumes after
-    that round and its rounds' tally is exactly rho (the fit refuses any other)."""
+    """The fit is killed at its first progress call (after round 1 is saved); the second fit resumes after that
+    round and its rounds' tally is exactly rho (the fit refuses any other)."""
     needs_smartnoise("aim")
 
     class Killed(Exception):
@@ -349,8 +371,8 @@ def test_the_real_aim_resumes_a_killed_fit_after_its_last_round(tmp_path, monkey
     def kill(fraction):
         raise Killed
 
-    fit_aim = bl.fit_aim
-    monkeypatch.setattr(bl, "fit_aim", lambda *args, **kwargs: fit_aim(*args, **{**kwargs, "progress": kill}))
+    fit_aim = aim_engine.fit_aim
+    monkeypatch.setattr(aim_engine, "fit_aim", lambda *args, **kwargs: fit_aim(*args, **{**kwargs, "progress": kill}))
     df = toy_table(200)
     with pytest.raises(Killed):
         AIMSynthesizer(SCHEMA, epsilon=3.0, bins=5, progress=False).fit(df, checkpoint_dir=tmp_path)
@@ -359,3 +381,21 @@ def test_the_real_aim_resumes_a_killed_fit_after_its_last_round(tmp_path, monkey
     synth = AIMSynthesizer(SCHEMA, epsilon=3.0, bins=5, progress=False).fit(df, checkpoint_dir=tmp_path)
     assert synth.info["resumed_after_round"] >= 1 and synth.info["rounds"] > synth.info["resumed_after_round"]
     assert len(synth.sample(50)) == 50
+
+
+def test_the_numpy_marginals_are_mbis():
+    """The engine scores candidates with NumPy marginals of the model (aim_engine.marginals): the same numbers as
+    mbi's own projection, on a model with a cycle-free and an overlapping clique structure."""
+    pytest.importorskip("mbi", reason="pip install 'dpcare[synth]'")
+    mbi = aim_engine._mbi()
+    layout = bl._layout(SCHEMA, 5)
+    codes, _ = bl._encode(load_table(toy_table(300), SCHEMA), layout, "cube", 5)
+    names, domain = aim_engine.attributes(layout), aim_engine.domain_of(layout, 5)
+    data = mbi.Dataset({a: codes[c["name"]].to_numpy(np.int64) for a, c in zip(names, layout)}, domain)
+    cliques = [(a,) for a in names] + [("col0", "col1"), ("col1", "col2"), ("col0", "col2"), ("col3", "col4")]
+    measured = [mbi.LinearMeasurement(np.asarray(data.project(cl).datavector(), float), cl, 3.0) for cl in cliques]
+    model = mbi.estimation.MirrorDescent().estimate(domain, measured, iters=200)
+    queries = list(aim_engine.candidates_of(aim_engine.workload(domain)))
+    ours = aim_engine.marginals(model, queries)
+    for cl in queries:
+        np.testing.assert_allclose(ours[cl], np.asarray(model.project(cl).datavector()), rtol=1e-8, atol=1e-8)

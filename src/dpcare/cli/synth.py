@@ -94,9 +94,9 @@ def fit(
     out: Annotated[Path, typer.Option(help="run folder to write (run.json, synthesizer.json and the model); rerun "
                                            "the same command to resume an interrupted fit (AIM: from its last finished round)")
                    ] = Path("results/synth"),
-    synthesizer: Annotated[str, typer.Option(help="aim (noisy marginals and a graphical model, AIM; runs in SmartNoise's "
-                                                  ".venv-baselines, which scripts/setup.sh installs) or dp-2stage (a "
-                                                  "language model, DP-2Stage; --mode picks its variant)")] = "aim",
+    synthesizer: Annotated[str, typer.Option(help="aim (noisy marginals and a graphical model, AIM; in dpcare's "
+                                                  "own process, the synth extra) or dp-2stage (a language model, "
+                                                  "DP-2Stage; --mode picks its variant)")] = "aim",
     scale: Annotated[str, typer.Option(help="auto (cpu unless the model trains on a GPU), cpu (first block, 1 + 2 "
                                             "epochs: minutes) or paper (whole model, 5 + 10 epochs)")] = "auto",
     layers: Annotated[int | None, typer.Option(help="keep only the first k transformer blocks (default: the scale's)")

@@ -3,24 +3,26 @@
 AIM (McKenna, Mullins, Sheldon and Miklau, "AIM: An Adaptive and Iterative Mechanism for Differentially
 Private Synthetic Data", VLDB 2022) measures the one-way marginals, then round after round picks (with the
 exponential mechanism) the two-way marginal its graphical model fits worst, measures it with Gaussian
-noise and refits the model (Private-PGM); synthetic rows are drawn from that model. dpcare runs
-SmartNoise's implementation (``smartnoise-synth``, with ``mbi``) in its own interpreter
-(:mod:`dpcare.synth.baselines`), keeps the fitted model in the run folder and samples it later.
+noise and refits the model (Private-PGM); synthetic rows are drawn from that model. dpcare runs it in its own
+process (:mod:`dpcare.synth.aim_engine`: mbi 2.x on jax's CPU backend, OpenDP's samplers; the ``synth`` extra),
+keeps the fitted model in the run folder and samples it later. (Until issue 52 it ran SmartNoise's
+implementation in a second interpreter; that one remains only for the comparison baselines of the studies.)
 
 Privacy:
 
 * Every column's encoding comes from the spec: numbers in ``bins`` equal-width bins between their
   declared bounds (a numeric column without bounds, or a categorical one without categories, is refused
   before any row is read), categories in their declared order, "missing" a code of its own where the spec
-  says nullable. The SmartNoise transformer is fitted on a public table made from the spec alone.
+  says nullable.
 * The whole run is rho-zCDP (every measurement and selection adds up inside rho). dpcare calibrates rho with
   its own RDP accountant (:func:`~dpcare.privacy.calibrate_zcdp_rho`) so the ledger's epsilon, which
   composes the run's :func:`~dpcare.privacy.zcdp_event` with that accountant, is at most the target; the
   worker checks that AIM spent exactly that rho. The guarantee's accountant is therefore RDP (a PLD
   accountant cannot compose an arbitrary zCDP mechanism); a budget with a PLD accountant adds the run by
-  basic composition.
-* The noise comes from OpenDP's secure generator and the selections from fresh OS entropy, never from the
-  public ``seed`` (which only splits, and seeds sampling): no seed reproduces a fit.
+  basic composition. OpenDP's own privacy map of every measurement and selection is checked against the rho
+  the rounds charge.
+* The noise and the selections come from OpenDP's samplers (secure randomness), never from the public ``seed``
+  (which only splits, and seeds sampling): no seed reproduces a fit.
 * A fit saves its rounds to ``checkpoint_dir`` after each one and resumes from them
   (:mod:`dpcare.synth.aim_rounds`); the rounds' measurements and selections are added up afresh and must
   come to exactly rho, so a resume re-spends nothing.
@@ -113,14 +115,13 @@ class AIMSynthesizer(SavesRunFolder):
 
     @staticmethod
     def check_available() -> None:
-        """Refuse, before any row is read, a machine without SmartNoise's AIM (in .venv-baselines)."""
-        from dpcare.synth.baselines import available_baselines
+        """Refuse, before any row is read, an environment without AIM's packages (mbi, jax, opendp)."""
+        from dpcare.exceptions import MissingDependencyError
+        from dpcare.synth.aim_engine import available
 
-        error = available_baselines()["aim"]
+        error = available()
         if error is not None:
-            raise SettingsError(f"AIM runs in SmartNoise's own interpreter, which is not available: {error}. "
-                                "scripts/setup.sh installs it; or fit the language model (--synthesizer "
-                                "dp-2stage)")
+            raise MissingDependencyError(f"{error}; or fit the language model (--synthesizer dp-2stage)")
 
     # ------------------------------------------------------------------ fitting
     def fit(self, df: pd.DataFrame, report: Callable[[str], None] | None = None,
@@ -131,7 +132,7 @@ class AIMSynthesizer(SavesRunFolder):
         hold noisy measurements and a digest of the rows: keep the folder private and delete it afterwards;
         ``dpcare synth fit`` uses its run's staging folder, deleted when the run finishes)."""
         from dpcare.progress import progress
-        from dpcare.synth.baselines import fit_aim
+        from dpcare.synth.aim_engine import fit_aim
 
         self.check_available()
         df = load_table(df, self.schema)
@@ -149,8 +150,7 @@ class AIMSynthesizer(SavesRunFolder):
                 bar.update(max(0.0, round(100 * fraction, 1) - bar.n))
 
             self.state, self.arrays, accounting = fit_aim(
-                df, self.layout, s.bins, rho, s.epsilon, ledger.delta,
-                options={"max_model_size": s.max_model_size}, progress=advance,
+                df, self.layout, s.bins, rho, max_model_size=s.max_model_size, progress=advance,
                 checkpoint=None if checkpoint_dir is None else Path(checkpoint_dir) / CHECKPOINT_FILE)
         if accounting["rho"] != rho or not math.isclose(accounting.get("rho_spent", math.nan), rho, rel_tol=1e-9):
             raise RuntimeError(f"AIM spent rho = {accounting['rho']} ({accounting.get('rho_spent')} by its rounds' "
@@ -180,7 +180,7 @@ class AIMSynthesizer(SavesRunFolder):
     def sample(self, n: int, seed: int | None = None) -> pd.DataFrame:
         """``n`` synthetic rows (post-processing of the fitted model: no privacy cost); ``seed`` defaults to
         the settings' seed."""
-        from dpcare.synth.baselines import sample_aim
+        from dpcare.synth.aim_engine import sample_aim
 
         self._require_fitted()
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:

@@ -13,8 +13,9 @@ worker refuses a fit whose tally is not exactly rho. The checkpoint is private (
 the run finishes): it is keyed to the settings and a digest of the encoded rows, and a checkpoint of other settings
 or rows is not resumed.
 
-The SmartNoise worker (:mod:`dpcare.synth.baselines`, in its own interpreter without dpcare) imports this file by
-path: numpy and the standard library only.
+Two engines run these rounds: dpcare's own (:mod:`dpcare.synth.aim_engine`: mbi 2.x and OpenDP in dpcare's
+process, the default) and the SmartNoise worker of the comparison baselines (:mod:`dpcare.synth.baselines`, in its
+own interpreter without dpcare), which imports this file by path: numpy and the standard library only.
 """
 
 from __future__ import annotations
@@ -143,18 +144,17 @@ class AIMRounds:
                    meta["done"], ms, list(meta["selections"]))
 
 
-Noise = Callable[[float, int], np.ndarray]  # (sigma, size) -> Gaussian noise
+Noisy = Callable[[np.ndarray, float], np.ndarray]  # (counts, sigma) -> the counts with Gaussian noise of sigma
 
 
-def measure_one_way(state: AIMRounds, answers: dict[tuple, np.ndarray], noise: Noise) -> None:
+def measure_one_way(state: AIMRounds, answers: dict[tuple, np.ndarray], noisy: Noisy) -> None:
     """AIM's start: every one-way marginal among the candidates, measured at the starting sigma."""
     for clique in (cl for cl in answers if len(cl) == 1):
-        x = answers[clique]
-        state.measure(clique, x + noise(state.sigma, x.size))
+        state.measure(clique, noisy(answers[clique], state.sigma))
 
 
 def run_rounds(state: AIMRounds, answers: dict[tuple, np.ndarray], *, estimate: Callable[[AIMRounds], Any],
-               select: Callable[[Any, AIMRounds], tuple], fitted: Callable[[Any, tuple], np.ndarray], noise: Noise,
+               select: Callable[[Any, AIMRounds], tuple], fitted: Callable[[Any, tuple], np.ndarray], noisy: Noisy,
                after_round: Callable[[AIMRounds, tuple], None] = lambda state, clique: None) -> Any:
     """AIM's rounds from ``state`` to the last; returns the model of every measurement. Each round ``select``-s a
     clique with the round's epsilon, measures it at the round's sigma, re-``estimate``-s the model and anneals when
@@ -164,7 +164,7 @@ def run_rounds(state: AIMRounds, answers: dict[tuple, np.ndarray], *, estimate: 
         state.begin_round()
         clique = select(model, state)
         x, before = answers[clique], fitted(model, clique)
-        state.measure(clique, x + noise(state.sigma, x.size))
+        state.measure(clique, noisy(x, state.sigma))
         model = estimate(state)
         if np.linalg.norm(fitted(model, clique) - before, 1) <= state.sigma * math.sqrt(2 / math.pi) * x.size:
             state.anneal()

@@ -1,10 +1,11 @@
-"""Baseline DP synthesizers from SmartNoise (``smartnoise-synth``): MST, AIM and DP-CTGAN.
+"""Baseline DP synthesizers: MST and DP-CTGAN from SmartNoise (``smartnoise-synth``), and AIM (dpcare's own, in
+this process: :mod:`dpcare.synth.aim_engine`).
 
     out = run_baseline("mst", train_df, schema, epsilon=1.0, delta=1e-5, n_samples=2000)
     out.attrs["dp"]  # the privacy accounting of the run
 
 SmartNoise cannot live in dpcare's .venv (smartnoise-sql pins pandas<3, DP-CTGAN needs
-opacus 0.14), so it runs in its own interpreter, ``.venv-baselines`` at the repository
+opacus 0.14), so MST and DP-CTGAN run in its own interpreter, ``.venv-baselines`` at the repository
 root (or ``$DPCARE_BASELINES_PYTHON``), as a subprocess that runs THIS file as a script;
 data go through CSV/JSON files in a temp dir. That is why the module imports only
 numpy/pandas at top level.
@@ -24,8 +25,9 @@ Encoding (here, before SmartNoise sees anything):
   nullable column gets an extra 0/1 categorical column ``<name>__missing`` and its missing
   values are set to the midpoint.
 
-Accounting. MST and AIM are (epsilon, delta)-DP through zCDP (SmartNoise converts with
-OpenDP's ``cdp_rho``; delta must be > 0). DP-CTGAN uses opacus 0.14 on the discriminator:
+Accounting. MST and AIM are (epsilon, delta)-DP through zCDP (MST: SmartNoise converts with
+OpenDP's ``cdp_rho``; AIM: dpcare's RDP calibration, :func:`~dpcare.privacy.calibrate_zcdp_rho`; delta must be
+> 0). DP-CTGAN uses opacus 0.14 on the discriminator:
 the noise multiplier is calibrated here with opacus' RDP accountant on the same RDP orders
 DPCTGAN passes to its PrivacyEngine, so that ``epochs`` epochs spend at most
 epsilon (two discriminator steps per batch), and the reported ``epsilon_spent`` is what
@@ -33,26 +35,20 @@ SmartNoise's own PrivacyEngine says after training. As
 SmartNoise gives it: batches are not Poisson-sampled, and its conditional sampler uses
 exact category frequencies (smartnoise-sdk issues #301, #484), which that number does not
 cover. MST hands the exact row count to its estimator (``known_total``, as in the original
-private-pgm code). AIM's rounds are run by :mod:`dpcare.synth.aim_rounds` (the paper's schedule with
-SmartNoise's selection, OpenDP's noise and mbi's estimation), which saves them after every round to the
-job's ``checkpoint``, resumes from it, and checks that its measurements and selections add up to rho.
-MST/AIM noise comes from OpenDP's secure RNG, so ``seed`` does not make them reproducible.
+private-pgm code). MST/AIM noise comes from OpenDP's secure RNG, so ``seed`` does not make them reproducible.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import numbers
 import os
-import re
 import secrets
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -60,8 +56,8 @@ import numpy as np
 import pandas as pd
 
 DEFAULT_BINS = 20
-_MODULES = {"mst": "snsynth.mst.mst", "aim": "snsynth.aim.aim", "dpctgan": "snsynth.pytorch.nn.dpctgan"}
-BASELINES = tuple(_MODULES)  # one table: the names are its keys
+_MODULES = {"mst": "snsynth.mst.mst", "dpctgan": "snsynth.pytorch.nn.dpctgan"}  # in SmartNoise's interpreter
+BASELINES = ("mst", "aim", "dpctgan")  # aim: dpcare's own, in this process
 _DPCTGAN_FIXED = {"epsilon", "delta", "sigma", "epochs", "batch_size", "cuda", "verbose"}
 #: the RDP orders snsynth's DPCTGAN gives opacus (1.1, ..., 10.9, 12, ..., 63: order 11 is NOT among them,
 #: so calibrating on the integers 2..63 could pick 11 and undershoot the noise; seen: epsilon 1.0005 > 1)
@@ -81,13 +77,20 @@ def _subprocess_env() -> dict[str, str]:
     return env
 
 
-@lru_cache(maxsize=1)
 def available_baselines() -> dict[str, str | None]:
-    """``{name: None}`` for a baseline that imports in the SmartNoise venv, else ``{name: the error}``."""
+    """``{name: None}`` for a baseline that can run (MST and DP-CTGAN: they import in the SmartNoise venv; AIM: its
+    packages are installed here), else ``{name: the error}``."""
+    from dpcare.synth.aim_engine import available
+
+    return {**_smartnoise_available(), "aim": available()}
+
+
+@lru_cache(maxsize=1)
+def _smartnoise_available() -> dict[str, str | None]:
     py = baselines_python()
     if not py.exists():
         msg = f"no SmartNoise interpreter at {py}: run scripts/setup.sh (or set DPCARE_BASELINES_PYTHON)"
-        return dict.fromkeys(BASELINES, msg)
+        return dict.fromkeys(_MODULES, msg)
     code = f"""import importlib, json
 out = {{}}
 for k, m in {_MODULES!r}.items():
@@ -101,9 +104,9 @@ print(json.dumps(out))"""
         res = subprocess.run([str(py), "-P", "-c", code], check=False, capture_output=True, text=True,
                              timeout=300, env=_subprocess_env())
     except (OSError, subprocess.TimeoutExpired) as e:
-        return dict.fromkeys(BASELINES, f"{type(e).__name__}: {e}")
+        return dict.fromkeys(_MODULES, f"{type(e).__name__}: {e}")
     if res.returncode != 0:
-        return dict.fromkeys(BASELINES, res.stderr.strip().splitlines()[-1] if res.stderr.strip() else
+        return dict.fromkeys(_MODULES, res.stderr.strip().splitlines()[-1] if res.stderr.strip() else
                              f"exit status {res.returncode}")
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -233,7 +236,9 @@ def run_baseline(name: str, train_df: pd.DataFrame, schema, epsilon: float, delt
         raise DataError("DP-CTGAN needs at least 2 training rows")
     error = available_baselines()[name]
     if error is not None:
-        raise RuntimeError(f"SmartNoise baseline {name!r} is not available: {error}")
+        raise RuntimeError(f"baseline {name!r} is not available: {error}")
+    if name == "aim":
+        return _aim(df, layout, epsilon, delta, n_samples, seed, bins, options or {})
     style = "gan" if name == "dpctgan" else "cube"
     train, specs = _encode(df, layout, style, bins)
     job = {"name": name, "epsilon": float(epsilon), "delta": float(delta), "n_samples": int(n_samples),
@@ -255,29 +260,17 @@ def _decoded(synth: pd.DataFrame, layout: list[dict], style: str, bins: int, see
     return _decode(synth, layout, style, bins, rng)
 
 
-#: one line per AIM round when the job is verbose: the fraction of rho spent so far
-_BUDGET_LINE = re.compile(r"Budget Used\s+([0-9.eE+-]+)")
-
-
-def run_job(job: dict, work: Path, timeout: float | None = None,
-            progress: Callable[[float], None] | None = None) -> dict:
+def run_job(job: dict, work: Path, timeout: float | None = None) -> dict:
     """Run one worker ``job`` (written to ``work``/job.json beside its input files) in the SmartNoise venv;
-    returns its result.json. ``progress``: called with the fraction of AIM's budget spent after each round
-    (the job is then run verbose and its output read line by line)."""
+    returns its result.json."""
     from dpcare.exceptions import PrivacyParameterError
 
-    (work / "job.json").write_text(json.dumps({**job, "verbose": progress is not None}))
+    (work / "job.json").write_text(json.dumps(job))
     cmd = [str(baselines_python()), "-P", str(Path(__file__).resolve()), str(work)]
     name = job["name"]
     with open(work / "stderr.txt", "w+") as err, open(work / "stdout.txt", "w+") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if progress else log, stderr=err, text=True,
-                                env=_subprocess_env())
+        proc = subprocess.Popen(cmd, stdout=log, stderr=err, text=True, env=_subprocess_env())
         try:
-            if progress is not None:
-                for line in proc.stdout:
-                    found = _BUDGET_LINE.search(line)
-                    if found:
-                        progress(min(float(found.group(1)), 1.0))
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
@@ -297,41 +290,25 @@ def run_job(job: dict, work: Path, timeout: float | None = None,
     return json.loads((work / "result.json").read_text())
 
 
-def fit_aim(train: pd.DataFrame, layout: list[dict], bins: int, rho: float, epsilon: float, delta: float,
-            options: dict | None = None, progress: Callable[[float], None] | None = None,
-            checkpoint: str | os.PathLike | None = None) -> tuple[dict, dict[str, np.ndarray], dict]:
-    """Fit AIM on the (schema-checked) private ``train`` rows at ``rho``-zCDP; returns the fitted model's
-    state (domain, cliques, total), its log-potential arrays and the worker's accounting record. The rows
-    are encoded with the public ``layout`` (:func:`_layout`); nothing else of them leaves this process.
-    ``checkpoint``: a file the rounds are saved to after each one, and resumed from (private: delete it
-    once the fit is done)."""
-    codes, specs = _encode(train, layout, "cube", bins)
-    job = {"name": "aim", "epsilon": float(epsilon), "delta": float(delta), "rho": float(rho), "n_samples": 0,
-           "seed": 0, "columns": specs, "options": options or {}, "save_model": True,
-           "checkpoint": None if checkpoint is None else str(Path(checkpoint).resolve())}
-    with tempfile.TemporaryDirectory(prefix="dpcare-aim-") as tmp:
-        work = Path(tmp)
-        codes.to_csv(work / "train.csv", index=False)
-        accounting = run_job(job, work, progress=progress)
-        state = json.loads((work / MODEL_STATE).read_text())
-        with np.load(work / MODEL_ARRAYS) as saved:
-            arrays = {k: saved[k] for k in saved.files}
-    return state, arrays, accounting
+def _aim(df: pd.DataFrame, layout: list[dict], epsilon: float, delta: float, n_samples: int, seed: int, bins: int,
+         options: dict) -> pd.DataFrame:
+    """AIM as a baseline: dpcare's own (:mod:`dpcare.synth.aim_engine`) at the rho its RDP accountant calibrates to
+    (epsilon, delta), ``n_samples`` rows sampled with ``seed``."""
+    from dpcare.privacy import calibrate_zcdp_rho
+    from dpcare.synth.aim_engine import fit_aim, sample_aim
 
+    unknown = sorted(set(options) - {"max_model_size"})
+    if unknown:
+        from dpcare.exceptions import SettingsError
 
-def sample_aim(state: dict, arrays: dict[str, np.ndarray], layout: list[dict], bins: int, n: int,
-               seed: int = 0) -> pd.DataFrame:
-    """``n`` rows of a fitted AIM model (:func:`fit_aim`), decoded to the schema's columns. Reads no private
-    data: a function of the released model, ``n`` and ``seed``."""
-    specs = public_column_specs(layout, bins)
-    job = {"name": SAMPLE_JOB, "n_samples": int(n), "seed": int(seed), "columns": specs}
-    with tempfile.TemporaryDirectory(prefix="dpcare-aim-sample-") as tmp:
-        work = Path(tmp)
-        (work / MODEL_STATE).write_text(json.dumps(state))
-        np.savez(work / MODEL_ARRAYS, **arrays)
-        run_job(job, work)
-        synth = pd.read_csv(work / "synth.csv")
-    return _decoded(synth, layout, "cube", bins, seed)
+        raise SettingsError(f"AIM takes the option max_model_size, not {unknown}")
+    rho = calibrate_zcdp_rho(epsilon, delta)
+    state, arrays, accounting = fit_aim(df, layout, bins, rho, **options)
+    start = time.perf_counter()
+    out = sample_aim(state, arrays, layout, bins, int(n_samples), seed)
+    out.attrs["dp"] = {**accounting, "epsilon": float(epsilon), "delta": float(delta), "preprocessor_epsilon": 0.0,
+                       "sample_seconds": time.perf_counter() - start}
+    return out
 
 
 def public_column_specs(layout: list[dict], bins: int) -> list[dict]:
@@ -341,8 +318,6 @@ def public_column_specs(layout: list[dict], bins: int) -> list[dict]:
 
 # --------------------------------------------------------------------------- worker (SmartNoise venv)
 REFUSED_FILE = "refused.json"  # the worker's refusal of the job's privacy settings: {"error": message}
-SAMPLE_JOB = "aim-sample"  # a job that samples a saved AIM model (no training rows)
-MODEL_STATE, MODEL_ARRAYS = "model.json", "model.npz"  # a fitted AIM model: domain and cliques; log-potentials
 
 
 class _Refused(Exception):
@@ -448,167 +423,36 @@ def _public_seed(seed: int) -> None:
         torch.manual_seed(seed)
 
 
-def _rounds_module():
-    """dpcare.synth.aim_rounds, imported by path (this interpreter has no dpcare)."""
-    import importlib.util
-
-    name = "dpcare_aim_rounds"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("aim_rounds.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # before exec: its dataclasses look their module up
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-def _resumable_aim(checkpoint: str | None, digest: str):
-    """SmartNoise's AIMSynthesizer with its rounds run by :func:`~dpcare.synth.aim_rounds.run_rounds`: the same
-    mechanism (SmartNoise's selection, OpenDP's noise, mbi's estimation, the paper's schedule), its state saved
-    to ``checkpoint`` after every round and resumed from it (keyed to the settings and ``digest`` of the rows)."""
-    import snsynth.aim.aim as lib
-    from mbi import LinearMeasurement, estimation, marginal_oracles
-
-    r = _rounds_module()
-
-    def noise(sigma: float, size: int) -> np.ndarray:
-        return np.asarray(lib.gaussian_noise(sigma, size), dtype=float)
-
-    class ResumableAIM(lib.AIMSynthesizer):
-        resumed_round = None  # the round a fit resumed after (None: it started afresh)
-
-        def AIM(self, data, workload):
-            def estimate(state):
-                measured = [LinearMeasurement(m.y, m.clique, m.sigma) for m in state.measurements]
-                return estimation.mirror_descent(data.domain, measured, iters=1000,
-                                                 marginal_oracle=marginal_oracles.message_passing_stable)
-
-            rounds = self.rounds or r.ROUNDS_PER_COLUMN * len(data.domain)
-            key = {"rho": self.rho, "rounds": rounds, "max_model_size": self.max_model_size,
-                   "attributes": list(data.domain.attributes), "shape": [int(x) for x in data.domain.shape],
-                   "rows": digest}
-            candidates = lib.compile_workload(workload)
-            answers = {cl: np.asarray(data.project(cl).datavector(), dtype=float) for cl in candidates}
-            state = r.AIMRounds.load(checkpoint, key) if checkpoint else None
-            if state is None:
-                state = r.AIMRounds.start(self.rho, rounds)
-                r.measure_one_way(state, answers, noise)
-                if checkpoint:
-                    state.save(checkpoint, key)
-            else:
-                self.resumed_round = state.round
-                if self.verbose:
-                    print("Resumed after round", state.round, "Budget Used", state.used / self.rho, flush=True)
-
-            def select(model, state):
-                small = lib.filter_candidates(candidates, model, state.size_limit(self.max_model_size))
-                return self._worst_approximated(small, answers, model, state.epsilon, state.sigma)
-
-            def after_round(state, clique):  # saved before the progress line: a caller may stop at that line
-                if checkpoint:
-                    state.save(checkpoint, key)
-                if self.verbose:
-                    print("Selected", clique, "Budget Used", state.used / self.rho, flush=True)
-
-            self.synthesizer = r.run_rounds(state, answers, estimate=estimate, select=select, noise=noise,
-                                            fitted=lambda model, cl: np.asarray(model.project(cl).datavector()),
-                                            after_round=after_round)
-            self.rho_spent, self.rounds_run = state.check_spent(), state.round
-
-    return ResumableAIM
-
-
-def _fit_marginal(job: dict, train: pd.DataFrame, digest: str = ""):
-    """MST or AIM fitted on the encoded rows; AIM at the job's ``rho`` when given (dpcare calibrates it with its
-    own accountant, so that the ledger's epsilon is at most the target), else SmartNoise's ``cdp_rho``, and
-    checkpointed to the job's ``checkpoint`` when given (``digest``: of the rows, the checkpoint's key)."""
-    import snsynth.aim.aim as aim_module
+def _mst(job: dict, train: pd.DataFrame):
+    """MST fitted on the encoded rows at the job's (epsilon, delta) (SmartNoise's ``cdp_rho``)."""
     from snsynth.mst import MSTSynthesizer
     from snsynth.utils import cdp_rho
 
-    rho = job.get("rho")
-    if rho is not None:
-        if job["name"] != "aim":
-            raise RuntimeError("only AIM takes a calibrated rho")
-        aim_module.cdp_rho = lambda epsilon, delta: rho  # AIM reads its budget through this name only
-    is_aim = job["name"] == "aim"
-    cls = _resumable_aim(job.get("checkpoint"), digest) if is_aim else MSTSynthesizer
-    options = dict(job["options"])
-    if job.get("verbose") and is_aim:
-        options["verbose"] = True  # one line per round: "... Budget Used <fraction>" (the caller's progress)
-    synth = cls(epsilon=job["epsilon"], delta=job["delta"], **options)
+    synth = MSTSynthesizer(epsilon=job["epsilon"], delta=job["delta"], **job["options"])
     synth.fit(train, transformer=_transformer(job["columns"], "cube"))
-    spent = synth.rho if is_aim else cdp_rho(job["epsilon"], job["delta"])
-    if rho is not None and spent != rho:
-        raise RuntimeError(f"AIM spent rho = {spent}, not the calibrated {rho}")
-    extra = {"rho_spent": synth.rho_spent, "rounds": synth.rounds_run, "resumed_after_round": synth.resumed_round
-             } if is_aim else {}
-    return synth, {"mechanism": f"{job['name'].upper()} (zCDP, Gaussian noise)", "epsilon": job["epsilon"],
-                   "delta": job["delta"], "rho": spent, "preprocessor_epsilon": 0.0, **extra}
-
-
-def _save_model(model, work: Path) -> None:
-    """The fitted graphical model (mbi MarkovRandomField): its domain, cliques and log-potentials, all that
-    sampling needs. Post-processing of the noisy measurements: releasing it costs nothing more."""
-    pots = model.potentials
-    arrays = {f"p{i}": np.asarray(pots.arrays[cl].values) for i, cl in enumerate(pots.cliques)}
-    np.savez(work / MODEL_ARRAYS, **arrays)
-    (work / MODEL_STATE).write_text(json.dumps({
-        "attributes": list(pots.domain.attributes), "shape": [int(x) for x in pots.domain.shape],
-        "cliques": [list(cl) for cl in pots.cliques], "total": float(model.total)}))
-
-
-def _load_model(work: Path):
-    import jax.numpy as jnp
-    from mbi import CliqueVector, Domain, Factor, MarkovRandomField, marginal_oracles
-
-    state = json.loads((work / MODEL_STATE).read_text())
-    domain = Domain(tuple(state["attributes"]), tuple(state["shape"]))
-    cliques = [tuple(cl) for cl in state["cliques"]]
-    with np.load(work / MODEL_ARRAYS) as saved:
-        arrays = {cl: Factor(domain.project(cl), jnp.asarray(saved[f"p{i}"])) for i, cl in enumerate(cliques)}
-    potentials = CliqueVector(domain, cliques, arrays)
-    marginals = marginal_oracles.message_passing_stable(potentials, state["total"])
-    return MarkovRandomField(potentials=potentials, marginals=marginals, total=state["total"])
-
-
-def _sample_saved(job: dict, work: Path) -> pd.DataFrame:
-    """``n_samples`` rows of a saved AIM model, decoded to the job's column codes (as AIM's own ``sample``)."""
-    model = _load_model(work)
-    _public_seed(job["seed"])
-    data = model.synthetic_data(rows=job["n_samples"])
-    names = [f"col{i}" for i in range(len(job["columns"]))]
-    rows = [tuple(t[1:]) for t in data.df[names].itertuples()]
-    return _transformer(job["columns"], "cube").inverse_transform(rows)
+    return synth, {"mechanism": "MST (zCDP, Gaussian noise)", "epsilon": job["epsilon"], "delta": job["delta"],
+                   "rho": cdp_rho(job["epsilon"], job["delta"]), "preprocessor_epsilon": 0.0}
 
 
 def _worker(work: Path) -> None:
     job = json.loads((work / "job.json").read_text())
-    if job["name"] == SAMPLE_JOB:
-        start = time.perf_counter()
-        out, acc = _sample_saved(job, work), {}
+    train = pd.read_csv(work / "train.csv")
+    _fresh_entropy(torch_too=job["name"] == "dpctgan")
+    start = time.perf_counter()
+    if job["name"] == "dpctgan":
+        try:
+            synth, acc = _dpctgan(job, train, _transformer(job["columns"], "gan"))
+        except _Refused as err:
+            (work / REFUSED_FILE).write_text(json.dumps({"error": str(err)}))
+            return
     else:
-        train = pd.read_csv(work / "train.csv")
-        # the checkpoint's key (a resume on other rows starts afresh); only an AIM fit that checkpoints reads it
-        digest = hashlib.sha256((work / "train.csv").read_bytes()).hexdigest() if job.get("checkpoint") else ""
-        _fresh_entropy(torch_too=job["name"] == "dpctgan")
-        start = time.perf_counter()
-        if job["name"] == "dpctgan":
-            try:
-                synth, acc = _dpctgan(job, train, _transformer(job["columns"], "gan"))
-            except _Refused as err:
-                (work / REFUSED_FILE).write_text(json.dumps({"error": str(err)}))
-                return
-        else:
-            synth, acc = _fit_marginal(job, train, digest)
-        acc["fit_seconds"] = time.perf_counter() - start
-        if job.get("save_model"):
-            _save_model(synth.synthesizer, work)
-        _public_seed(job["seed"])
-        start = time.perf_counter()
-        out = synth.sample(job["n_samples"]) if job["n_samples"] else None
+        synth, acc = _mst(job, train)
+    acc["fit_seconds"] = time.perf_counter() - start
+    _public_seed(job["seed"])
+    start = time.perf_counter()
+    out = synth.sample(job["n_samples"])
     acc["sample_seconds"] = time.perf_counter() - start
-    if out is not None:
-        out[[s["name"] for s in job["columns"]]].to_csv(work / "synth.csv", index=False)
+    out[[s["name"] for s in job["columns"]]].to_csv(work / "synth.csv", index=False)
     (work / "result.json").write_text(json.dumps(acc, default=float))
 
 
