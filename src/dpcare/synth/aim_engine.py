@@ -112,16 +112,21 @@ def marginals(model, cliques) -> dict[tuple[str, ...], np.ndarray]:
     letter = dict(zip(attributes, string.ascii_letters))
     operands, subscripts = [], []
     for cl in pots.cliques:
-        values = np.asarray(pots[cl].values, dtype=np.float64)
+        values = np.asarray(pots[cl].values, dtype=np.longdouble)  # x86's 80-bit floats: no underflow in products
         operands.append(np.exp(values - values.max()))  # log-potentials, shifted: the marginal is normalised below
         subscripts.append("".join(letter[a] for a in pots[cl].domain.attributes))
     for a, size in zip(attributes, pots.domain.shape):  # every attribute appears, covered or not
-        operands.append(np.ones(size))
+        operands.append(np.ones(size, dtype=np.longdouble))
         subscripts.append(letter[a])
     total, out = float(model.total), {}
     for cl in cliques:
-        table = np.einsum(",".join(subscripts) + "->" + "".join(letter[a] for a in cl), *operands, optimize="greedy")
-        out[tuple(cl)] = (table / table.sum() * total).reshape(-1)
+        with np.errstate(all="ignore"):
+            table = np.einsum(",".join(subscripts) + "->" + "".join(letter[a] for a in cl), *operands,
+                              optimize="greedy")
+            table = (table / table.sum() * total).astype(np.float64)
+        if not np.all(np.isfinite(table)):  # the product underflowed (or a potential is -inf): mbi's own, in logs
+            table = np.asarray(model.project(tuple(cl)).datavector(), dtype=np.float64)
+        out[tuple(cl)] = table.reshape(-1)
     return out
 
 
@@ -151,7 +156,10 @@ class Mechanisms:
         meas = dp.m.make_noisy_max(dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.linf_distance(T=float),
                                    dp.zero_concentrated_divergence(), scale=2 * sensitivity / epsilon)
         _check(meas.map(sensitivity), select_rho(epsilon), "exponential-mechanism selection")
-        return int(meas([float(s) for s in scores]))
+        scores = [float(x) for x in scores]
+        if not all(math.isfinite(x) for x in scores):  # OpenDP refuses them with a cryptic message
+            raise RuntimeError(f"AIM's selection scores are not all finite: {scores}")
+        return int(meas(scores))
 
 
 def _check(opendp_rho: float, charged: float, what: str) -> None:
