@@ -184,7 +184,7 @@ TOP = ("dpcare.studies", "dpcare.report", "dpcare.cli", "dpcare.estimators")
 LOWER = ("dpcare.privacy", "dpcare.runs", "dpcare.data", "dpcare.engine", "dpcare.models", "dpcare.methods",
          "dpcare.audit", "dpcare.tabular", "dpcare.fusion", "dpcare.text", "dpcare.timeseries", "dpcare.images",
          "dpcare.synth", "dpcare.lm", "dpcare.settings", "dpcare.io", "dpcare.exceptions", "dpcare.caller",
-         "dpcare.verdict", "dpcare.lazy", "dpcare.parallel", "dpcare.ranks")
+         "dpcare.verdict", "dpcare.lazy", "dpcare.parallel", "dpcare.ranks", "dpcare.units")
 
 
 def _under(module: str, packages) -> bool:
@@ -215,7 +215,8 @@ def test_the_layer_check_sees_a_planted_upward_import():
 
 #: the whole order of layers, lowest first: a module imports only from its own layer or those below it
 LAYERS = (
-    ("exceptions", "caller", "runtime", "ranks", "registry", "lazy", "io", "progress", "verdict", "token_loss"),
+    ("exceptions", "caller", "runtime", "ranks", "registry", "lazy", "io", "progress", "verdict", "token_loss",
+     "units"),
     ("privacy",),  # accounting, ledgers, budgets, the secret randomness: never the engine
     ("settings", "parallel"),
     ("runs", "data"),

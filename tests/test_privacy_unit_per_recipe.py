@@ -302,16 +302,18 @@ def test_dp2stage_synthesis_protects_rows_and_n_counts_the_rows(engine, gpt2_fol
 
 
 def test_aim_synthesis_protects_rows_and_n_counts_the_rows(monkeypatch):
-    from test_synth_aim import FakeWorker
+    from test_synth_aim import FakeEngine
 
-    import dpcare.synth.baselines as bl
     from dpcare.data import TableSchema
+    from dpcare.synth import aim_engine
     from dpcare.synth.aim import AIMSynthesizer
 
-    monkeypatch.setattr(bl, "run_job", FakeWorker())
+    fake = FakeEngine()
+    monkeypatch.setattr(aim_engine, "fit_aim", fake.fit)
     monkeypatch.setattr(AIMSynthesizer, "check_available", staticmethod(lambda: None))
     synth = AIMSynthesizer(TableSchema.from_dict(SPEC), epsilon=3.0, progress=False).fit(toy_table(120))
     assert synth.guarantee.unit is ProtectedUnit.EXAMPLE and synth.guarantee.n == 120
+    assert len(fake.fits) == 1 and len(fake.fits[0]["train"]) == 120  # the engine saw every row, one per unit
 
 
 def test_lm_lira_shadows_train_on_whole_patients_each_in_half_of_them(monkeypatch):

@@ -171,8 +171,8 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
     "label-dp", "non-private" or a fusion method; hidden, lr, alpha, beta, pad, ...) and of its
     :class:`~dpcare.settings.DPSettings` (epsilon, delta, accountant, clip_norm, adaptive_clip, batch_size,
     epochs, steps, seed, noise_seed: None draws the noise from fresh OS entropy), with the same names and
-    defaults, plus ``holdout``: True trains as ``dpcare train`` does, on a random 80% of the rows, and keeps
-    validation / test AUPRC and AUROC of the rest in ``result_.metrics``; False trains on every row (no
+    defaults, plus ``holdout``: True trains as ``dpcare train`` does, on a random 80% of the rows (the rest:
+    ``validation_share`` and ``test_share``), and keeps validation / test AUPRC and AUROC in ``result_.metrics``; False trains on every row (no
     metrics); None (the default) is True with a spec and False without one (scikit-learn's convention: score
     held-out rows yourself). ``checkpoint_dir`` and ``progress`` do not change the result; ``device`` and
     ``precision`` say where it trains (:class:`~dpcare.settings.ComputeSettings`). ``tune``: a grid
@@ -195,8 +195,8 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                  alpha=_REC.alpha, beta=_REC.beta, lr=_REC.lr, hidden=_REC.hidden, pad=_REC.pad,
                  public_batch_size=_REC.public_batch_size, public_pretrain_steps=_REC.public_pretrain_steps,
                  stats_epsilon=_REC.stats_epsilon, imputer=_REC.imputer, accountant=_DP.accountant, steps=_DP.steps,
-                 seed=_DP.seed, noise_seed=_DP.noise_seed, checkpoint_dir=None, progress=True, holdout=None, tune=None,
-                 selection_share=0.1, selection=None, classes=None,
+                 seed=_DP.seed, noise_seed=_DP.noise_seed, checkpoint_dir=None, progress=True, holdout=None,
+                 validation_share=_REC.validation_share, test_share=_REC.test_share, tune=None, selection_share=0.1, selection=None, classes=None,
                  device="auto", precision="fp32"):
         params = dict(locals())  # scikit-learn: store every parameter unchanged, check nothing
         del params["self"]
