@@ -36,7 +36,9 @@ from dpcare.text.lm.token_ner import (
     load_minilm,
     merge_windows,
     note_pieces,
+    piece_words,
     predict_spans,
+    token_logits,
     token_windows,
     train_token_ner,
 )
@@ -72,6 +74,40 @@ def test_decode_bio_edge_cases():
     assert spans == [Span(0, 10, "problem", "chest pain"), Span(15, 22, "test", "CT scan"), Span(23, 25, "test", "ok")]
     spans = decode_bio(["B-problem", "I-test", "B-test", "I-test", "O", "O"], offsets, text)  # a type change
     assert [s.text for s in spans] == ["chest", "pain", "and CT"]
+
+
+def test_decoding_by_word_never_returns_a_piece_of_a_word(tok):
+    """A word takes the tag of its first piece; its other pieces continue it (issue 55: fragments such as 'Dia'
+    or 'd' came back when each piece was decoded on its own)."""
+    text = "Hyperlipidemia and Hgb noted"
+    _, offsets = note_pieces(text, tok)
+    words = piece_words(text, tok)
+    assert [text[a:b] for a, b in offsets] == ["Hyper", "lip", "ide", "mia", "and", "H", "gb", "noted"]
+    assert words == [0, 0, 0, 0, 1, 2, 2, 3]
+    tags = ["B-problem", "O", "I-problem", "O", "O", "O", "I-test", "O"]
+    assert [s.text for s in decode_bio(tags, offsets, text)] == ["Hyper", "ide", "gb"]  # by piece: fragments
+    assert decode_bio(tags, offsets, text, words) == [Span(0, 14, "problem", "Hyperlipidemia")]
+    tags = ["B-problem", "B-test", "O", "O", "O", "B-test", "O", "O"]
+    assert decode_bio(tags, offsets, text, words) == [Span(0, 14, "problem", "Hyperlipidemia"),
+                                                        Span(19, 22, "test", "Hgb")]
+
+
+def test_predictions_of_a_random_tagger_are_whole_words(bert_folder, corpus):
+    """A random model tags pieces at random: decoded by piece it returns fragments of words; predict_spans
+    returns whole words only."""
+    from dpcare.text.spans import cuts_a_word
+
+    model, tok = load_minilm(len(TAGS), bert_folder, TAGS)
+    notes = corpus[:3]
+    spans = predict_spans(model, tok, notes, window=64, stride=32)
+    assert sum(map(len, spans)) > 20
+    assert not any(cuts_a_word(n.text, s.start, s.end) for n, ss in zip(notes, spans) for s in ss)
+    windows = bio_examples([Note(n.note_id, n.patient_id, n.text) for n in notes], tok, (), 64, 32)
+    batch = encode_windows(windows, tok.pad_token_id)
+    with torch.no_grad():
+        merged = merge_windows(windows, token_logits(model, batch["ids"], batch["mask"]).argmax(-1).tolist())
+    by_piece = [decode_bio([TAGS[t] for t in merged[n.note_id]], note_pieces(n.text, tok)[1], n.text) for n in notes]
+    assert any(cuts_a_word(n.text, s.start, s.end) for n, ss in zip(notes, by_piece) for s in ss)  # the test bites
 
 
 def test_bio_round_trip_with_windows_smaller_than_the_notes(tok, corpus):

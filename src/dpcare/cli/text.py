@@ -100,8 +100,9 @@ def finetune(
     budget: BudgetOption = None,
     settings: FinetuneSettings = None,
 ) -> None:
-    """Fine-tune a causal LM on notes, the PATIENT as the privacy unit (every window of every note of a
-    patient clipped together); save the trained weights as a run folder and print the guarantee; with --test,
+    """Fine-tune a model on notes, the PATIENT as the privacy unit (every window of every note of a patient
+    clipped together): for ner by default the MiniLM encoder as a BIO token tagger, for summarisation (or with
+    --model smollm2) a causal LM; save the trained weights as a run folder and print the guarantee; with --test,
     score it against the public baselines on held-out patients' notes."""
     settings = with_budget_delta(settings, budget)  # under --budget without --delta: its share of the delta
     from dpcare.privacy import PrivacyLedger, guard_run
@@ -113,9 +114,9 @@ def finetune(
     from dpcare.text.patients import patient_mapping
     from dpcare.text.readers import read_notes, read_patient_ids
 
-    if settings.model != "smollm2" and not Path(settings.model).is_dir():
-        raise MissingFileError(f"unknown model path {settings.model!r}: not a folder (use 'smollm2' or a local "
-                               "Hugging Face causal-LM folder)")
+    if settings.resolved_model not in ("smollm2", "minilm") and not Path(settings.resolved_model).is_dir():
+        raise MissingFileError(f"unknown model path {settings.resolved_model!r}: not a folder (use 'minilm', "
+                               "'smollm2' or a local Hugging Face encoder or causal-LM folder)")
     patient_of = patient_mapping(patients)  # a malformed mapping is refused before anything is read
     ids = read_patient_ids(notes, format, patient_of)  # the n that every ledger states; no note text is read before the budget
     planned = plan(settings, len(ids))
@@ -156,20 +157,29 @@ def finetune(
 def ner(
     model_dir: ModelArg,
     notes: NotesArg,
-    out: Annotated[Path, typer.Option(help="JSONL: the notes with the predicted entities")],
-    max_tokens: Annotated[int, typer.Option(help="most tokens of one window's entity list")] = 512,
+    out: Annotated[Path, typer.Option(help="JSONL, one line per note: note_id and its predicted entities (start, "
+                                           "end, label, text); with --include-text the whole note instead")],
+    max_tokens: Annotated[int, typer.Option(help="most tokens of one window's entity list (causal LM)")] = 512,
     batch_size: Annotated[int, typer.Option(help="windows decoded together (speed only)")] = 8,
+    include_text: Annotated[bool, typer.Option(
+        "--include-text", help="write each note whole (its text, identifiers included, and every annotation it "
+                               "was read with) with the predicted entities in place of its gold ones; default: "
+                               "no note text, only note_id and the predicted entities")] = False,
     baseline: BaselineOption = True,
     format: FormatOption = "jsonl",
     patients: PatientsOption = None,
 ) -> None:
-    """Extract problem / treatment / test spans with a fine-tuned NER model (constrained decoding: every
-    entity is a span of the note); scores exact-match span F1 when the notes carry gold entities, beside the
-    public baseline (the base model without fine-tuning, same decoding) with a paired interval and a verdict."""
+    """Extract problem / treatment / test entities with a fine-tuned NER model (a token tagger, or a causal LM
+    with constrained decoding): every entity is a whole span of the note (never a piece of a word; overlapping
+    predictions keep the longest). Scores exact-match span F1 when the notes carry gold entities, beside the
+    public baseline (the base model without fine-tuning, same decoding) with a paired interval and a verdict.
+    The output holds no note text unless --include-text."""
     from dataclasses import replace
 
+    from dpcare.io import write_json_lines
     from dpcare.text import write_jsonl
     from dpcare.text.lm.saved import load_finetuned
+    from dpcare.text.spans import span_to_dict
     from dpcare.text.lm.scoring import score_ner
     from dpcare.text.patients import patient_mapping
     from dpcare.text.readers import read_notes
@@ -181,12 +191,17 @@ def ner(
     corpus = read_notes(notes, format, patient_mapping(patients))
     scores = score_ner(net, tokenizer, r, corpus, max_tokens, batch_size, baseline)
     predicted = scores.outputs
-    write_jsonl([replace(n, entities=tuple(p)) for n, p in zip(corpus, predicted)], out)
+    if include_text:
+        write_jsonl([replace(n, entities=tuple(p)) for n, p in zip(corpus, predicted)], out)
+    else:
+        write_json_lines(out, ({"note_id": n.note_id, "entities": [span_to_dict(s) for s in p]}
+                               for n, p in zip(corpus, predicted)))
     if scores.table is not None:
         typer.echo(scores.table.round(3).to_string())
     if scores.result is not None:
         typer.echo(f"{r['mode']} {scores.result['verdict']}")
-    typer.echo(f"{sum(map(len, predicted))} entities in {len(corpus)} notes written to {out}")
+    typer.echo(f"{sum(map(len, predicted))} entities in {len(corpus)} notes written to {out}"
+               + (" with the notes' text" if include_text else " (no note text: --include-text adds it)"))
 
 
 @app.command("summarise")

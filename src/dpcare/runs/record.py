@@ -9,6 +9,7 @@ are held and handed to the next run folder made, so ``run.json`` and the report 
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,8 +39,17 @@ class RunRecord:
                                "seconds": round(time.monotonic() - self.started, 2)}]
 
 
-_ACTIVE: list[RunRecord] = []  # records of the unfinished run folders of this process, newest last
+#: records of the unfinished run folders of this process, newest last; weak, so a run folder dropped without
+#: finish() or abandon() (a library caller's exception) does not take the warnings of the runs after it
+_ACTIVE: list[weakref.ref[RunRecord]] = []
 _PENDING: list[tuple[str, bool]] = []  # warnings given while no run folder was open
+
+
+def current_record() -> RunRecord | None:
+    """The newest unfinished run's record (None outside a run)."""
+    while _ACTIVE and _ACTIVE[-1]() is None:
+        _ACTIVE.pop()
+    return _ACTIVE[-1]() if _ACTIVE else None
 
 
 def open_record() -> RunRecord:
@@ -48,20 +58,19 @@ def open_record() -> RunRecord:
     for message, exact in _PENDING:
         record.add_warning(message, exact)
     _PENDING.clear()
-    _ACTIVE.append(record)
+    _ACTIVE.append(weakref.ref(record))
     return record
 
 
 def close_record(record: RunRecord) -> None:
-    if record in _ACTIVE:
-        _ACTIVE.remove(record)
+    _ACTIVE[:] = [r for r in _ACTIVE if r() is not None and r() is not record]
 
 
 @contextmanager
 def phase(name: str) -> Iterator[None]:
     """Time the block as the phase ``name`` of the current run (nothing is recorded outside a run). Nested
     phases are recorded each on its own (an outer phase's seconds include its inner ones)."""
-    record = _ACTIVE[-1] if _ACTIVE else None
+    record = current_record()
     start = time.monotonic()
     try:
         yield
@@ -74,7 +83,8 @@ def record_warning(message: str, exact_statistics: bool = False) -> None:
     """Keep a warning shown to the user for the current run's manifest (or the next run's, if none is open);
     ``exact_statistics``: its text holds exact statistics of the private data (the run's manifest then says that
     its warnings are outside the guarantee)."""
-    if _ACTIVE:
-        _ACTIVE[-1].add_warning(message, exact_statistics)
+    record = current_record()
+    if record is not None:
+        record.add_warning(message, exact_statistics)
     elif (message, exact_statistics) not in _PENDING:
         _PENDING.append((message, exact_statistics))

@@ -114,6 +114,27 @@ def name_parts(note: Note, labels: Iterable[str] = ("PATIENT", "DOCTOR")) -> set
     return {w for s in note.phi if s.label in labels for w in re.findall(r"[^\W\d_]{2,}", s.text)}
 
 
+def cuts_a_word(text: str, start: int, end: int) -> bool:
+    """Whether [start, end) begins or ends inside a word of ``text`` (a letter or digit on both sides of an edge):
+    "Dia" or "bet" of "Diabetes"."""
+    def inside(i: int) -> bool:
+        return 0 < i < len(text) and text[i - 1].isalnum() and text[i].isalnum()
+
+    return inside(start) or inside(end)
+
+
+def whole_entities(spans: Iterable[Span], text: str) -> list[Span]:
+    """The predicted ``spans`` of one note as whole entities: spans that cut a word (:func:`cuts_a_word`) are
+    dropped, and of spans that overlap (e.g. an entity and a piece of it, decoded from two windows) the longest
+    is kept (ties: the earliest, then by label); duplicates count once. Sorted by position."""
+    kept: list[Span] = []
+    candidates = {s for s in spans if s.end > s.start and not cuts_a_word(text, s.start, s.end)}
+    for s in sorted(candidates, key=lambda s: (s.start - s.end, s.start, s.label)):
+        if all(s.end <= k.start or k.end <= s.start for k in kept):
+            kept.append(s)
+    return sorted(kept, key=lambda s: (s.start, s.end, s.label))
+
+
 def span_to_dict(span: Span) -> dict[str, Any]:
     return {"start": span.start, "end": span.end, "label": span.label, "text": span.text}
 

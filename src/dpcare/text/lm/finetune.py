@@ -261,11 +261,22 @@ def finetune_with(notes: Iterable[Note], settings: FinetuneSettings, checkpoint_
     """:func:`finetune` with a :class:`~dpcare.text.lm.settings.FinetuneSettings` (what ``dpcare text finetune``
     runs)."""
     s, dp = settings, settings.dp
+    if s.tagger:  # an encoder: the BIO token tagger (the default for ner)
+        from dpcare.text.lm.token_ner import finetune_tagger
+
+        return finetune_tagger(notes, s.mode, epsilon=dp.epsilon if s.private else None,
+                               delta=dp.delta if s.private else None, model=s.resolved_model, epochs=dp.epochs,
+                               batch_size=dp.batch_size, lr=s.lr, clip_norm=dp.clip_norm, seed=dp.seed,
+                               noise_seed=dp.noise_seed, window=s.resolved_window, stride=s.resolved_stride or None,
+                               max_physical_batch=max_physical_batch, accountant=dp.accountant,
+                               checkpoint_dir=checkpoint_dir, progress=progress,
+                               adaptive_clip=adaptive_clip(s.clip_variant, dp.adaptive_clip), **s.compute.engine())
     return finetune(notes, s.task, s.mode, epsilon=dp.epsilon if s.private else None,
-                    delta=dp.delta if s.private else None, model=s.model, layers=s.layers or None, epochs=dp.epochs,
-                    batch_size=dp.batch_size, lr=s.lr, clip_norm=dp.clip_norm, seed=dp.seed,
+                    delta=dp.delta if s.private else None, model=s.resolved_model, layers=s.layers or None,
+                    epochs=dp.epochs, batch_size=dp.batch_size, lr=s.lr, clip_norm=dp.clip_norm, seed=dp.seed,
                     noise_seed=dp.noise_seed,
-                    checkpoint_dir=checkpoint_dir, progress=progress, window=s.window, stride=s.stride or None,
+                    checkpoint_dir=checkpoint_dir, progress=progress, window=s.resolved_window,
+                    stride=s.resolved_stride or None,
                     max_physical_batch=max_physical_batch, accountant=dp.accountant,
                     adaptive_clip=adaptive_clip(s.clip_variant, dp.adaptive_clip), prefix_init=s.prefix_init,
                     **s.compute.engine())
@@ -353,7 +364,7 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
         result = Trainer(net, objective, config).fit(data)
     g = result.guarantee
     info = {
-        "task": task, "mode": mode.value, "model": str(model), "layers": layers, "lora_rank": lora_rank,
+        "kind": "causal-lm", "task": task, "mode": mode.value, "model": str(model), "layers": layers, "lora_rank": lora_rank,
         "lora_alpha": lora_alpha, "prefix_tokens": prefix_tokens, "prefix_init": prefix_init if prefix else None,
         "labels": list(labels), "window": window,
         "stride": stride, "patients": patients,

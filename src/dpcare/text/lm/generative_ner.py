@@ -9,7 +9,10 @@ Windows (:func:`note_windows`): a note is cut into windows of ``window`` tokens 
 the last one ending at the note's end; an entity that lies wholly in no window (only possible when an
 entity is longer than ``window - stride`` tokens) gets a window of its own starting at its first token,
 so every entity appears whole in some window. ``stride=None`` disables sliding: a note longer than
-``window`` tokens is then an error. A window's target lists the entities wholly inside it.
+``window`` tokens is then an error. A window's target lists the entities wholly inside it. A note's
+entities are the spans of all its windows made whole (:func:`~dpcare.text.spans.whole_entities`): a span
+that cuts a word (decoded from a window whose edge cuts it, say) is dropped, and of overlapping spans the
+longest is kept.
 
 Constrained decoding (:class:`ConstrainedDecoder`): greedy, but at every step only tokens that keep the
 output a prefix of the canonical JSON above are allowed (found by walking a character trie of the
@@ -36,7 +39,7 @@ from typing import ClassVar, NamedTuple
 import torch
 
 from dpcare.exceptions import DataError, SpecError
-from dpcare.text.spans import ENTITY_LABELS, Span
+from dpcare.text.spans import ENTITY_LABELS, Span, whole_entities
 
 NOTE_HEADER, ANSWER_HEADER = "\nNote:\n", "\nEntities:"
 TARGET_PREFIX = " "  # the target starts with a space after "Entities:" (byte-level BPE attaches it)
@@ -368,7 +371,10 @@ def extract_entities(model, tokenizer, text: str, labels: Sequence[str] = ENTITY
 def extract_entities_many(model, tokenizer, texts: Sequence[str], labels: Sequence[str] = ENTITY_LABELS,
                           window: int | None = 256, stride: int | None = 128, max_new_tokens: int = 512,
                           batch_size: int = 8, progress: bool = False) -> list[list[Span]]:
-    """:func:`extract_entities` of every text, the windows of all texts decoded ``batch_size`` at a time."""
+    """:func:`extract_entities` of every text, the windows of all texts decoded ``batch_size`` at a time. The
+    spans of a note's windows are made whole entities (:func:`~dpcare.text.spans.whole_entities`): a piece of a
+    word, e.g. one decoded from a window that cuts the word, is dropped, and of overlapping spans the longest is
+    kept."""
     decoder = ConstrainedDecoder(model, tokenizer, labels, max_new_tokens)
     windows = [(i, start, end) for i, text in enumerate(texts)
                for start, end in note_windows(text, tokenizer, window, stride)]
@@ -376,4 +382,4 @@ def extract_entities_many(model, tokenizer, texts: Sequence[str], labels: Sequen
     found: list[set[Span]] = [set() for _ in texts]
     for (i, start, _), (spans, _) in zip(windows, decoded):
         found[i].update(Span(s.start + start, s.end + start, s.label, s.text) for s in spans)
-    return [sorted(f, key=lambda s: (s.start, s.end, s.label)) for f in found]
+    return [whole_entities(f, text) for f, text in zip(found, texts)]

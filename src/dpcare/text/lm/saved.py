@@ -26,9 +26,18 @@ from dpcare.verdict import verdict_entry
 FORMAT = 1
 WEIGHTS = "weights.safetensors"
 META = "finetune.json"
-#: what rebuilds the model and its inputs (``info`` keys of :func:`~dpcare.text.lm.finetune.finetune`)
-RECIPE = ("task", "mode", "model", "layers", "lora_rank", "lora_alpha", "prefix_tokens", "labels", "window",
+#: what rebuilds the model and its inputs (``info`` keys of :func:`~dpcare.text.lm.finetune.finetune` and of
+#: :func:`~dpcare.text.lm.token_ner.finetune_tagger`); ``kind``: "causal-lm" or "token-tagger" (a folder saved
+#: before the tagger existed has none: a causal LM)
+RECIPE = ("kind", "task", "mode", "model", "layers", "lora_rank", "lora_alpha", "prefix_tokens", "labels", "window",
           "stride")
+CAUSAL = "causal-lm"
+BUILT_IN = ("smollm2", "minilm")  # model names that are not folders
+
+
+def recipe_kind(recipe: dict[str, Any]) -> str:
+    """``"token-tagger"`` or ``"causal-lm"`` (the default of folders saved before ``kind`` was recorded)."""
+    return recipe.get("kind") or CAUSAL
 
 
 def trained_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -45,7 +54,7 @@ def save_finetuned(model: nn.Module, info: dict[str, Any], folder: str | os.Path
         raise DataError(f"info lacks the recipe keys {missing}: pass the info returned by finetune()")
     folder = Path(folder)
     model_name = info["model"]
-    if model_name != "smollm2":  # a local folder: keep an absolute path so the saved model loads from anywhere
+    if model_name not in BUILT_IN:  # a local folder: keep an absolute path so the saved model loads from anywhere
         model_name = str(Path(model_name).resolve())
     payload = save(trained_state(model))
     atomic_write(folder / WEIGHTS, lambda f: f.write(payload), mode="wb")
@@ -75,7 +84,9 @@ def finetune_manifest(info: dict[str, Any], settings: dict[str, Any] | None = No
 
         s = FinetuneSettings.from_dict({k: v for k, v in settings.items() if k != "info"})
         g = info.get("guarantee")
-        m.settings_in_effect = in_effect(s, {"lr": DEFAULT_LR[s.mode] if s.lr is None else s.lr,
+        lr = info.get("lr") or (DEFAULT_LR[s.mode] if s.lr is None else s.lr)
+        m.settings_in_effect = in_effect(s, {"lr": lr, "model": s.resolved_model, "window": s.resolved_window,
+                                             "stride": s.resolved_stride,
                                              **({"dp.delta": g["delta"]} if g else {})}, method=s.mode)
     if scores is None or scores.result is None:
         m.notes.append("No utility is measured at fine-tuning without --test: `dpcare text ner` / `summarise` "
@@ -116,6 +127,14 @@ def load_finetuned(folder: str | os.PathLike):
 
     meta = read_meta(folder)
     r = meta["recipe"]
+    if recipe_kind(r) != CAUSAL:  # the BIO token tagger
+        from dpcare.text.lm.token_ner import load_tagger
+
+        try:
+            model, tokenizer = load_tagger(r, load_file(str(Path(folder) / WEIGHTS)))
+        except DataError as e:
+            raise DataError(f"{folder}: {e}") from None
+        return model, tokenizer, meta
     causal, tokenizer = load_causal_lm(r["model"], r["layers"])
     model = apply_mode(causal, r["mode"], r["lora_rank"], r["lora_alpha"], r["prefix_tokens"])
     state = load_file(str(Path(folder) / WEIGHTS))

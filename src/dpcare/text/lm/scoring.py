@@ -54,18 +54,35 @@ def check_gold(task: str, notes: Sequence, labels: Sequence[str], where: str) ->
 
 def score_ner(net, tokenizer, recipe: dict[str, Any], notes: Sequence, max_tokens: int = 512, batch_size: int = 8,
               baseline: bool = True, progress: bool = True) -> NoteScores:
-    """The NER model's entities for ``notes`` and, where they carry gold spans, its span F1 beside the base
-    model without fine-tuning (same constrained decoding, windows and ``max_tokens``)."""
+    """The NER model's entities for ``notes`` (whole entities: :func:`~dpcare.text.spans.whole_entities`) and,
+    where they carry gold spans, its span F1 beside the base model without fine-tuning (a causal LM: the same
+    constrained decoding, windows and ``max_tokens``; a token tagger: the pre-trained encoder with a fresh head
+    drawn from the public seed 0, the same windows)."""
     from dpcare.text.baselines import span_counts
     from dpcare.text.evaluation import MICRO, span_scores
-    from dpcare.text.lm.generative_ner import extract_entities_many
+    from dpcare.text.lm.saved import CAUSAL, recipe_kind
+    from dpcare.text.spans import whole_entities
 
     labels = tuple(recipe["labels"])
     texts = [n.text for n in notes]
+    tagger = recipe_kind(recipe) != CAUSAL
 
     def decode(model, tok) -> list[list[Span]]:
-        return extract_entities_many(model, tok, texts, labels, recipe["window"], recipe["stride"], max_tokens,
-                                     batch_size, progress=progress)
+        if tagger:
+            from dpcare.text.lm.token_ner import PREDICT_STRIDE, predict_spans
+
+            window = recipe["window"]
+            stride = None if window is None else min(window, recipe["stride"] or window, PREDICT_STRIDE)
+            from dpcare.text.spans import Note
+
+            blank = [Note(str(i), n.patient_id, n.text) for i, n in enumerate(notes)]  # ids need not be distinct
+            found = predict_spans(model, tok, blank, window, stride, batch_size=max(batch_size, 32))
+        else:
+            from dpcare.text.lm.generative_ner import extract_entities_many
+
+            found = extract_entities_many(model, tok, texts, labels, recipe["window"], recipe["stride"], max_tokens,
+                                          batch_size, progress=progress)
+        return [whole_entities(f, t) for f, t in zip(found, texts)]
 
     predicted = decode(net, tokenizer)
     gold = gold_spans(notes, labels)
@@ -76,10 +93,16 @@ def score_ner(net, tokenizer, recipe: dict[str, Any], notes: Sequence, max_token
     scores = NoteScores(METRICS["ner"], predicted, sum(1 for g in gold if g), 0.0 if f1 != f1 else float(f1), table,
                         counts=span_counts(gold, predicted))
     if baseline:  # the public baseline: the pre-trained model, never fine-tuned, decoded the same way
-        from dpcare.lm import load_causal_lm
         from dpcare.text.baselines import BASE_MODEL, compare_on_notes
 
-        base, base_tokenizer = load_causal_lm(recipe["model"], recipe["layers"])
+        if tagger:
+            from dpcare.text.lm.token_ner import load_tagger
+
+            base, base_tokenizer = load_tagger(recipe)
+        else:
+            from dpcare.lm import load_causal_lm
+
+            base, base_tokenizer = load_causal_lm(recipe["model"], recipe["layers"])
         scores.result = compare_on_notes(scores.metric, scores.counts,
                                          {BASE_MODEL: span_counts(gold, decode(base.eval(), base_tokenizer))},
                                          [n.patient_id for n in notes])

