@@ -35,7 +35,7 @@ def test_serial_path_needs_no_ray_and_parallel_says_how_to_get_it(monkeypatch):
     done = []
     assert parallel.map_tasks(_square, [(1,), (2,), (3,)], workers=1, on_result=lambda i, r: done.append(i)) == [1, 4, 9]
     assert done == [0, 1, 2]
-    with pytest.raises(MissingDependencyError, match="pip install ray==") as err:
+    with pytest.raises(MissingDependencyError, match=r"pip install 'dpcare\[scale\]'") as err:
         parallel.map_tasks(_square, [(1,), (2,)], workers=2)
     assert isinstance(err.value, ImportError)
 

@@ -131,8 +131,8 @@ def _ray(workers: int, gpus: float):
         import ray
     except ImportError as e:
         raise MissingDependencyError(
-            f"workers > 1 runs tasks on Ray, which is not installed: pip install ray=={RAY_VERSION} "
-            "(or reinstall dpcare), or run with --workers 1") from e
+            f"workers > 1 runs tasks on Ray, which is not installed: pip install 'dpcare[scale]' (ray=={RAY_VERSION}), "
+            "or run with --workers 1") from e
     if not ray.is_initialized():
         address = ray_address()
         # one thread per task, and the allocator setting of dpcare.runtime, in workers started anywhere

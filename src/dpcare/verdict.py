@@ -18,9 +18,9 @@ from dpcare.exceptions import DataError
 
 Metric = Callable[[np.ndarray, np.ndarray], float]  # (truth, scores or predictions) -> value
 #: what every run's console summary and report say of the numbers printed beside its guarantee
-OUTSIDE_THE_GUARANTEE = ("Outside the guarantee: the test and validation metrics, the public baselines' scores and "
-                         "the verdict above are exact statistics of held-out {units} (nothing there is noised); "
-                         "publishing them is a release of its own")
+OUTSIDE_THE_GUARANTEE = ("Outside the guarantee: the test and validation metrics, the public baselines' scores, the "
+                         "verdict and any attack result are exact statistics of held-out {units}, which are not "
+                         "training data (nothing there is noised); publishing them is a release of its own")
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,11 @@ class Comparison:
     def beats(self) -> bool:
         return self.low > 0
 
+    @property
+    def outcome(self) -> str:
+        """"better" (the whole interval above 0), "worse" (the whole interval below 0) or "tie"."""
+        return outcome(self.low, self.high)
+
     def verdict(self) -> str:
         where = (f"{self.metric} {self.model:.4g} vs {self.baseline:.4g} for {self.baseline_name}: improvement "
                  f"{self.difference:+.3g}, 95% interval [{self.low:+.3g}, {self.high:+.3g}] over {self.units} test units")
@@ -53,7 +58,7 @@ class Comparison:
     def diagnosis(self) -> str:
         """Why a model that does not beat the baseline does not: significantly worse, or a tie that these test
         units cannot break (then more units, to train on or to test on, may decide it)."""
-        if self.high < 0:
+        if self.outcome == "worse":
             return "it is significantly worse than the baseline"
         return (f"the interval contains 0: on {self.units} test units it cannot be told from the baseline "
                 "(more training or test units may decide it)")
@@ -66,11 +71,15 @@ def plain_verdict(comparison: dict) -> str:
     """The verdict in plain words, from a :meth:`Comparison.to_dict`: "worth releasing" (the whole interval is
     better than the public baseline), "do not release" (the whole interval is worse) or "cannot be told with N
     test units" (the interval contains 0: release nothing on this evidence)."""
-    if comparison["beats"]:
-        return "worth releasing"
-    if comparison["high"] < 0:
-        return "do not release"
-    return f"cannot be told with {comparison['units']} test units"
+    found = outcome(comparison["low"], comparison["high"])
+    if found == "tie":
+        return f"cannot be told with {comparison['units']} test units"
+    return "worth releasing" if found == "better" else "do not release"
+
+
+def outcome(low: float, high: float) -> str:
+    """What a 95% interval of the improvement over a baseline says: "better", "worse" or "tie" (contains 0)."""
+    return "better" if low > 0 else "worse" if high < 0 else "tie"
 
 
 #: a difference in AUROC / AUPRC a clinician would act on; a test split that cannot detect it is said before training

@@ -12,9 +12,9 @@ Two modes, chosen by ``noise_seed``:
   ``SeedSequence(root, (stream, draw number))`` with its full 128-bit state: no pseudo-random state lives
   across steps whose outputs could be pieced together (torch's CPU generator is a Mersenne Twister seeded with
   32 bits). Each Gaussian coordinate is the sum of SECURE_SUMMANDS = 4 draws of std sigma / 2
-  (:func:`~dpcare.privacy.randomness.secure_normal`), which is again N(0, sigma^2) but hides the floating-point
-  artefacts of one draw's sampler (Holohan & Braghin 2021, "Secure random sampling in differential privacy",
-  ESORICS; the defence Opacus' ``secure_mode`` uses). Opacus also draws from a CSPRNG (torchcsprng, unmaintained);
+  (:func:`~dpcare.privacy.randomness.summed_normal`, on the CPU from NumPy, on CUDA from torch), which is
+  again N(0, sigma^2) but hides the floating-point artefacts of one draw's sampler (Holohan & Braghin 2021,
+  "Secure random sampling in differential privacy", ESORICS; the defence Opacus' ``secure_mode`` uses). Opacus also draws from a CSPRNG (torchcsprng, unmaintained);
   here the generators are NumPy's PCG64DXSM on the CPU and torch's Philox on CUDA (64-bit seed), each seeded
   afresh per draw from the secret root. The draws are a function of the root and the draw number, so a resumed
   run (root kept in its checkpoint folder) repeats the noise of the steps it replays instead of releasing a
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dpcare.privacy.randomness import SECURE_SUMMANDS, secure_normal, sub_root
+from dpcare.privacy.randomness import secure_normal, sub_root, summed_normal
 
 
 def seeded_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
@@ -72,11 +72,7 @@ class Stream:
             return torch.from_numpy(secure_normal(np.random.Generator(np.random.PCG64DXSM(seq)), std, tuple(shape))
                                     ).to(dtype)
         g = seeded_generator(int(seq.generate_state(1, np.uint64)[0]) >> 1, self.device)
-        total = torch.zeros(tuple(shape), device=self.device, dtype=torch.float32)
-        for _ in range(SECURE_SUMMANDS):
-            total += torch.normal(0.0, std / SECURE_SUMMANDS ** 0.5, size=tuple(shape), generator=g,
-                                  device=self.device)
-        return total.to(dtype)
+        return summed_normal(lambda: torch.randn(tuple(shape), generator=g, device=self.device), std).to(dtype)
 
     def state_dict(self) -> dict:
         return {"draws": self.draws} if self.secure else {"generator": self._generator.get_state()}

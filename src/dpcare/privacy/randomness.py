@@ -25,7 +25,9 @@ import os
 import secrets
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -90,19 +92,24 @@ def sub_root(root: int, purpose: str) -> int:
 
 #: Gaussian draws summed per coordinate by :func:`secure_normal` (each of std sigma / sqrt(SECURE_SUMMANDS))
 SECURE_SUMMANDS = 4
+T = TypeVar("T")
+
+
+def summed_normal(standard_normal: Callable[[], T], std: float) -> T:
+    """N(0, std^2) noise as the sum of :data:`SECURE_SUMMANDS` draws of std / 2: again Gaussian with std ``std``,
+    but without the floating-point artefacts of one sampler's output that let an observer tell neighbouring
+    inputs apart (Holohan & Braghin 2021, "Secure random sampling in differential privacy", ESORICS; the defence
+    of Opacus' ``secure_mode``). ``standard_normal()`` draws one N(0, 1) array (NumPy or torch), summed in place."""
+    total = standard_normal()
+    for _ in range(SECURE_SUMMANDS - 1):
+        total += standard_normal()
+    total *= std / SECURE_SUMMANDS ** 0.5
+    return total
 
 
 def secure_normal(rng: np.random.Generator, std: float, shape: tuple[int, ...] = ()) -> np.ndarray:
-    """N(0, std^2) noise (float32) as the sum of :data:`SECURE_SUMMANDS` draws of std / 2: again Gaussian with
-    std ``std``, but without the floating-point artefacts of one sampler's output that let an observer tell
-    neighbouring inputs apart (Holohan & Braghin 2021, "Secure random sampling in differential privacy",
-    ESORICS; the defence of Opacus' ``secure_mode``). Two buffers of ``shape`` whatever the count."""
-    total, draw = np.empty(shape, np.float32), np.empty(shape, np.float32)
-    rng.standard_normal(out=total, dtype=np.float32)
-    for _ in range(SECURE_SUMMANDS - 1):
-        total += rng.standard_normal(out=draw, dtype=np.float32)
-    total *= np.float32(std / SECURE_SUMMANDS ** 0.5)
-    return total
+    """:func:`summed_normal` of float32 draws of ``rng``."""
+    return np.asarray(summed_normal(lambda: rng.standard_normal(shape, dtype=np.float32), std), np.float32)
 
 
 def secret_rng(noise_seed: int | None, keep: str | os.PathLike | None = None, *,
@@ -112,4 +119,4 @@ def secret_rng(noise_seed: int | None, keep: str | os.PathLike | None = None, *,
 
 
 __all__ = ["ROOT_FILE", "SECURE_SUMMANDS", "ReproducibleNoiseWarning", "reproducible_noise_note", "secret_rng",
-           "secret_seed", "secure_normal", "sub_root", "warn_if_reproducible"]
+           "secret_seed", "secure_normal", "sub_root", "summed_normal", "warn_if_reproducible"]

@@ -16,10 +16,9 @@ from dpcare.report.collect import collect
 from dpcare.report.model import Privacy, Run
 from dpcare.report.plots import bar_png, data_uri, roc_png
 from dpcare.units import unit_of
+from dpcare.verdict import OUTSIDE_THE_GUARANTEE
 
-EVAL_SPLITS = ("Validation and test rows are not training data: they, the metrics computed on them and every attack "
-               "result in this report are outside the guarantee (nothing there is noised); publishing them is a "
-               "release of its own.")
+EVAL_SPLITS = OUTSIDE_THE_GUARANTEE.format(units="units") + "."  # the console's line, for any unit
 #: lines of ``Guarantee.describe()`` that belong in "What is NOT protected"
 EXPOSED = ("NOT protected:", "Treated as public:", "NOT counted in epsilon")
 STYLE = """
