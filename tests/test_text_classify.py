@@ -68,8 +68,8 @@ def fitted(notes):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Trainer, "fit", spy)
-        model = fit(notes, tiny(), progress=False)
-    return model, sampled
+        model = fit(notes, replace(tiny(), test_share=0.3), progress=False)  # not the default shares: they reach
+    return model, sampled  # the split, the plan and the engine alike
 
 
 # --------------------------------------------------------------------------- settings and plan
@@ -84,6 +84,8 @@ def test_methods_are_those_of_the_engine_registry():
     (dict(method="magic"), "method must be one of"),
     (dict(top_k=0), "top_k must be an integer >= 1"),
     (dict(loss="max"), "loss must be one of"),
+    (dict(validation_share=0.45, test_share=0.45), "leave at least 10% of the patients to train"),
+    (dict(test_share=0.0), "test_share"),
 ])
 def test_bad_settings_name_the_setting(change, message):
     with pytest.raises(SettingsError, match=message):
@@ -103,6 +105,18 @@ def test_paper_settings_and_plan_from_the_patient_count_alone():
         plan(tiny(), 2)
 
 
+def test_the_split_shares_are_settings_and_the_plan_follows_them(notes_file, tmp_path):
+    """Issue 54: a larger test share (more test patients, a verdict that detects smaller differences) moves
+    patients out of training, and the planned n counts them from the patient count alone."""
+    wide = replace(tiny(), test_share=0.4)
+    assert wide.split_fractions == (0.5, 0.1, 0.4)
+    assert split_sizes(60, 0, wide.split_fractions) == {"train": 30, "val": 6, "test": 24}
+    assert plan(wide, 60).n == 30 and plan(tiny(), 60).n == 42
+    r = runner.invoke(app, ["text", "classify", str(notes_file), "--test-share", "0.95", *TINY_CLI,
+                            "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "test_share" in r.output.replace("-", "_")
+
+
 # --------------------------------------------------------------------------- fit, save, load, predict
 def test_the_guarantee_n_is_the_patients_the_engine_sampled(fitted, notes):
     model, sampled = fitted
@@ -112,7 +126,8 @@ def test_the_guarantee_n_is_the_patients_the_engine_sampled(fitted, notes):
     assert SELECTION in model.guarantee.uncounted
     assert set(model.split) >= {"train", "val", "test"} and model.split["notes"] == len(notes)
     train_patients = {notes[i].patient_id for i in model.split["train"]}
-    assert len(train_patients) == model.guarantee.n
+    assert len(train_patients) == model.guarantee.n == split_sizes(patients, 0, (0.6, 0.1, 0.3))["train"]
+    assert model.split["fractions"] == [0.6, 0.1, 0.3]
     assert not train_patients & {notes[i].patient_id for i in model.split["test"]}  # split by patient
     assert 0 <= model.metrics["test f1_micro"] <= 1 and len(model.codes) == 5
 

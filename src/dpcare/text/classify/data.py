@@ -81,28 +81,33 @@ def check_notes(notes: Sequence[Note]) -> None:
                         f"{unlabelled[:3]}; drop them or supply their codes")
 
 
-def split_positions(patient_ids: Sequence[str], seed: int = 0) -> dict[str, list[int]]:
-    """Positions of the train / validation / test notes (in input order), every note of a patient in one split."""
+def split_positions(patient_ids: Sequence[str], seed: int = 0,
+                    fractions: tuple[float, float, float] = SPLIT_FRACTIONS) -> dict[str, list[int]]:
+    """Positions of the train / validation / test notes (in input order), every note of a patient in one split,
+    ``fractions`` of the patients in each."""
     try:
-        parts = split_patients(patient_ids, SPLIT_FRACTIONS, seed=seed, names=SPLITS, method="permutation")
+        parts = split_patients(patient_ids, fractions, seed=seed, names=SPLITS, method="permutation")
     except ValueError as err:
-        raise DataError(f"cannot split the notes by patient 70/10/20: {err}") from None
+        shares = "/".join(f"{round(100 * f):g}" for f in fractions)
+        raise DataError(f"cannot split the notes by patient {shares}: {err}") from None
     where = {p: name for name, ids in parts.items() for p in ids}
     return {name: [i for i, p in enumerate(patient_ids) if where[str(p)] == name] for name in SPLITS}
 
 
-def split_notes(notes: Sequence[Note], seed: int = 0) -> dict[str, list[Note]]:
+def split_notes(notes: Sequence[Note], seed: int = 0,
+                fractions: tuple[float, float, float] = SPLIT_FRACTIONS) -> dict[str, list[Note]]:
     """Train / validation / test notes, every note of a patient in one split."""
-    parts = split_positions([n.patient_id for n in notes], seed)
+    parts = split_positions([n.patient_id for n in notes], seed, fractions)
     return {name: [notes[i] for i in parts[name]] for name in SPLITS}
 
 
-def split_sizes(patients: int, seed: int = 0) -> dict[str, int]:
+def split_sizes(patients: int, seed: int = 0,
+                fractions: tuple[float, float, float] = SPLIT_FRACTIONS) -> dict[str, int]:
     """Patients per split for ``patients`` distinct patients (a public count: the split's sizes depend on it
     alone, not on which patients)."""
     if patients < 1:
         raise DataError("no patients: the notes are empty")
-    parts = split_positions([str(i) for i in range(patients)], seed)
+    parts = split_positions([str(i) for i in range(patients)], seed, fractions)
     return {name: len(ids) for name, ids in parts.items()}
 
 
@@ -180,7 +185,8 @@ def impute_notes(imputer: Any, masked: list[MaskedNote], out: Path | None, worke
 
 def prepare_text_views(notes: Sequence[Note], out_dir: str | os.PathLike | None, *, top_k: int = 50,
                        codes: Sequence[str] | None = None, max_tokens: int = 512, emb_dim: int = 100,
-                       split_seed: int = 0, imputer: Any = None, masker: SpanMasker | None = None,
+                       split_seed: int = 0, split_fractions: tuple[float, float, float] = SPLIT_FRACTIONS,
+                       imputer: Any = None, masker: SpanMasker | None = None,
                        impute: bool = True, impute_workers: int = 1, progress: bool = True,
                        settings: dict[str, Any] | None = None, info_path: str | os.PathLike | None = None
                        ) -> TextViews:
@@ -192,7 +198,7 @@ def prepare_text_views(notes: Sequence[Note], out_dir: str | os.PathLike | None,
     if out is not None and (out / "views.pt").exists():
         return TextViews.load(out / "views.pt")
     check_notes(notes)
-    parts = split_notes(notes, split_seed)
+    parts = split_notes(notes, split_seed, split_fractions)
     labels = label_set(parts["train"], top_k, codes)
     masker = masker or SpanMasker(placeholder=PLACEHOLDER)
     masked, hybrid = {}, {}

@@ -48,6 +48,7 @@ from dpcare.settings import in_effect
 from dpcare.text.classify.caml import CAML
 from dpcare.text.classify.data import (
     PLACEHOLDER,
+    SPLIT_FRACTIONS,
     SPLITS,
     TextViews,
     prepare_text_views,
@@ -113,7 +114,7 @@ def plan(settings: NoteClassifierSettings, patients: int) -> Guarantee | None:
     public count alone (a budget checks it before any note is read). None for a non-private method."""
     if not settings.private:
         return None
-    n = split_sizes(patients, settings.split_seed)["train"]
+    n = split_sizes(patients, settings.split_seed, settings.split_fractions)["train"]
     ledger = make_ledger(settings.method, n, settings.dp.delta, settings.dp.accountant)
     return dataclasses.replace(ledger.guarantee(), epsilon=settings.dp.epsilon)
 
@@ -213,15 +214,19 @@ def prepare_views(notes: Sequence[Note], settings: NoteClassifierSettings, *, im
 
         masker = SpanMasker(ner=settings.mask_ner, placeholder=PLACEHOLDER)
     return prepare_text_views(notes, work_dir, top_k=settings.top_k, max_tokens=settings.max_tokens,
-                              emb_dim=settings.emb_dim, split_seed=settings.split_seed, imputer=imputer,
+                              emb_dim=settings.emb_dim, split_seed=settings.split_seed,
+                              split_fractions=settings.split_fractions, imputer=imputer,
                               masker=masker, impute=settings.impute, impute_workers=impute_workers,
                               progress=progress, settings=tag, info_path=info_path)
 
 
 def view_settings(settings: NoteClassifierSettings) -> dict[str, Any]:
     """The settings the three views depend on (not the method or the training)."""
-    return {k: getattr(settings, k) for k in ("top_k", "max_tokens", "emb_dim", "split_seed", "impute", "lm",
-                                              "impute_context_chars", "mask_ner")}
+    tag = {k: getattr(settings, k) for k in ("top_k", "max_tokens", "emb_dim", "split_seed", "impute", "lm",
+                                             "impute_context_chars", "mask_ner")}
+    if settings.split_fractions != SPLIT_FRACTIONS:  # views saved before the shares were settings used the default
+        tag.update(validation_share=settings.validation_share, test_share=settings.test_share)
+    return tag
 
 
 # --------------------------------------------------------------------------- the fitted model
@@ -364,8 +369,8 @@ def fit(notes: Sequence[Note], settings: NoteClassifierSettings | None = None, *
 
     with phase("public baseline and the verdict"):
         baseline = public_baseline(views, settings, test_scores, float(trained.best["threshold"]))
-    parts = split_positions([n.patient_id for n in notes], settings.split_seed)
-    split = {"notes": len(notes), "seed": settings.split_seed, **parts}
+    parts = split_positions([n.patient_id for n in notes], settings.split_seed, settings.split_fractions)
+    split = {"notes": len(notes), "seed": settings.split_seed, "fractions": list(settings.split_fractions), **parts}
     result, v = trained.result, views.info
     info = {"codes": list(views.codes), "threshold": trained.best["threshold"], "best_epoch": trained.best["epoch"],
             "steps": result.steps, "sampling_rate": result.sampling_rate,

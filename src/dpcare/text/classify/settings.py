@@ -69,7 +69,14 @@ class NoteClassifierSettings(Settings):
     mask_ner: bool = setting(True, kind="flag", methods=READ_MASKED,
                              help="mask persons, dates, places and organisations found by spaCy's NER model as well "
                                   "as the rules' spans (off: rules only)")
-    split_seed: int = setting(0, kind="integer", help="seed of the patient split (train 70 / validation 10 / test 20)")
+    split_seed: int = setting(0, kind="integer", help="seed of the patient split (train 70 / validation 10 / test 20 "
+                                                      "by default)")
+    validation_share: float = setting(0.1, low=0, high=0.5, open_low=True, open_high=True,
+                                      help="share of the patients held out to choose the epoch and threshold "
+                                           "(validation)")
+    test_share: float = setting(0.2, low=0, high=0.5, open_low=True, open_high=True,
+                                help="share of the patients held out to score the coder and its verdict (test); more "
+                                     "test patients detect smaller differences from the public baseline")
     dp: DPSettings = field(default_factory=_default_dp)
     compute: ComputeSettings = field(default_factory=ComputeSettings)  # device, precision, processes
 
@@ -79,6 +86,9 @@ class NoteClassifierSettings(Settings):
         if self.dp.steps is not None:
             raise SettingsError("the note classifier trains whole epochs (the epoch kept is chosen on the validation "
                                 f"notes): set epochs, not steps (got steps = {self.dp.steps})")
+        if self.validation_share + self.test_share >= 0.9:
+            raise SettingsError(f"validation_share + test_share must leave at least 10% of the patients to train, "
+                                f"got {self.validation_share:g} + {self.test_share:g}")
         if not float(self.dp.epochs).is_integer():
             raise SettingsError(f"epochs must be a whole number of passes for the note classifier, got "
                                 f"epochs = {self.dp.epochs}")
@@ -90,6 +100,11 @@ class NoteClassifierSettings(Settings):
     @property
     def epochs(self) -> int:
         return int(self.dp.epochs)
+
+    @property
+    def split_fractions(self) -> tuple[float, float, float]:
+        """The train / validation / test shares of the patients."""
+        return (round(1.0 - self.validation_share - self.test_share, 12), self.validation_share, self.test_share)
 
 
 def paper_settings(method: str) -> dict[str, float]:
