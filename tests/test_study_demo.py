@@ -5,15 +5,15 @@ import pytest
 
 from dpcare.exceptions import SettingsError
 from dpcare.runs import read_manifest
-from dpcare.studies.demo import run_demo
+from dpcare.studies.demo import BASELINES, run_demo
 
 
-@pytest.mark.slow  # end to end
 def test_demo_study_writes_runs_baselines_and_its_manifest(tmp_path):
     out = tmp_path / "demo"
     summary = run_demo(out, epsilon=1.0, seeds=1, epochs=0.2, methods=("dp-sgd", "feature-dp"), progress=False)
     assert list(summary["method"]) == ["dp-sgd", "feature-dp"]
-    assert list(summary["baseline"]) == ["constant", "public columns"]
+    assert summary["baseline"].iloc[0] == "constant"  # DP-SGD: the labels are private
+    assert summary["baseline"].iloc[1] in BASELINES.values()  # the panel's winner on validation rows
     m = read_manifest(out)
     assert m.kind == "study:demo" and [x["name"] for x in m.models] == ["dp-sgd-seed0", "feature-dp-seed0"]
     assert all(x["guarantee"]["epsilon"] <= 1.0 + 1e-6 for x in m.models)
