@@ -149,7 +149,7 @@ def build_tables(cells: Cells, methods: Sequence[str],
         text.append(f"| method | epsilon | DP {metric} | public baseline "
                     "| improvement per seed [95% interval] | beats |")
         text.append("|---|---|---|---|---|---|")
-        names: dict[str, str] = {}
+        names: dict[str, dict[str, list[str]]] = {}  # method -> baseline name -> the cells (epsilon/seed) it won
         for method in methods:
             for eps in epsilons:
                 per = rows.get((method, eps), {})
@@ -163,9 +163,14 @@ def build_tables(cells: Cells, methods: Sequence[str],
                 text.append(f"| {method} | {eps:g} | {_fmt_mean_sd(model, n, digits)} | "
                             f"{_fmt_mean_sd(base, n, digits)} | {seeds_text} | {beats} |")
                 for s in per:
-                    names.setdefault(method, per[s].get("baseline_name") or per[s].get("record") or "?")
+                    name = per[s].get("baseline_name") or per[s].get("record") or "?"
+                    names.setdefault(method, {}).setdefault(name, []).append(f"epsilon {eps:g} seed {s}")
         text.append("")
-        text += [f"- public baseline of {m}: {b}" for m, b in names.items()]
+        for m, chosen in names.items():  # a panel's winner may differ by seed: each one named with its cells
+            if len(chosen) == 1:
+                text.append(f"- public baseline of {m}: {next(iter(chosen))}")
+            else:
+                text += [f"- public baseline of {m}: {b} ({', '.join(cells)})" for b, cells in chosen.items()]
         text.append("")
     return "\n".join(text) + "\n"
 

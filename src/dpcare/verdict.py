@@ -147,26 +147,37 @@ def verdict_entry(model: str, comparison: dict) -> dict:
 
 def compare(metric_name: str, metric: Metric, truth: np.ndarray, model: np.ndarray, baseline: np.ndarray,
             baseline_name: str, higher_is_better: bool = True, groups: np.ndarray | None = None,
-            resamples: int = 1000, seed: int = 0) -> Comparison:
+            resamples: int = 1000, seed: int = 0, strata: np.ndarray | None = None) -> Comparison:
     """Paired bootstrap of ``metric(model) - metric(baseline)`` over the test units (``groups``: one unit label
     per row; a unit's rows are drawn together). A resample the metric is undefined on (e.g. one class) is
-    drawn again."""
+    drawn again. ``strata``: one label per row, e.g. the folds of a cross-fitted evaluation, each scored by its
+    own model and baseline: the metric is then the mean of its values on each stratum's rows, and the units are
+    drawn within their stratum (a stratified bootstrap)."""
     truth, model, baseline = (np.asarray(a) for a in (truth, model, baseline))
     if not len(truth) == len(model) == len(baseline) or not len(truth):
         raise DataError(f"the model and the baseline must be scored on the same non-empty test units: "
                         f"{len(truth)} labels, {len(model)} and {len(baseline)} predictions")
     sign = 1.0 if higher_is_better else -1.0
-    point_m, point_b = metric(truth, model), metric(truth, baseline)
     units = np.arange(len(truth)) if groups is None else np.asarray(groups)
     labels, index = np.unique(units, return_inverse=True)
     rows_of = [np.flatnonzero(index == k) for k in range(len(labels))]
+    layer = np.zeros(len(truth), dtype=int) if strata is None else np.unique(np.asarray(strata), return_inverse=True)[1]
+    if any(len(np.unique(layer[r])) > 1 for r in rows_of):
+        raise DataError("a test unit's rows lie in two strata (folds): every unit must be scored in one")
+    units_in = [np.flatnonzero(layer[[r[0] for r in rows_of]] == s) for s in range(layer.max() + 1)]
+
+    def mean_metric(scores: np.ndarray, picks: list[np.ndarray]) -> float:
+        return float(np.mean([metric(truth[p], scores[p]) for p in picks]))
+
+    whole = [np.concatenate([rows_of[k] for k in units_s]) for units_s in units_in]
+    point_m, point_b = mean_metric(model, whole), mean_metric(baseline, whole)
     rng = np.random.default_rng(seed)
     diffs, tries = [], 0
     while len(diffs) < resamples and tries < 5 * resamples:
         tries += 1
-        pick = np.concatenate([rows_of[k] for k in rng.integers(0, len(labels), len(labels))])
+        picks = [np.concatenate([rows_of[k] for k in rng.choice(units_s, len(units_s))]) for units_s in units_in]
         try:
-            d = metric(truth[pick], model[pick]) - metric(truth[pick], baseline[pick])
+            d = mean_metric(model, picks) - mean_metric(baseline, picks)
         except ValueError:  # scikit-learn's metrics on a one-class resample
             continue
         if np.isfinite(d):
@@ -175,7 +186,7 @@ def compare(metric_name: str, metric: Metric, truth: np.ndarray, model: np.ndarr
         raise DataError(f"the {metric_name} is undefined on most resamples of the {len(labels)} test units: too "
                         "few units (or one class) to compare with the baseline")
     low, high = np.percentile(diffs, [2.5, 97.5])
-    return Comparison(metric_name, float(point_m), baseline_name, float(point_b), float(sign * (point_m - point_b)),
+    return Comparison(metric_name, point_m, baseline_name, point_b, float(sign * (point_m - point_b)),
                       float(low), float(high), higher_is_better, len(labels), len(diffs))
 
 

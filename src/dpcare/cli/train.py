@@ -35,6 +35,9 @@ def train(
         help="tune privately: NAME=V1,V2,... (lr, alpha, beta, clip, hidden, pad; repeat for a grid); every "
              "candidate and the choice among them are inside --epsilon (docs/tabular.md)")] = None,
     selection_share: Annotated[float, typer.Option(help="with --tune: the share of epsilon spent on choosing")] = 0.1,
+    cross_fit: Annotated[int, typer.Option(
+        help="also evaluate the settings cross-fitted over K folds (every row a test row once; for small tables): "
+             "K fold models, never released, against the public panel; 0: off")] = 0,
     force: ForceOption = False,
     budget: BudgetOption = None,
     settings: TabularSettings = None,
@@ -43,7 +46,8 @@ def train(
     settings = with_budget_delta(settings, budget)  # under --budget without --delta: its share of the delta
     from dpcare.data.schema import load_spec
     from dpcare.data.tables import count_rows
-    from dpcare.exceptions import DataError, DPCareError
+    from dpcare.exceptions import DataError, DPCareError, SettingsError
+    from dpcare.verdict import plain_verdict
 
     schema = load_spec(spec)  # the spec and the file's row count first: a bad input is refused before torch loads
     rows = count_rows(data)
@@ -59,6 +63,12 @@ def train(
     from dpcare.tabular.tuning import tune as tune_privately
 
     check_imputer_inputs(settings, public_data, imputer_file)
+    if cross_fit:
+        from dpcare.tabular.crossfit import fold_parts
+
+        if tune:
+            raise SettingsError("--cross-fit evaluates fixed settings: give it without --tune")
+        fold_parts(rows, cross_fit, settings.dp.seed)  # enough rows for the folds, said before any value is read
     grid = parse_grid(tune) if tune else None
     if grid:  # every candidate and the choice, planned before any row is read
         planned = plan_tuning(schema, settings, rows, len(candidates(grid)), selection_share)[0].guarantee()
@@ -80,6 +90,14 @@ def train(
                         checkpoint_dir=run.checkpoint_dir)
         if held is not None:
             held.actual = model.ledger
+    if cross_fit:
+        from dpcare.runs.record import phase
+        from dpcare.tabular.crossfit import cross_fit as cross_fitted
+        from dpcare.tabular.recipe import fit_imputer
+
+        with phase(f"cross-fitted evaluation ({cross_fit} folds)"):
+            imp = fit_imputer(schema, settings, public_data, imputer_file, private=frame)
+            model.info["cross_fit"] = cross_fitted(frame, schema, settings, cross_fit, imputer=imp)
     attacks = []
     if audit:
         from dpcare.runs.record import phase
@@ -101,6 +119,10 @@ def train(
         typer.echo(model.guarantee.describe())
     if model.baseline is not None:
         typer.echo(f"{settings.method} {model.baseline['comparisons'][0]['verdict']}")
+    if cross_fit:
+        c = model.info["cross_fit"]
+        typer.echo(f"cross-fitted over {cross_fit} folds ({c['rows']} rows, each a test row once): "
+                   f"{plain_verdict(c['comparisons'][0])}; {settings.method} {c['comparisons'][0]['verdict']}")
     if model.metrics:
         echo_outside_the_guarantee("rows")
     if audit:

@@ -282,6 +282,12 @@ class TabularModel(SavesRunFolder):
             "alpha": self.settings.effective_alpha, "dp.steps": self.info.get("steps"),
             "public_batch_size": self.settings.public_batch_size or dp.batch_size,
             **({"dp.delta": self.guarantee.delta} if self.guarantee else {})})
+        if "cross_fit" in self.info:  # dpcare.tabular.crossfit: every row a test row once
+            c = self.info["cross_fit"]
+            m.notes.append(f"{method}, cross-fitted over {c['folds']} folds ({c['rows']} rows): "
+                           f"{c['comparisons'][0]['verdict']}")
+            m.verdicts.append(verdict_entry(f"{method} (cross-fitted, {c['folds']} folds)", c["comparisons"][0]))
+            m.not_protected.append(c["note"])
         if "imputation" in self.info:
             m.not_protected.append("The public support table (it fitted the imputer) is public data, outside every "
                                    "guarantee.")
@@ -420,24 +426,10 @@ def public_baseline(settings: TabularSettings, train: dict[str, torch.Tensor], v
     gradient boosting, and the same MLP trained without privacy) is fitted on the training rows' public view
     pad(Psi(x)) and the best by validation AUPRC is the baseline. Under DP-SGD, Label-DP or no protection the
     labels are private: the baseline is the constant prediction (AUROC 0.5, AUPRC the test prevalence)."""
-    from dpcare.tabular.baselines import choose, fit_panel
     from dpcare.verdict import compare
 
-    objective = objective_for(settings)
     y = test["y"].numpy()
-    panel = []
-    if objective.private and objective.unit is ProtectedUnit.FEATURES:
-        x_train, y_train = train["x_pub"].numpy(), train["y"].numpy()
-        candidates = fit_panel(x_train, y_train, settings.dp.seed)
-        mlp = _public_columns_model(settings, train, model.config)
-        candidates["the same MLP on the public columns only (non-private)"] = (
-            lambda x: probabilities(mlp, torch.from_numpy(x))[:, 1])
-        best, scored = choose(candidates, val["x_pub"].numpy(), val["y"].numpy())
-        name, scores = best.name, best.score(test["x_pub"].numpy())
-        panel = [c.summary() for c in scored]
-    else:
-        name = "a constant prediction (the labels are private)"
-        scores = np.full(len(y), 0.5)
+    name, scores, panel = chosen_public_scores(settings, train, val, test, model.config)
     ours = probabilities(model, test["x"])[:, 1]
     comparisons = [compare(f"test {m.upper()}", fn, y, ours, scores, name, seed=settings.dp.seed).to_dict()
                    for m, fn in (("auprc", average_precision_score), ("auroc", roc_auc_score))]
@@ -445,6 +437,23 @@ def public_baseline(settings: TabularSettings, train: dict[str, torch.Tensor], v
                                       "test AUROC": float(roc_auc_score(y, scores))},
             "comparisons": comparisons,
             **({"panel": panel, "chosen on": "validation AUPRC"} if panel else {})}
+
+
+def chosen_public_scores(settings: TabularSettings, train: dict[str, torch.Tensor], val: dict[str, torch.Tensor],
+                         test: dict[str, torch.Tensor], shape: dict[str, Any]) -> tuple[str, np.ndarray, list[dict]]:
+    """The public baseline of :func:`public_baseline`: its name, its scores on the test rows and the panel's
+    validation scores (empty for the constant). Only the public view and the validation rows choose it."""
+    from dpcare.tabular.baselines import choose, fit_panel
+
+    objective = objective_for(settings)
+    if objective.private and objective.unit is ProtectedUnit.FEATURES:
+        candidates = fit_panel(train["x_pub"].numpy(), train["y"].numpy(), settings.dp.seed)
+        mlp = _public_columns_model(settings, train, shape)
+        candidates["the same MLP on the public columns only (non-private)"] = (
+            lambda x: probabilities(mlp, torch.from_numpy(x))[:, 1])
+        best, scored = choose(candidates, val["x_pub"].numpy(), val["y"].numpy())
+        return best.name, best.score(test["x_pub"].numpy()), [c.summary() for c in scored]
+    return "a constant prediction (the labels are private)", np.full(len(test["y"]), 0.5), []
 
 
 def _public_columns_model(settings: TabularSettings, train: dict[str, torch.Tensor], shape: dict[str, Any]
@@ -521,6 +530,7 @@ def with_method(settings: TabularSettings, method: str, **dp: Any) -> TabularSet
     return replace(settings, method=method, dp=settings.dp.replace(**dp) if dp else settings.dp)
 
 
-__all__ = ["METHODS", "SPLITS", "TableMethod", "TabularModel", "TabularSettings", "check_imputer_inputs", "evaluate", "fit",
+__all__ = ["METHODS", "SPLITS", "TableMethod", "TabularModel", "TabularSettings", "check_imputer_inputs",
+           "chosen_public_scores", "evaluate", "fit",
            "fit_imputer", "ledger_terms", "load_imputer", "metric_name", "objective_for", "plan",
            "probabilities", "protected_text", "public_data", "read_and_split", "tensors", "train_rows", "training_rows", "with_method"]
