@@ -89,7 +89,10 @@ def test_the_public_baseline_never_reads_a_private_span(fusion, notes):
             assert torch.equal(t, views_a.tensors[split]["x_pub" if key == "x" else key])  # x is the masked note
     assert a.baseline["metrics"] == b.baseline["metrics"]
     assert a.baseline["comparisons"][0]["baseline"] == b.baseline["comparisons"][0]["baseline"]
-    assert a.baseline["method"] == "sgd-pub" and a.baseline["name"] == bl.PUBLIC_VIEW
+    assert a.baseline["method"] in ("sgd-pub", "tfidf-logistic") and a.baseline["panel"] == b.baseline["panel"]
+    assert [c["name"] for c in a.baseline["panel"]] == [bl.PUBLIC_VIEW, bl.TFIDF]
+    best = max(a.baseline["panel"], key=lambda c: c["validation f1_micro"])
+    assert a.baseline["name"] == best["name"] and a.baseline["chosen on"] == "validation micro-F1"
 
 
 def test_the_baseline_is_scored_on_the_test_notes_only(fusion, notes):
@@ -104,9 +107,12 @@ def test_the_baseline_is_scored_on_the_test_notes_only(fusion, notes):
     assert c["verdict"].startswith(("beats the public baseline", "no better than the public baseline"))
 
 
-def test_the_verdict_flips_when_the_model_is_the_baseline_itself(fusion, notes):
+def test_the_verdict_flips_when_the_model_is_the_baseline_itself(fusion, notes, monkeypatch):
     """The sgd-pub model, retrained as the baseline is (same seed, same public views), stands in for the private
-    model: difference 0, no better. An oracle of the test codes beats it."""
+    model: difference 0, no better. An oracle of the test codes beats it. (The TF-IDF coder made to lose the
+    validation choice, so that sgd-pub is the baseline.)"""
+    real = bl.tfidf_coder
+    monkeypatch.setattr(bl, "tfidf_coder", lambda views, seed=0: {**real(views, seed), "validation f1_micro": -1.0})
     _, _, captured = fusion
     views, pub = captured[0]
     settings = tiny()
@@ -129,6 +135,18 @@ def test_the_verdict_flips_when_the_model_is_the_baseline_itself(fusion, notes):
     assert flat["difference"] == 0 and not flat["beats"] and flat["verdict"].startswith("no better")
     oracle = bl.public_baseline(views, settings, predict_scores(Oracle(), test["x"]), 0.5)["comparisons"][0]
     assert oracle["beats"] and oracle["verdict"].startswith("beats the public baseline")
+
+
+def test_the_verdict_flips_when_the_model_is_the_tfidf_coder(fusion, monkeypatch):
+    """The TF-IDF coder, refitted on the same public views, stands in for the private model: difference 0."""
+    _, _, captured = fusion
+    views, pub = captured[0]
+    coder = bl.tfidf_coder(pub)
+    monkeypatch.setattr(bl, "tfidf_coder", lambda views, seed=0: {**coder, "validation f1_micro": 2.0})
+    b = bl.public_baseline(views, tiny(), coder["scores"], coder["threshold"])
+    assert b["method"] == "tfidf-logistic" and b["comparisons"][0]["difference"] == 0
+    assert not b["comparisons"][0]["beats"]
+    assert 0 <= coder["validation f1_micro"] <= 1 and coder["scores"].shape == views.tensors["test"]["y"].shape
 
 
 def test_dp_sgd_is_compared_with_the_constant_prediction(notes):
