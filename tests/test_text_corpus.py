@@ -369,3 +369,18 @@ def test_a_json_file_that_is_not_an_array_is_named(tmp_path):
     path.write_text("[1, 2")
     with pytest.raises(DataError, match="not valid JSON"):
         read_notes(path, "json")
+
+
+def test_the_hand_written_notes_parse_to_exact_spans_and_are_not_generated():
+    """Issue 55 part 2: evaluation notes written by hand, in styles the generator does not produce."""
+    from dpcare.text.corpus.handwritten import NOTES, handwritten_notes, parse_markup
+
+    notes = handwritten_notes()
+    assert len(notes) == len(NOTES) == 16 and len({n.patient_id for n in notes}) == 16
+    spans = [s for n in notes for s in n.entities]
+    assert len(spans) > 150 and {s.label for s in spans} == {"problem", "treatment", "test"}
+    for n in notes:
+        assert "{" not in n.text and "|" not in n.text.replace("||", "")
+        assert all(n.text[s.start:s.end] == s.text for s in n.entities)
+    assert parse_markup("a {test|K} 5.1, {problem|AKI}.") == ("a K 5.1, AKI.", (
+        Span(2, 3, "test", "K"), Span(9, 12, "problem", "AKI")))
