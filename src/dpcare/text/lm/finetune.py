@@ -362,13 +362,23 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
         config.batch_size = max(1, round(batch_size * rows / patients))
         config.steps = math.ceil(epochs * patients / batch_size)
         result = Trainer(net, objective, config).fit(data)
-    g = result.guarantee
     info = {
         "kind": "causal-lm", "task": task, "mode": mode.value, "model": str(model), "layers": layers, "lora_rank": lora_rank,
         "lora_alpha": lora_alpha, "prefix_tokens": prefix_tokens, "prefix_init": prefix_init if prefix else None,
         "labels": list(labels), "window": window,
         "stride": stride, "patients": patients,
         "notes": len({e.note_id for e in examples}), "rows": rows,
+        **training_info(net, result, adaptive_clip),
+    }
+    return net, tokenizer, info
+
+
+def training_info(net: nn.Module, result, adaptive_clip: AdaptiveClip | None) -> dict:
+    """What a fine-tuning run's ``info`` says of its training (for the causal LM and the token tagger alike): the
+    trainable parameter count, steps, sampling rate, noise multipliers, clip norm, history, and the guarantee and
+    ledger (None without privacy)."""
+    g = result.guarantee
+    return {
         "trainable_parameters": sum(p.numel() for p in net.parameters() if p.requires_grad),
         "steps": result.steps, "sampling_rate": result.sampling_rate, "noise_multiplier": result.noise_multiplier,
         "gradient_noise_multiplier": result.gradient_noise_multiplier, "clip_norm": result.clip_norm,
@@ -377,7 +387,6 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
         "guarantee_text": g.describe() if g else "no privacy guarantee (non-private fine-tuning)",
         "ledger": result.ledger.state_dict() if result.ledger else None,
     }
-    return net, tokenizer, info
 
 
 def _max_positions(model: nn.Module, reserved: int = 0) -> int | None:

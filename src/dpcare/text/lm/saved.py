@@ -137,16 +137,23 @@ def load_finetuned(folder: str | os.PathLike):
         return model, tokenizer, meta
     causal, tokenizer = load_causal_lm(r["model"], r["layers"])
     model = apply_mode(causal, r["mode"], r["lora_rank"], r["lora_alpha"], r["prefix_tokens"])
-    state = load_file(str(Path(folder) / WEIGHTS))
+    try:
+        copy_trained_state(model, load_file(str(Path(folder) / WEIGHTS)), f"{r['mode']} on {r['model']}")
+    except DataError as e:
+        raise DataError(f"{folder}: {e}") from None
+    return model.eval(), tokenizer, meta
+
+
+def copy_trained_state(model: nn.Module, state: dict[str, torch.Tensor], recipe: str) -> None:
+    """Copy saved trained parameters into ``model``: exactly its trainable parameters, each of its shape, or a
+    DataError naming the difference (``recipe`` describes what the model was built from)."""
     params = dict(model.named_parameters())
     expected = {n for n, p in params.items() if p.requires_grad}
     if set(state) != expected:
-        raise DataError(f"{folder}: the saved weights do not match the recipe ({r['mode']} on {r['model']}): "
-                        f"missing {sorted(expected - set(state))[:5]}, unexpected {sorted(set(state) - expected)[:5]}")
+        raise DataError(f"the saved weights do not match the recipe ({recipe}): missing "
+                        f"{sorted(expected - set(state))[:5]}, unexpected {sorted(set(state) - expected)[:5]}")
     with torch.no_grad():
         for name, value in state.items():
             if params[name].shape != value.shape:
-                raise DataError(f"{folder}: {name} has shape {tuple(value.shape)}, the recipe builds "
-                                f"{tuple(params[name].shape)}")
+                raise DataError(f"{name} has shape {tuple(value.shape)}, the recipe builds {tuple(params[name].shape)}")
             params[name].copy_(value)
-    return model.eval(), tokenizer, meta

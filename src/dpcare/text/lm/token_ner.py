@@ -45,7 +45,7 @@ import math
 import os
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -77,6 +77,7 @@ from dpcare.text.lm.finetune import (
     check_mode_privacy,
     patient_groups,
     qv_targets,
+    training_info,
 )
 from dpcare.text.spans import ENTITY_LABELS, Note, Span
 from dpcare.token_loss import token_nll
@@ -416,20 +417,12 @@ def finetune_tagger(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
         precision=precision)
     net = net.cpu()  # saved and applied on the CPU
     windows = bio_examples(notes, tokenizer, labels, window, stride, _max_positions(net))
-    g = result.guarantee
     info = {
         "kind": KIND, "task": "ner", "mode": mode.value, "model": str(model), "layers": None, "lora_rank": lora_rank,
         "lora_alpha": lora_alpha, "prefix_tokens": None, "prefix_init": None, "labels": list(labels),
         "window": window, "stride": stride, "patients": len({w.patient_id for w in windows}),
         "notes": len({w.note_id for w in windows}), "rows": len(windows),
-        "trainable_parameters": sum(p.numel() for p in net.parameters() if p.requires_grad),
-        "lr": DEFAULT_LR[mode.value] if lr is None else lr,
-        "steps": result.steps, "sampling_rate": result.sampling_rate, "noise_multiplier": result.noise_multiplier,
-        "gradient_noise_multiplier": result.gradient_noise_multiplier, "clip_norm": result.clip_norm,
-        "adaptive_clip": asdict(adaptive_clip) if adaptive_clip else None,
-        "backend": result.backend, "history": result.history, "guarantee": g.to_dict() if g else None,
-        "guarantee_text": g.describe() if g else "no privacy guarantee (non-private fine-tuning)",
-        "ledger": result.ledger.state_dict() if result.ledger else None,
+        "lr": DEFAULT_LR[mode.value] if lr is None else lr, **training_info(net, result, adaptive_clip),
     }
     return net, tokenizer, info
 
@@ -444,17 +437,9 @@ def load_tagger(recipe: dict, state: dict[str, Tensor] | None = None, seed: int 
         net, tokenizer = load_minilm(len(tags), recipe["model"], tags)
         net = apply_token_mode(net, recipe["mode"], recipe["lora_rank"], recipe["lora_alpha"])
     if state is not None:
-        params = dict(net.named_parameters())
-        expected = {n for n, p in params.items() if p.requires_grad}
-        if set(state) != expected:
-            raise DataError(f"the saved weights do not match the recipe ({recipe['mode']} tagger on {recipe['model']}): "
-                            f"missing {sorted(expected - set(state))[:5]}, unexpected {sorted(set(state) - expected)[:5]}")
-        with torch.no_grad():
-            for name, value in state.items():
-                if params[name].shape != value.shape:
-                    raise DataError(f"{name} has shape {tuple(value.shape)}, the recipe builds "
-                                    f"{tuple(params[name].shape)}")
-                params[name].copy_(value)
+        from dpcare.text.lm.saved import copy_trained_state
+
+        copy_trained_state(net, state, f"{recipe['mode']} tagger on {recipe['model']}")
     return net.eval(), tokenizer
 
 
