@@ -385,7 +385,8 @@ def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: T
     check_imputer_inputs(settings, public_data, imputer)
     if holdout:  # from the row count alone: said before any value is read
         rows = len(data) if isinstance(data, pd.DataFrame) else count_rows(data)
-        warn_if_small_test(len(split_indices(rows, settings.splits, settings.dp.seed)["test"]))
+        warn_if_small_test(len(split_indices(rows, settings.splits, settings.dp.seed)["test"]),
+                           option="--test-share, or evaluate on every row with --cross-fit 5")
     with phase("reading, checking and splitting the table"):
         frame, parts = read_and_split(data, schema, settings.dp.seed, holdout, settings.splits)
     with phase("fitting the imputer on the public support table") if METHODS.get(settings.method).hybrid \
