@@ -95,3 +95,24 @@ def test_a_stratified_comparison_averages_the_folds_and_keeps_a_unit_in_one_fold
     assert plain.model == roc_auc_score(y, model)
     with pytest.raises(DataError, match="two strata"):
         compare("AUROC", roc_auc_score, y, model, baseline, "b", groups=np.arange(300) // 2, strata=fold)
+
+
+def test_a_fusion_method_cross_fits_with_the_imputer_fit_fitted_once(tmp_path, monkeypatch):
+    """The fold models of a fusion method impute with the imputer the run fitted on the public support table;
+    it is fitted once, not again for the evaluation."""
+    from dpcare.tabular import recipe
+
+    toy_table(150, seed=2).to_csv(tmp_path / "t.csv", index=False)
+    toy_table(60, seed=9).to_csv(tmp_path / "support.csv", index=False)
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(SPEC))
+    fitted, given = [], []
+    real_fit, real_cross = recipe.fit_imputer, cf.cross_fit
+    monkeypatch.setattr(recipe, "fit_imputer", lambda *a, **k: fitted.append(real_fit(*a, **k)) or fitted[-1])
+    monkeypatch.setattr(cf, "cross_fit", lambda *a, imputer=None, **k: given.append(imputer) or real_cross(
+        *a, imputer=imputer, **k))
+    r = CliRunner().invoke(app, ["train", str(tmp_path / "t.csv"), "--spec", str(tmp_path / "spec.yaml"), "--method",
+                                 "fusiondp", "--public-data", str(tmp_path / "support.csv"), "--epsilon", "3",
+                                 "--steps", "3", "--batch-size", "32", "--hidden", "8", "--accountant", "rdp",
+                                 "--cross-fit", "3", "--out", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    assert len(fitted) == 1 and fitted[0] is not None and given == fitted

@@ -41,7 +41,7 @@ class Comparison:
 
     @property
     def beats(self) -> bool:
-        return self.low > 0
+        return self.outcome == "better"
 
     @property
     def outcome(self) -> str:

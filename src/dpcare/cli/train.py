@@ -93,11 +93,9 @@ def train(
     if cross_fit:
         from dpcare.runs.record import phase
         from dpcare.tabular.crossfit import cross_fit as cross_fitted
-        from dpcare.tabular.recipe import fit_imputer
 
-        with phase(f"cross-fitted evaluation ({cross_fit} folds)"):
-            imp = fit_imputer(schema, settings, public_data, imputer_file, private=frame)
-            model.info["cross_fit"] = cross_fitted(frame, schema, settings, cross_fit, imputer=imp)
+        with phase(f"cross-fitted evaluation ({cross_fit} folds)"):  # the imputer fit() fitted on public rows
+            model.info["cross_fit"] = cross_fitted(frame, schema, settings, cross_fit, imputer=model.imputer)
     attacks = []
     if audit:
         from dpcare.runs.record import phase

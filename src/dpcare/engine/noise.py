@@ -14,8 +14,8 @@ Two modes, chosen by ``noise_seed``:
   32 bits). Each Gaussian coordinate is the sum of SECURE_SUMMANDS = 4 draws of std sigma / 2
   (:func:`~dpcare.privacy.randomness.summed_normal`, on the CPU from NumPy, on CUDA from torch), which is
   again N(0, sigma^2) but hides the floating-point artefacts of one draw's sampler (Holohan & Braghin 2021,
-  "Secure random sampling in differential privacy", ESORICS; the defence Opacus' ``secure_mode`` uses). Opacus also draws from a CSPRNG (torchcsprng, unmaintained);
-  here the generators are NumPy's PCG64DXSM on the CPU and torch's Philox on CUDA (64-bit seed), each seeded
+  "Secure random sampling in differential privacy", ESORICS; the defence Opacus' ``secure_mode`` uses). Opacus
+  also draws from a CSPRNG (torchcsprng, unmaintained); here the generators are NumPy's PCG64DXSM on the CPU and torch's Philox on CUDA (64-bit seed), each seeded
   afresh per draw from the secret root. The draws are a function of the root and the draw number, so a resumed
   run (root kept in its checkpoint folder) repeats the noise of the steps it replays instead of releasing a
   second draw of them.

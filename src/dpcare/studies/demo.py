@@ -97,7 +97,8 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     agg = runs.groupby("method", sort=False).agg(
         AUPRC=("AUPRC", "mean"), AUPRC_sd=("AUPRC", "std"), AUROC=("AUROC", "mean"), AUROC_sd=("AUROC", "std"),
         epsilon=("epsilon", "max"), delta=("delta", "max"), protected=("protected", "first"), seeds=("seed", "count"),
-        baseline=("baseline", lambda names: " / ".join(dict.fromkeys(names))), baseline_AUPRC=("baseline_AUPRC", "mean"), beats=("beats", "sum"))
+        baseline=("baseline", lambda names: " / ".join(dict.fromkeys(names))),  # each seed's winner, once
+        baseline_AUPRC=("baseline_AUPRC", "mean"), beats=("beats", "sum"))
     return agg.reset_index()
 
 
@@ -114,8 +115,9 @@ def markdown_table(summary: pd.DataFrame, dataset: str, epsilon: float, seeds: i
     return "\n".join(lines) + ("\n\nPublic baseline: the best predictor that needs no private data, on the same "
                                "test rows (where only some columns are private: the best on validation rows of a "
                                "constant, logistic regression, gradient boosting and the same MLP on the public "
-                               "columns, per seed; a constant where the labels are private). 'Beats it': the paired bootstrap interval of the AUPRC "
-                               "difference lies above zero in that many seeds.\n")
+                               "columns, per seed; a constant where the labels are private). 'Beats it': the "
+                               "paired bootstrap interval of the AUPRC difference lies above zero in that many "
+                               "seeds.\n")
 
 
 def plot_summary(summary: pd.DataFrame, path: Path, dataset: str, epsilon: float) -> None:

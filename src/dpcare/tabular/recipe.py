@@ -230,6 +230,8 @@ class TabularModel(SavesRunFolder):
     split: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)  # steps, noise multiplier, backend, imputation...
     baseline: dict[str, Any] | None = None  # the best public baseline on the same test rows, and the verdict
+    #: a fusion method's imputer, fitted on public rows by :func:`fit` (in this process only: not saved)
+    imputer: Imputer | None = field(default=None, repr=False, compare=False)
 
     @property
     def schema(self) -> TableSchema:
@@ -413,7 +415,8 @@ def fit(data: pd.DataFrame | str | os.PathLike, schema: TableSchema, settings: T
             "sampling_rate": result.sampling_rate, "alpha": settings.effective_alpha}
     if imp is not None:
         info["imputation"] = {"imputer": imp.name, "support_rows": getattr(imp, "support_rows", None)}
-    return TabularModel(settings, encoder, model, result.guarantee, result.ledger, metrics, split, info, baseline)
+    return TabularModel(settings, encoder, model, result.guarantee, result.ledger, metrics, split, info, baseline,
+                        imputer=imp)
 
 
 # --------------------------------------------------------------------------- the public baseline

@@ -118,8 +118,11 @@ def tfidf_coder(views: TextViews, seed: int = 0) -> dict[str, Any]:
     notes of the PUBLIC ``views`` (:func:`public_views`), its threshold chosen by micro-F1 on the validation
     notes; a code every training note has (or none has) is predicted by its constant. Returns the panel entry
     with the test notes' ``scores``."""
+    import warnings
+
     from sklearn.feature_extraction.text import TfidfTransformer
     from sklearn.linear_model import LogisticRegression
+    from sklearn.multiclass import OneVsRestClassifier
 
     from dpcare.text.classify.multilabel import choose_threshold
 
@@ -128,24 +131,15 @@ def tfidf_coder(views: TextViews, seed: int = 0) -> dict[str, Any]:
     tfidf = TfidfTransformer(sublinear_tf=True).fit(bag_of_words(train["x_pub"], vocabulary))
     x = {name: tfidf.transform(bag_of_words(t["x_pub"], vocabulary)) for name, t in (("train", train), ("val", val),
                                                                                      ("test", test))}
-    y = train["y"].numpy().astype(int)
-
-    def scores(matrix) -> np.ndarray:
-        out = np.empty((matrix.shape[0], y.shape[1]))
-        for code in range(y.shape[1]):
-            if y[:, code].min() == y[:, code].max():  # one class among the training notes: its constant
-                out[:, code] = float(y[0, code])
-            else:
-                out[:, code] = fitted[code].predict_proba(matrix)[:, 1]
-        return out
-
-    fitted = {code: LogisticRegression(C=10.0, max_iter=1000, random_state=seed).fit(x["train"], y[:, code])
-              for code in range(y.shape[1]) if y[:, code].min() != y[:, code].max()}
-    val_scores = scores(x["val"])
+    with warnings.catch_warnings():  # "Label ... is present in all training examples": predicted as its constant
+        warnings.filterwarnings("ignore", message="Label .* present in all training examples")
+        coder = OneVsRestClassifier(LogisticRegression(C=10.0, max_iter=1000, random_state=seed)).fit(
+            x["train"], train["y"].numpy().astype(int))
+    val_scores = coder.predict_proba(x["val"])
     t = choose_threshold(torch.from_numpy(val_scores), val["y"])
     val_f1 = micro_f1(val["y"].numpy().astype(bool), val_scores >= t)
     return {"name": TFIDF, "method": "tfidf-logistic", "threshold": float(t), "validation f1_micro": float(val_f1),
-            "scores": torch.from_numpy(scores(x["test"])).float()}
+            "scores": torch.from_numpy(coder.predict_proba(x["test"])).float()}
 
 
 __all__ = ["CONSTANT", "METRIC", "PUBLIC_VIEW", "TFIDF", "bag_of_words", "micro_f1", "public_baseline",

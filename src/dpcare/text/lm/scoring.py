@@ -68,20 +68,18 @@ def score_ner(net, tokenizer, recipe: dict[str, Any], notes: Sequence, max_token
     tagger = recipe_kind(recipe) != CAUSAL
 
     def decode(model, tok) -> list[list[Span]]:
-        if tagger:
-            from dpcare.text.lm.token_ner import PREDICT_STRIDE, predict_spans
-
-            window = recipe["window"]
-            stride = None if window is None else min(window, recipe["stride"] or window, PREDICT_STRIDE)
-            from dpcare.text.spans import Note
-
-            blank = [Note(str(i), n.patient_id, n.text) for i, n in enumerate(notes)]  # ids need not be distinct
-            found = predict_spans(model, tok, blank, window, stride, batch_size=max(batch_size, 32))
-        else:
+        if not tagger:  # extract_entities_many returns whole entities itself
             from dpcare.text.lm.generative_ner import extract_entities_many
 
-            found = extract_entities_many(model, tok, texts, labels, recipe["window"], recipe["stride"], max_tokens,
-                                          batch_size, progress=progress)
+            return extract_entities_many(model, tok, texts, labels, recipe["window"], recipe["stride"], max_tokens,
+                                         batch_size, progress=progress)
+        from dpcare.text.lm.token_ner import PREDICT_STRIDE, predict_spans
+        from dpcare.text.spans import Note
+
+        window = recipe["window"]
+        stride = None if window is None else min(window, recipe["stride"] or window, PREDICT_STRIDE)
+        blank = [Note(str(i), n.patient_id, n.text) for i, n in enumerate(notes)]  # ids need not be distinct
+        found = predict_spans(model, tok, blank, window, stride, batch_size=max(batch_size, 32))
         return [whole_entities(f, t) for f, t in zip(found, texts)]
 
     predicted = decode(net, tokenizer)
