@@ -28,6 +28,7 @@ def work(rank: int, world: int, store: str, out: str, steps: int, batch: int) ->
     import torch.distributed as dist
 
     from dpcare.engine import TrainConfig, Trainer
+    from dpcare.settings import ComputeSettings, DPSettings
     from dpcare.methods import DPSGD
     from dpcare.models import TinyTransformer
 
@@ -40,8 +41,8 @@ def work(rank: int, world: int, store: str, out: str, steps: int, batch: int) ->
     torch.manual_seed(0)
     model = TinyTransformer(vocab=5000, max_len=64, dim=128, depth=2, heads=4, classes=1)
     warm = 3
-    cfg = TrainConfig(batch_size=batch, steps=warm + steps, noise_multiplier=1.0, progress=False, device="cpu",
-                      max_physical_batch=64)
+    cfg = TrainConfig(dp=DPSettings(batch_size=batch, steps=warm + steps), compute=ComputeSettings(device="cpu"),
+                      noise_multiplier=1.0, progress=False, max_physical_batch=64)
     times: list[float] = []
 
     def on_step(step: int) -> None:

@@ -93,12 +93,14 @@ def bench_trainer(model, objective, batch: int, backend: str = "auto", noise_see
     import warnings
 
     from dpcare.engine import TrainConfig, Trainer
+    from dpcare.settings import DPSettings
     from dpcare.privacy import PrivacyLedger, ReproducibleNoiseWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ReproducibleNoiseWarning)
-        cfg = TrainConfig(batch_size=batch, noise_multiplier=1.0 if objective.private else None, backend=backend,
-                          progress=False, max_physical_batch=batch, noise_seed=noise_seed)
+        cfg = TrainConfig(dp=DPSettings(batch_size=batch, noise_seed=noise_seed),
+                          noise_multiplier=1.0 if objective.private else None, backend=backend, progress=False,
+                          max_physical_batch=batch)
     return Trainer(model, objective, cfg, ledger=PrivacyLedger(10**6))
 
 

@@ -15,6 +15,7 @@ from dpcare.engine import TrainConfig, Trainer
 from dpcare.methods import DPSGD
 from dpcare.models import TabularMLP
 from dpcare.privacy import PrivacyLedger, ProtectedUnit
+from dpcare.settings import ComputeSettings, DPSettings
 
 PATIENTS, FEATURES = 60, 6
 
@@ -62,9 +63,9 @@ def patient_run(checkpoint_dir: str | None = None, stop_after: int | None = None
     data, groups = grouped_data()
     torch.manual_seed(0)
     model = TabularMLP(FEATURES, hidden=16, dropout=0.0)
-    cfg = TrainConfig(batch_size=12, steps=8, lr=0.05, target_epsilon=2.0, seed=5, noise_seed=noise_seed,
-                      max_physical_batch=7, progress=False, device="cpu", checkpoint_dir=checkpoint_dir,
-                      checkpoint_every=3)
+    cfg = TrainConfig(dp=DPSettings(batch_size=12, steps=8, epsilon=2.0, seed=5, noise_seed=noise_seed),
+                      compute=ComputeSettings(device="cpu"), lr=0.05, max_physical_batch=7, progress=False,
+                      checkpoint_dir=checkpoint_dir, checkpoint_every=3)
     trainer = Recording(model, DPSGD(), cfg, PrivacyLedger(PATIENTS, 1e-5, unit=ProtectedUnit.PATIENT))
     trainer.seen = []
     trainer.fit(data, groups=groups, on_step=_stop_at(stop_after) if stop_after else None)
@@ -86,9 +87,9 @@ def noise_run() -> list[torch.Tensor]:
     torch.manual_seed(0)
     model = nn.Linear(64, 64)
     x = torch.randn(NOISE_N, 64, generator=torch.Generator().manual_seed(1))
-    cfg = TrainConfig(batch_size=NOISE_BATCH, steps=1, lr=1.0, optimizer="sgd", momentum=0.0,
-                      noise_multiplier=NOISE_SIGMA, clip_norm=NOISE_C, seed=9, noise_seed=9, progress=False,
-                      device="cpu")
+    cfg = TrainConfig(dp=DPSettings(batch_size=NOISE_BATCH, steps=1, clip_norm=NOISE_C, seed=9, noise_seed=9),
+                      compute=ComputeSettings(device="cpu"), lr=1.0, optimizer="sgd", momentum=0.0,
+                      noise_multiplier=NOISE_SIGMA, progress=False)
     trainer = Trainer(model, NoSignal(), cfg, PrivacyLedger(NOISE_N, 1e-5))
     data = {"x": x, "y": torch.zeros(NOISE_N)}
     steps = []
@@ -142,8 +143,8 @@ def mismatch_worker(rank: int, world: int, store: str, out: str) -> None:
             if rank == 0:
                 d, g = data, groups
             model = TabularMLP(FEATURES, hidden=16, dropout=0.0)
-            cfg = TrainConfig(batch_size=12, steps=3, lr=0.05, target_epsilon=2.0, seed=5, progress=False,
-                              device="cpu")
+            cfg = TrainConfig(dp=DPSettings(batch_size=12, steps=3, epsilon=2.0, seed=5),
+                              compute=ComputeSettings(device="cpu"), lr=0.05, progress=False)
             trainer = Trainer(model, DPSGD(), cfg, PrivacyLedger(PATIENTS, 1e-5, unit=ProtectedUnit.PATIENT))
             try:
                 trainer.fit(d, groups=g)

@@ -17,6 +17,7 @@ from dpcare.engine.noise import Stream
 from dpcare.methods import DPSGD
 from dpcare.models import TabularMLP
 from dpcare.privacy import PrivacyLedger, compute_epsilon
+from dpcare.settings import DPSettings
 
 
 class NormIsX(Objective):
@@ -54,11 +55,16 @@ def sampled(q, sigma, steps):
     return dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(q, step) if q < 1 else step, steps)
 
 
+DP_KEYS = {"batch_size": "batch_size", "steps": "steps", "clip_norm": "clip_norm", "seed": "seed",
+           "noise_seed": "noise_seed", "target_epsilon": "epsilon"}
+
+
 def fit(objective, data, groups=None, ledger=None, model=None, **cfg):
     cfg = {"batch_size": 16, "steps": 20, "progress": False, "lr": 1e-3, **cfg}
     n = len(torch.unique(groups)) if groups is not None else len(next(iter(data.values())))
     ledger = ledger or PrivacyLedger(n, accountant="rdp", unit="patient" if groups is not None else "example")
-    trainer = Trainer(model or linear(), objective, TrainConfig(**cfg), ledger=ledger)
+    dp = DPSettings(accountant=ledger.accountant, **{DP_KEYS[k]: cfg.pop(k) for k in list(cfg) if k in DP_KEYS})
+    trainer = Trainer(model or linear(), objective, TrainConfig(dp=dp, **cfg), ledger=ledger)
     result = trainer.fit(data, groups=groups)
     return trainer, result
 
@@ -114,7 +120,8 @@ def test_the_ledger_charge_is_exact(accounting):
 def test_the_gradient_noise_is_the_charged_share_times_the_current_clip(accounting):
     n, m, sigma, sigma_b = 64, 16, 1.3, 1.0
     trainer = Trainer(TabularMLP(6, hidden=256, dropout=0.0), ZeroLoss(),
-                      TrainConfig(batch_size=m, steps=1, noise_multiplier=sigma, clip_norm=0.7, progress=False,
+                      TrainConfig(dp=DPSettings(batch_size=m, steps=1, clip_norm=0.7), noise_multiplier=sigma,
+                                  progress=False,
                                   adaptive_clip=AdaptiveClip(count_noise=sigma_b, accounting=accounting)),
                       ledger=PrivacyLedger(n))
     trainer.optimizer = torch.optim.SGD(trainer.trainable.values(), lr=1.0)
@@ -148,7 +155,8 @@ def test_compose_counts_on_its_own_sample_and_split_on_the_gradients():
     seen = {}
     for accounting in ("split", "compose"):
         calls = seen[accounting] = []
-        cfg = TrainConfig(batch_size=16, steps=6, noise_multiplier=1.0, progress=False,
+        cfg = TrainConfig(dp=DPSettings(batch_size=16, steps=6, accountant="rdp"), noise_multiplier=1.0,
+                          progress=False,
                           adaptive_clip=AdaptiveClip(accounting=accounting))
         trainer = Trainer(linear(), NormIsX(), cfg, ledger=PrivacyLedger(200, accountant="rdp"))
         trainer._clipped_total = _recording(trainer._clipped_total, calls)
@@ -227,8 +235,9 @@ def test_a_frozen_warm_up_privately_replaces_the_first_iterations_percentile():
     norms = lognormal(1000)
     settings = AdaptiveClip(target_quantile=0.8, warmup_steps=80, freeze_after_warmup=True, lr=0.3)
     applied = []
-    trainer = Trainer(linear(), NormIsX(), TrainConfig(batch_size=200, steps=10, noise_multiplier=1.0, clip_norm=0.1,
-                                                       progress=False, adaptive_clip=settings, noise_seed=0),
+    dp = DPSettings(batch_size=200, steps=10, clip_norm=0.1, noise_seed=0, accountant="rdp")
+    trainer = Trainer(linear(), NormIsX(),
+                      TrainConfig(dp=dp, noise_multiplier=1.0, progress=False, adaptive_clip=settings),
                       ledger=PrivacyLedger(1000, accountant="rdp"))
     original = trainer._apply
     trainer._apply = lambda grad: (applied.append(1), original(grad))
@@ -258,9 +267,9 @@ def _spied_run(monkeypatch, norms, perturb=False, accounting="split"):
     monkeypatch.setattr(ac, "noisy_fraction", spy)
     settings = AdaptiveClip(target_quantile=0.6, lr=0.3, count_noise=2.0, accounting=accounting, warmup_steps=WARM)
     torch.manual_seed(0)
-    trainer = Trainer(linear(), NormIsX(), TrainConfig(batch_size=40, steps=STEPS, noise_multiplier=1.0, clip_norm=0.3,
-                                                       progress=False, adaptive_clip=settings, seed=7,
-                                                       noise_seed=7),
+    dp = DPSettings(batch_size=40, steps=STEPS, clip_norm=0.3, seed=7, noise_seed=7, accountant="rdp")
+    trainer = Trainer(linear(), NormIsX(),
+                      TrainConfig(dp=dp, noise_multiplier=1.0, progress=False, adaptive_clip=settings),
                       ledger=PrivacyLedger(len(norms), accountant="rdp"))
     original, g = trainer.clipped_sum, torch.Generator().manual_seed(1)
 
@@ -314,8 +323,9 @@ def _tabular(n=64, seed=0):
 def _resumable(folder, accounting, crash_at=None):
     torch.manual_seed(0)
     settings = AdaptiveClip(count_noise=1.5, accounting=accounting, warmup_steps=3)
-    cfg = TrainConfig(batch_size=8, steps=20, noise_multiplier=1.1, progress=False, checkpoint_dir=str(folder),
-                      checkpoint_every=4, seed=11, noise_seed=11, clip_norm=0.2, adaptive_clip=settings)
+    cfg = TrainConfig(dp=DPSettings(batch_size=8, steps=20, seed=11, noise_seed=11, clip_norm=0.2, accountant="rdp"),
+                      noise_multiplier=1.1, progress=False, checkpoint_dir=str(folder), checkpoint_every=4,
+                      adaptive_clip=settings)
     trainer = Trainer(TabularMLP(6, hidden=16), DPSGD(), cfg, ledger=PrivacyLedger(64, accountant="rdp"))
     if crash_at is not None:
         crash_at_step(trainer, crash_at)

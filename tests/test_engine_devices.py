@@ -12,7 +12,7 @@ from dpcare.engine.functorch_backend import clipped_sum_functorch
 from dpcare.exceptions import SettingsError
 from dpcare.methods import DPSGD
 from dpcare.models import TabularMLP, TinyTransformer
-from dpcare.settings import ComputeSettings
+from dpcare.settings import ComputeSettings, DPSettings
 from dpcare.tabular.settings import TabularSettings
 
 BACKENDS = {"fast": clipped_sum_fast, "functorch": clipped_sum_functorch}
@@ -39,7 +39,8 @@ def test_auto_is_the_cpu_without_cuda_and_an_absent_gpu_is_refused(monkeypatch):
 def test_an_absent_device_is_refused_by_the_trainer_before_training(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SettingsError, match="no CUDA device"):
-        Trainer(TabularMLP(8, hidden=8), DPSGD(), TrainConfig(noise_multiplier=1.0, device="cuda"))
+        Trainer(TabularMLP(8, hidden=8), DPSGD(), TrainConfig(compute=ComputeSettings(device="cuda"),
+                                                              noise_multiplier=1.0))
 
 
 def test_the_command_line_refuses_an_absent_device_before_reading_the_data(tmp_path, monkeypatch):
@@ -106,8 +107,8 @@ def test_a_bf16_run_trains_and_states_the_fp32_guarantee():
     for precision in ("fp32", "bf16"):
         torch.manual_seed(0)
         model = TabularMLP(8, hidden=16, dropout=0.0)
-        cfg = TrainConfig(batch_size=50, steps=30, lr=0.05, target_epsilon=3.0, progress=False, precision=precision,
-                          device="cpu", noise_seed=0)
+        cfg = TrainConfig(dp=DPSettings(batch_size=50, steps=30, epsilon=3.0, noise_seed=0),
+                          compute=ComputeSettings(precision=precision, device="cpu"), lr=0.05, progress=False)
         results[precision] = (Trainer(model, DPSGD(), cfg).fit(data), model)
     (r32, m32), (r16, m16) = results["fp32"], results["bf16"]
     assert r16.noise_multiplier == r32.noise_multiplier and r16.guarantee.epsilon == r32.guarantee.epsilon
@@ -127,4 +128,4 @@ def test_every_recipe_composes_the_compute_settings():
     for cls in (TabularSettings, DiffusionSettings, SynthSettings, NoteClassifierSettings, FinetuneSettings,
                 ForecastSettings):
         s = cls.from_dict({"compute": {"device": "cpu", "precision": "bf16"}})
-        assert s.compute.engine() == {"device": "cpu", "precision": "bf16"}
+        assert s.compute == ComputeSettings(device="cpu", precision="bf16")

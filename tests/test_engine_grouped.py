@@ -14,6 +14,7 @@ from dpcare.engine.sampling import UnitIndex
 from dpcare.methods import DPSGD, FeatureDP
 from dpcare.models import TabularMLP, TinyTransformer
 from dpcare.privacy import PrivacyLedger, ProtectedUnit
+from dpcare.settings import DPSettings
 
 BACKENDS = {"fast": clipped_sum_fast, "functorch": clipped_sum_functorch}
 
@@ -102,7 +103,7 @@ def test_a_patient_larger_than_a_micro_batch_is_summed_in_chunks_then_clipped(cl
     model = TabularMLP(5, hidden=8, dropout=0.0).double()
     g = torch.Generator().manual_seed(1)
     batch = {"x": torch.randn(12, 5, generator=g).double(), "y": (torch.rand(12, generator=g) > 0.5).double()}
-    trainer = Trainer(model, DPSGD(), TrainConfig(batch_size=2, noise_multiplier=1.0, clip_norm=clip,
+    trainer = Trainer(model, DPSGD(), TrainConfig(dp=DPSettings(batch_size=2, clip_norm=clip), noise_multiplier=1.0,
                                                   max_physical_batch=2, progress=False), ledger=PrivacyLedger(4))
     trainer.units = UnitIndex(GROUPS)
     seen = []
@@ -149,7 +150,7 @@ def test_patients_are_poisson_sampled_whole_and_the_ledger_counts_patients():
             return super().private_loss(model, batch)
 
     trainer = Trainer(TabularMLP(4, hidden=8, dropout=0.0), Spy(),
-                      TrainConfig(batch_size=5, steps=40, noise_multiplier=1.0, progress=False))
+                      TrainConfig(dp=DPSettings(batch_size=5, steps=40), noise_multiplier=1.0, progress=False))
     result = trainer.fit(data, groups=groups)
     ledger = trainer.ledger
     assert ledger.n == 20 and ledger.unit is ProtectedUnit.PATIENT
@@ -175,7 +176,8 @@ def test_noise_is_divided_by_the_expected_number_of_patients():
 
     sigma, clip, m = 1.1, 0.5, 8
     trainer = Trainer(TabularMLP(4, hidden=256, dropout=0.0), Zero(),
-                      TrainConfig(batch_size=m, steps=1, noise_multiplier=sigma, clip_norm=clip, progress=False))
+                      TrainConfig(dp=DPSettings(batch_size=m, steps=1, clip_norm=clip), noise_multiplier=sigma,
+                                  progress=False))
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.optimizer = torch.optim.SGD(trainer.trainable.values(), lr=1.0)
     trainer.fit(data, groups=groups)
@@ -186,7 +188,7 @@ def test_noise_is_divided_by_the_expected_number_of_patients():
 
 def test_grouping_errors_are_named():
     data, groups = _windows()
-    cfg = TrainConfig(batch_size=4, steps=1, noise_multiplier=1.0, progress=False)
+    cfg = TrainConfig(dp=DPSettings(batch_size=4, steps=1), noise_multiplier=1.0, progress=False)
     with pytest.raises(ValueError, match="one label per private row"):
         Trainer(TabularMLP(4), DPSGD(), cfg).fit(data, groups=groups[:-1])
     views = {**data, "x_pub": data["x"]}
@@ -204,8 +206,8 @@ def test_killed_grouped_run_resumes_to_the_same_model(tmp_path):
     data, groups = _windows()
 
     def run(folder, crash_at=None):
-        cfg = TrainConfig(batch_size=5, steps=6, noise_multiplier=1.0, progress=False, checkpoint_dir=str(folder),
-                          checkpoint_every=2, noise_seed=0)  # the reference run draws the same noise
+        cfg = TrainConfig(dp=DPSettings(batch_size=5, steps=6, noise_seed=0), noise_multiplier=1.0, progress=False,
+                          checkpoint_dir=str(folder), checkpoint_every=2)  # the reference run draws the same noise
         torch.manual_seed(0)  # every run starts from the same weights, whatever ran before
         trainer = Trainer(TabularMLP(4, hidden=8, dropout=0.0), DPSGD(), cfg)
         if crash_at is not None:

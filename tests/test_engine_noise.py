@@ -12,6 +12,7 @@ from dpcare.privacy.randomness import SECURE_SUMMANDS
 from dpcare.methods import DPSGD
 from dpcare.models import TabularMLP
 from dpcare.privacy import PrivacyLedger
+from dpcare.settings import DPSettings
 
 NAMES = ("sampling", "noise", "count noise", "count sample")
 
@@ -19,8 +20,8 @@ NAMES = ("sampling", "noise", "count noise", "count sample")
 def trainer(noise_seed, adaptive=False):
     from dpcare.engine.adaptive_clip import AdaptiveClip
 
-    cfg = TrainConfig(batch_size=8, steps=2, noise_multiplier=1.0, seed=0, noise_seed=noise_seed, progress=False,
-                      adaptive_clip=AdaptiveClip() if adaptive else None)
+    cfg = TrainConfig(dp=DPSettings(batch_size=8, steps=2, seed=0, noise_seed=noise_seed), noise_multiplier=1.0,
+                      progress=False, adaptive_clip=AdaptiveClip() if adaptive else None)
     return Trainer(TabularMLP(4, hidden=4, dropout=0.0), DPSGD(), cfg, ledger=PrivacyLedger(64))
 
 

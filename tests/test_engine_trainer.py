@@ -13,6 +13,7 @@ from dpcare.engine.sampling import poisson_indices
 from dpcare.methods import DPSGD, FeatureDP, NonPrivate
 from dpcare.models import TabularMLP
 from dpcare.privacy import PrivacyLedger
+from dpcare.settings import DPSettings
 
 
 def data(n=64, d=6, seed=0):
@@ -37,8 +38,8 @@ def test_noise_std_is_sigma_c_over_expected_batch():
     torch.manual_seed(0)
     model = TabularMLP(6, hidden=128, dropout=0.0)
     sigma, clip, m, n = 1.3, 0.7, 16, 64
-    trainer = Trainer(model, ZeroLoss(), TrainConfig(batch_size=m, noise_multiplier=sigma, clip_norm=clip,
-                                                     progress=False), ledger=PrivacyLedger(n))
+    trainer = Trainer(model, ZeroLoss(), TrainConfig(dp=DPSettings(batch_size=m, clip_norm=clip),
+                                                     noise_multiplier=sigma, progress=False), ledger=PrivacyLedger(n))
     d = data(n)
     idx = torch.arange(40)  # realised size 40 differs from the expected 16
     noise = torch.cat([g.flatten() for g in trainer.private_gradient(d, idx, expected_batch=m).values()])
@@ -72,7 +73,8 @@ def test_poisson_inclusion_is_independent_with_rate_q(secure):
 def test_empty_batch_step_adds_only_noise_and_is_charged():
     model = TabularMLP(6, hidden=8, dropout=0.0)
     ledger = PrivacyLedger(64, delta=1e-6)
-    trainer = Trainer(model, DPSGD(), TrainConfig(batch_size=1, noise_multiplier=1.0, steps=1, progress=False),
+    trainer = Trainer(model, DPSGD(), TrainConfig(dp=DPSettings(batch_size=1, steps=1), noise_multiplier=1.0,
+                                                  progress=False),
                       ledger=ledger)
     grad = trainer.private_gradient(data(), torch.tensor([], dtype=torch.long), expected_batch=1.0)
     assert all(torch.isfinite(g).all() for g in grad.values())
@@ -86,8 +88,9 @@ def test_micro_batching_gives_the_same_gradient():
     for physical in (7, 1024):
         torch.manual_seed(0)
         model = TabularMLP(6, hidden=16, dropout=0.0).double()
-        t = Trainer(model, DPSGD(), TrainConfig(batch_size=10, noise_multiplier=1.0, max_physical_batch=physical,
-                                                progress=False, seed=5, noise_seed=5), ledger=PrivacyLedger(50))
+        t = Trainer(model, DPSGD(), TrainConfig(dp=DPSettings(batch_size=10, seed=5, noise_seed=5),
+                                                noise_multiplier=1.0, max_physical_batch=physical,
+                                                progress=False), ledger=PrivacyLedger(50))
         dd = {k: v.double() for k, v in d.items()}
         grads.append(t.private_gradient(dd, torch.arange(50), expected_batch=10.0))
     for k in grads[0]:
@@ -101,7 +104,8 @@ def test_non_private_micro_batching_gives_the_same_mean_gradient_and_loss():
     for physical in (7, 1024):
         torch.manual_seed(0)
         model = TabularMLP(6, hidden=16, dropout=0.0).double()
-        t = Trainer(model, NonPrivate(), TrainConfig(batch_size=10, max_physical_batch=physical, progress=False))
+        t = Trainer(model, NonPrivate(), TrainConfig(dp=DPSettings(batch_size=10), max_physical_batch=physical,
+                                                     progress=False))
         out.append(t.mean_gradient(NonPrivate().private_loss, dd))
     assert out[0][1] == pytest.approx(out[1][1], rel=1e-12)
     for k in out[0][0]:
@@ -110,7 +114,7 @@ def test_non_private_micro_batching_gives_the_same_mean_gradient_and_loss():
 
 def test_ledger_is_charged_once_per_private_step_and_calibration_meets_target():
     ledger = PrivacyLedger(64)
-    cfg = TrainConfig(batch_size=8, steps=40, target_epsilon=2.0, progress=False)
+    cfg = TrainConfig(dp=DPSettings(batch_size=8, steps=40, epsilon=2.0), progress=False)
     trainer = Trainer(TabularMLP(6, hidden=8), FeatureDP(), cfg, ledger=ledger)
     result = trainer.fit(data(), {"x_pub": data()["x_pub"], "y": data()["y"]})
     assert result.steps == 40 and result.sampling_rate == pytest.approx(8 / 64)
@@ -122,9 +126,9 @@ def test_ledger_is_charged_once_per_private_step_and_calibration_meets_target():
 def run(steps, ckpt_dir, crash_at=None, ema_decay=None, noise_seed=11, **checkpoints):
     torch.manual_seed(0)
     model = TabularMLP(6, hidden=16)  # dropout on: the RNG state must resume too
-    cfg = TrainConfig(batch_size=8, steps=steps, noise_multiplier=1.1, public_pretrain_steps=3, progress=False,
-                      checkpoint_dir=str(ckpt_dir), seed=11, noise_seed=noise_seed,
-                      ema_decay=ema_decay, **({"checkpoint_every": 4} | checkpoints))
+    cfg = TrainConfig(dp=DPSettings(batch_size=8, steps=steps, seed=11, noise_seed=noise_seed), noise_multiplier=1.1,
+                      public_pretrain_steps=3, progress=False, checkpoint_dir=str(ckpt_dir), ema_decay=ema_decay,
+                      **({"checkpoint_every": 4} | checkpoints))
     trainer = Trainer(model, FeatureDP(), cfg, ledger=PrivacyLedger(64))
     if crash_at is not None:
         crash_at_step(trainer, crash_at)
@@ -170,8 +174,8 @@ def test_same_seed_same_model_different_seed_different_model():
     def train(seed):  # both seeds pinned: the public one and the (secret) noise_seed
         torch.manual_seed(123)
         model = TabularMLP(6, hidden=8)
-        Trainer(model, DPSGD(), TrainConfig(batch_size=8, steps=5, noise_multiplier=1.0, seed=seed, noise_seed=seed,
-                                            progress=False),
+        Trainer(model, DPSGD(), TrainConfig(dp=DPSettings(batch_size=8, steps=5, seed=seed, noise_seed=seed),
+                                            noise_multiplier=1.0, progress=False),
                 ledger=PrivacyLedger(64)).fit(data())
         return torch.cat([p.flatten() for p in model.parameters()])
 
@@ -183,29 +187,54 @@ def test_nonprivate_training_learns():
     torch.manual_seed(0)
     model = TabularMLP(6, hidden=32, dropout=0.0)
     d = data(256)
-    Trainer(model, NonPrivate(), TrainConfig(batch_size=32, epochs=20, lr=1e-2, progress=False)).fit(d)
+    Trainer(model, NonPrivate(), TrainConfig(dp=DPSettings(batch_size=32, epochs=20), lr=1e-2, progress=False)).fit(d)
     acc = ((model(d["x"])[:, 0] > 0).float() == d["y"]).float().mean()
     assert acc > 0.9
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "make, match",
     [
-        ({"batch_size": 0, "noise_multiplier": 1.0}, "batch_size"),
-        ({"clip_norm": -1.0, "noise_multiplier": 1.0}, "clip_norm"),
-        ({"noise_multiplier": 1.0, "target_epsilon": 1.0}, "exactly one"),
-        ({}, "exactly one"),
-        ({"noise_multiplier": 1.0, "backend": "gpu"}, "backend"),
-        ({"noise_multiplier": 1.0, "alpha": -0.5}, "alpha"),
+        (lambda: TrainConfig(dp=DPSettings(batch_size=0)), "batch_size"),
+        (lambda: TrainConfig(dp=DPSettings(clip_norm=-1.0)), "clip"),
+        (lambda: TrainConfig(dp={"epsilon": 1.0}), "dp=DPSettings"),
+        (lambda: TrainConfig(noise_multiplier=-1.0), "noise"),
+        (lambda: TrainConfig(backend="gpu"), "backend"),
+        (lambda: TrainConfig(alpha=-0.5), "alpha"),
     ],
 )
-def test_bad_config_is_named(kwargs, match):
+def test_bad_config_is_named(make, match):
     with pytest.raises(ValueError, match=match):
-        Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(progress=False, **kwargs))
+        Trainer(TabularMLP(6, hidden=8), DPSGD(), make())
+
+
+def test_the_engine_runs_the_dp_settings_themselves_delta_and_accountant_included():
+    """The ledger the trainer makes takes the settings' delta and accountant (a copy of the settings into a second
+    config once dropped them); a ledger made elsewhere must agree with the settings; unit = patient needs groups."""
+    dp = DPSettings(epsilon=2.0, delta=1e-4, accountant="rdp", batch_size=8, steps=4)
+    trainer = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(dp=dp, progress=False))
+    assert trainer.config.dp is dp
+    result = trainer.fit(data())
+    assert (result.ledger.delta, result.ledger.accountant) == (1e-4, "rdp")
+    assert result.guarantee.epsilon == pytest.approx(2.0, rel=0.02) and result.guarantee.delta == 1e-4
+    for ledger in (PrivacyLedger(64, delta=1e-4), PrivacyLedger(64, delta=1e-5, accountant="rdp")):
+        with pytest.raises(ValueError, match="build the ledger from the same settings"):
+            Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(dp=dp, progress=False), ledger).fit(data())
+    patients = dp.replace(unit="patient", delta=None, accountant="pld")
+    with pytest.raises(ValueError, match="unit = 'patient'"):
+        Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(dp=patients, progress=False)).fit(data())
+
+
+def test_a_fixed_noise_multiplier_is_used_instead_of_calibrating_to_epsilon():
+    dp = DPSettings(epsilon=1.0, batch_size=8, steps=3)
+    result = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(dp=dp, noise_multiplier=0.7,
+                                                                   progress=False)).fit(data())
+    assert result.noise_multiplier == 0.7 and result.guarantee.epsilon > 1.0
 
 
 def test_bad_data_is_named():
-    t = Trainer(TabularMLP(6, hidden=8), FeatureDP(), TrainConfig(noise_multiplier=1.0, progress=False, steps=1))
+    t = Trainer(TabularMLP(6, hidden=8), FeatureDP(), TrainConfig(dp=DPSettings(steps=1), noise_multiplier=1.0,
+                                                                  progress=False))
     d = data()
     with pytest.raises(ValueError, match="public_data"):
         t.fit(d)
@@ -221,8 +250,8 @@ def test_ema_is_the_moving_average_of_the_iterates_and_ends_in_the_model():
     decay, iterates = 0.8, []
     torch.manual_seed(5)
     model = TabularMLP(6, hidden=8, dropout=0.0)
-    trainer = Trainer(model, DPSGD(), TrainConfig(batch_size=8, steps=6, noise_multiplier=1.0, ema_decay=decay,
-                                                  progress=False), ledger=PrivacyLedger(64))
+    trainer = Trainer(model, DPSGD(), TrainConfig(dp=DPSettings(batch_size=8, steps=6), noise_multiplier=1.0,
+                                                  ema_decay=decay, progress=False), ledger=PrivacyLedger(64))
     start = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
     original = trainer._apply
 
@@ -255,8 +284,8 @@ def test_a_patient_ledger_without_groups_is_refused():
     from dpcare.privacy import ProtectedUnit
 
     d = data(64)
-    trainer = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(batch_size=8, steps=2, noise_multiplier=1.0,
-                                                                    progress=False),
+    trainer = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(dp=DPSettings(batch_size=8, steps=2),
+                                                                    noise_multiplier=1.0, progress=False),
                       ledger=PrivacyLedger(16, unit=ProtectedUnit.PATIENT))
     with pytest.raises(SettingsError, match="protects patients but fit\\(\\) got no groups="):
         trainer.fit(d)
@@ -268,18 +297,21 @@ def test_the_ledger_counts_the_units_the_engine_samples():
     from dpcare.exceptions import SettingsError
 
     d = data(64)
-    trainer = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(batch_size=8, steps=2, noise_multiplier=1.0,
+    trainer = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(dp=DPSettings(batch_size=8, steps=2),
+                                                                    noise_multiplier=1.0,
                                                                     progress=False), ledger=PrivacyLedger(100))
     with pytest.raises(SettingsError, match="ledger counts n = 100 units but the engine samples from 64"):
         trainer.fit(d)
-    ok = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(batch_size=8, steps=2, noise_multiplier=1.0,
+    ok = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(dp=DPSettings(batch_size=8, steps=2),
+                                                               noise_multiplier=1.0,
                                                                progress=False), ledger=PrivacyLedger(64))
     assert ok.fit(d).guarantee.n == 64
 
 
 def test_a_batch_covering_every_unit_warns():
     d = data(32)
-    trainer = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(batch_size=64, steps=1, noise_multiplier=1.0,
+    trainer = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(dp=DPSettings(batch_size=64, steps=1),
+                                                                    noise_multiplier=1.0,
                                                                     progress=False), ledger=PrivacyLedger(32))
     with pytest.warns(UserWarning, match="covers all 32 privacy units"):
         trainer.fit(d)

@@ -39,7 +39,7 @@ def data(n=64, d=6):
 def trainer(noise_seed=None, seed=3, steps=5, checkpoint_dir=None, model=None):
     torch.manual_seed(0)  # the same initial model every time
     model = model if model is not None else TabularMLP(6, hidden=8, dropout=0.0)  # only the DP draws differ
-    cfg = TrainConfig(batch_size=8, steps=steps, noise_multiplier=1.0, seed=seed, noise_seed=noise_seed,
+    cfg = TrainConfig(dp=DPSettings(batch_size=8, steps=steps, seed=seed, noise_seed=noise_seed), noise_multiplier=1.0,
                       checkpoint_dir=checkpoint_dir, checkpoint_every=4, progress=False)
     return Trainer(model, DPSGD(), cfg, ledger=PrivacyLedger(64))
 
@@ -186,7 +186,7 @@ def test_a_non_private_run_stays_reproducible_from_the_public_seed():
     for _ in range(2):
         torch.manual_seed(0)
         model = TabularMLP(6, hidden=8)
-        Trainer(model, NonPrivate(), TrainConfig(batch_size=8, steps=5, seed=3, progress=False)).fit(d)
+        Trainer(model, NonPrivate(), TrainConfig(dp=DPSettings(batch_size=8, steps=5, seed=3), progress=False)).fit(d)
         runs.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     assert torch.equal(*runs)
 

@@ -58,7 +58,7 @@ def test_public_branch_never_reads_private_values():
     for frame, e in ((df, enc), (other, enc_other)):
         torch.manual_seed(0)
         model = TabularMLP(pub["x_pub"].shape[1], hidden=16)
-        trainer = Trainer(model, FeatureDP(), TrainConfig(batch_size=32, steps=5, noise_multiplier=1.0,
+        trainer = Trainer(model, FeatureDP(), TrainConfig(dp=DPSettings(batch_size=32, steps=5), noise_multiplier=1.0,
                                                           progress=False), ledger=PrivacyLedger(len(frame)))
         g, _ = trainer.mean_gradient(FeatureDP().public_loss, public_data("feature-dp", tensors(e, frame, "gaussian", 3)))
         grads.append(torch.cat([v.flatten() for v in g.values()]))

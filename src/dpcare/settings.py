@@ -13,7 +13,8 @@ secret noise_seed and the privacy unit). Recipes keep their own fields (model si
 own dataclass, declared the same way, with a ``dp: DPSettings`` field. The command line derives its options from
 these declarations (:mod:`dpcare.cli.options`), so a setting is typed once.
 
-This module is pure Python (no torch): the engine turns :class:`DPSettings` into its ``TrainConfig``.
+This module is pure Python (no torch): the engine's ``TrainConfig`` holds :class:`DPSettings` and
+:class:`ComputeSettings` themselves.
 """
 
 from __future__ import annotations
@@ -275,6 +276,16 @@ class DPSettings(Settings):
         noise = None if self.noise_seed is None else self.noise_seed + offset
         return self._derived(seed=self.seed + offset, noise_seed=noise)
 
+    @classmethod
+    def rebuilt(cls, **values: Any) -> DPSettings:
+        """Settings made from values whose pinned noise_seed its user was already warned about (a function's own
+        arguments passed on to the engine): validated, without a second warning."""
+        token = _DERIVING.set(True)
+        try:
+            return cls(**values)
+        finally:
+            _DERIVING.reset(token)
+
     def _derived(self, **changes: Any) -> DPSettings:
         """A copy with ``changes``, without repeating the pinned-noise warning: these settings gave it already."""
         token = _DERIVING.set(True)
@@ -310,10 +321,6 @@ class ComputeSettings(Settings):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_device_name(self.device)
-
-    def engine(self) -> dict[str, Any]:
-        """The engine's keywords (``TrainConfig(device=..., precision=...)``)."""
-        return {"device": self.device, "precision": self.precision}
 
 
 def require_unit(dp: DPSettings, unit: str, why: str) -> None:

@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import logging
 import math
-import secrets
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +51,11 @@ from dpcare.engine.functorch_backend import clipped_sum_functorch
 from dpcare.engine.noise import Stream, seeded_generator
 from dpcare.engine.objective import Objective
 from dpcare.engine.sampling import UnitIndex, chunks, poisson_indices, take, uniform_indices
-from dpcare.exceptions import DataError, PrivacyParameterError, SettingsError
+from dpcare.exceptions import DataError, SettingsError
 from dpcare.privacy import Guarantee, PrivacyLedger, ProtectedUnit, check_noise_multiplier, secret_seed
 from dpcare.privacy.randomness import sub_root
 from dpcare.progress import progress as tqdm
-from dpcare.settings import DPSettings
+from dpcare.settings import ComputeSettings, DPSettings
 
 log = logging.getLogger(__name__)
 
@@ -65,58 +64,56 @@ CHECKPOINT_NAME = "checkpoint.pt"
 
 @dataclass
 class TrainConfig:
-    """Hyperparameters of one run. Exactly one of ``noise_multiplier`` and
-    ``target_epsilon`` must be set for a private objective."""
+    """One run of the engine: the DP settings and the compute settings THEMSELVES (the objects a recipe holds,
+    validated once when they were made: epsilon, delta, accountant, C, the expected batch, epochs or steps, the
+    seeds, the unit; the device and precision), and the engine's own knobs (optimiser, public branch, memory,
+    checkpoints). A private objective calibrates its noise to ``dp.epsilon`` unless ``noise_multiplier`` fixes
+    sigma (audits, timings, tests); a ledger the trainer makes takes ``dp.delta`` and ``dp.accountant``, and a
+    ledger given to it must agree with them. A non-private objective reads only the schedule (batch, epochs or
+    steps, seed)."""
 
-    batch_size: int = 256  # expected private batch size m = q n
-    epochs: float = 10.0
-    steps: int | None = None  # overrides epochs
-    public_batch_size: int | None = None  # m'; default = batch_size
+    dp: DPSettings = field(default_factory=DPSettings)
+    compute: ComputeSettings = field(default_factory=ComputeSettings)
+    public_batch_size: int | None = None  # m'; default = dp.batch_size
     lr: float = 1e-3
     optimizer: str = "adam"  # adam | adamw | sgd
     momentum: float = 0.9
     weight_decay: float = 0.0
-    clip_norm: float = 1.0
-    noise_multiplier: float | None = None
-    target_epsilon: float | None = None
+    noise_multiplier: float | None = None  # a fixed sigma instead of calibrating to dp.epsilon
     alpha: float = 1.0
     max_physical_batch: int = 1024
     public_pretrain_steps: int = 0
     backend: str = "auto"  # auto | fast | functorch
-    seed: int | None = 0  # public: initialisation, public sampling, dropout (None: fresh OS randomness)
-    noise_seed: int | None = None  # SECRET: private sampling and noise (None: OS entropy, privacy.randomness)
-    # resume point: checkpoint.pt and (noise_seed None) the secret root; both determine the noise, so delete the
+    # resume point: checkpoint.pt and (dp.noise_seed None) the secret root; both determine the noise, so delete the
     # folder, or keep it as private as the data, once the run is done (a RunFolder's finish() deletes it)
     checkpoint_dir: str | None = None
     checkpoint_every: int = 100
     checkpoint_seconds: float = 600.0  # and when this long has passed since the last one (long steps: an LM on a CPU)
     progress: bool = True
     ema_decay: float | None = None  # keep an exponential moving average of the weights; fit() ends with it
-    adaptive_clip: AdaptiveClip | None = None  # private adaptive clipping; clip_norm is then the initial C
-    device: str = "auto"  # auto (CUDA when present, else CPU), cpu, cuda, cuda:N, mps (dpcare.engine.devices)
-    precision: str = "fp32"  # fp32 | bf16 (autocast; norms, clipping and the noisy sum in fp32)
+    # private adaptive clipping's engine settings; None: dp.adaptive_clip's quantile with the defaults, or a fixed C
+    adaptive_clip: AdaptiveClip | None = None
 
-    @classmethod
-    def from_dp(cls, dp: DPSettings, private: bool = True, **engine: Any) -> TrainConfig:
-        """The engine's config for the DP settings ``dp`` (target epsilon, C, adaptive clipping, expected batch,
-        epochs or steps, seed, noise_seed) and engine keywords (lr, alpha, ...). Delta and the accountant belong to the
-        ledger; the privacy unit to ``fit(groups=...)``. ``private`` False: a non-private run (no epsilon)."""
-        adaptive = AdaptiveClip(target_quantile=dp.adaptive_clip) if private and dp.adaptive_clip else None
-        return cls(batch_size=dp.batch_size, epochs=dp.epochs, steps=dp.steps, clip_norm=dp.clip_norm,
-                   target_epsilon=dp.epsilon if private else None, seed=dp.seed, noise_seed=dp.noise_seed,
-                   adaptive_clip=adaptive, **engine)
+    def clipping(self, private: bool) -> AdaptiveClip | None:
+        """The adaptive clipping a private objective runs: ``adaptive_clip``, else ``dp.adaptive_clip``'s quantile."""
+        if self.adaptive_clip is not None:
+            return self.adaptive_clip
+        return AdaptiveClip(target_quantile=self.dp.adaptive_clip) if private and self.dp.adaptive_clip else None
+
+    def with_schedule(self, **changes: Any) -> TrainConfig:
+        """A copy whose DP settings take ``changes`` (batch_size, epochs, steps, seed...), validated as settings."""
+        return replace(self, dp=self.dp.replace(**changes))
 
     def validate(self, objective: Objective) -> None:
-        positive = {"batch_size": self.batch_size, "lr": self.lr, "clip_norm": self.clip_norm,
-                    "max_physical_batch": self.max_physical_batch, "checkpoint_every": self.checkpoint_every,
-                    "checkpoint_seconds": self.checkpoint_seconds}
+        """The engine's own knobs (the DP and compute settings validated themselves when they were made)."""
+        if not isinstance(self.dp, DPSettings) or not isinstance(self.compute, ComputeSettings):
+            raise SettingsError("TrainConfig takes dp=DPSettings(...) and compute=ComputeSettings(...), got "
+                                f"{type(self.dp).__name__} and {type(self.compute).__name__}")
+        positive = {"lr": self.lr, "max_physical_batch": self.max_physical_batch,
+                    "checkpoint_every": self.checkpoint_every, "checkpoint_seconds": self.checkpoint_seconds}
         for name, value in positive.items():
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise SettingsError(f"{name} must be a positive number, got {value!r}")
-        if self.steps is None and not (math.isfinite(self.epochs) and self.epochs > 0):
-            raise SettingsError(f"epochs must be positive, got {self.epochs!r}")
-        if self.steps is not None and self.steps < 0:
-            raise SettingsError(f"steps must be >= 0, got {self.steps!r}")
         if self.ema_decay is not None and not (0 <= self.ema_decay < 1):
             raise SettingsError(f"ema_decay must be in [0, 1), got {self.ema_decay!r}")
         if self.alpha < 0 or not math.isfinite(self.alpha):
@@ -125,15 +122,13 @@ class TrainConfig:
             raise SettingsError(f"backend must be auto, fast or functorch, got {self.backend!r}")
         if self.optimizer not in ("adam", "adamw", "sgd"):
             raise SettingsError(f"optimizer must be adam, adamw or sgd, got {self.optimizer!r}")
-        if objective.private:
-            if (self.noise_multiplier is None) == (self.target_epsilon is None):
-                raise PrivacyParameterError("set exactly one of noise_multiplier and target_epsilon for a private method")
-            if self.noise_multiplier is not None:
-                check_noise_multiplier(self.noise_multiplier)
-        if self.adaptive_clip is not None:
+        if objective.private and self.noise_multiplier is not None:
+            check_noise_multiplier(self.noise_multiplier)
+        clipping = self.clipping(objective.private)
+        if clipping is not None:
             if not objective.private:
                 raise SettingsError("adaptive_clip needs a private objective")
-            self.adaptive_clip.validate()
+            clipping.validate()
 
 
 @dataclass
@@ -167,8 +162,9 @@ class Trainer:
         config.validate(objective)
         if objective.private:
             _refuse_batch_norm(model)
-        self.device = resolve_device(config.device)
-        check_precision(config.precision, self.device)
+        self.dp, self.precision = config.dp, config.compute.precision
+        self.device = resolve_device(config.compute.device)
+        check_precision(self.precision, self.device)
         self.model, self.objective, self.config, self.ledger = model.to(self.device), objective, config, ledger
         self.units: UnitIndex | None = None  # set by fit(groups=...): rows grouped into privacy units
         self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
@@ -176,7 +172,7 @@ class Trainer:
             raise SettingsError("the model has no trainable parameters (all have requires_grad=False)")
         self.optimizer = (optimizer_factory or self._default_optimizer)(list(self.trainable.values()))
         self.backend = self._choose_backend()
-        if config.precision == "bf16" and self.backend == "functorch":
+        if self.precision == "bf16" and self.backend == "functorch":
             warnings.warn("precision bf16 applies to the fast clipping backend; this model trains with the torch.func "
                           "backend, whose per-example gradients are computed in fp32 (torch's vmap cannot "
                           "differentiate LayerNorm under autocast)", stacklevel=user_stacklevel())
@@ -186,18 +182,18 @@ class Trainer:
         # The public seed (recorded) seeds public sampling and the model's randomness; a private objective's
         # sampling and every noise come from the secret root (noise_seed, or OS entropy kept in the checkpoint
         # folder for a resume: privacy/randomness.py). A non-private run's batches are public randomness.
-        seed = distributed.from_main(config.seed if config.seed is not None else secrets.randbits(62))
+        seed = distributed.from_main(self.dp.seed)
         self._gens = {"public": seeded_generator(sub_root(seed, "public sampling"))}
         if objective.private:  # secret streams (engine/noise.py): secure unless a noise seed is pinned
-            root = secret_seed(config.noise_seed, config.checkpoint_dir if self.rank == 0 else None)
-            secure = config.noise_seed is None
+            root = secret_seed(self.dp.noise_seed, config.checkpoint_dir if self.rank == 0 else None)
+            secure = self.dp.noise_seed is None
             self._streams = {name: Stream(root, name, secure, self.device if name == "noise" else "cpu")
                              for name in ("sampling", "noise", "count noise", "count sample")}
         else:  # a non-private run's batches are public randomness
             self._streams = {}
             self._gens["batches"] = seeded_generator(sub_root(seed, "batches"))
         torch.manual_seed(sub_root(seed, "model randomness"))  # dropout and other model randomness
-        self.clip_estimator: QuantileEstimator | None = None  # set by fit() with config.adaptive_clip
+        self.clip_estimator: QuantileEstimator | None = None  # set by fit() with adaptive clipping
         self.step_count = 0
         self.history: list[dict[str, float]] = []
         self.ema = {n: p.detach().clone() for n, p in self.trainable.items()} if config.ema_decay is not None else None
@@ -222,18 +218,18 @@ class Trainer:
         return "functorch"
 
     def total_steps(self, n: int) -> int:
-        c = self.config
-        return c.steps if c.steps is not None else math.ceil(c.epochs * n / c.batch_size)
+        dp = self.dp
+        return dp.steps if dp.steps is not None else math.ceil(dp.epochs * n / dp.batch_size)
 
     def sampling_rate(self, n: int) -> float:
         if n <= 0:
             raise DataError("the private data set has no rows")
-        return min(1.0, self.config.batch_size / n)
+        return min(1.0, self.dp.batch_size / n)
 
     @property
     def clip_norm(self) -> float:
         """C of the next step: the setting, or with adaptive clipping its current private estimate."""
-        return self.clip_estimator.clip_norm if self.clip_estimator is not None else self.config.clip_norm
+        return self.clip_estimator.clip_norm if self.clip_estimator is not None else self.dp.clip_norm
 
     @property
     def gradient_noise_multiplier(self) -> float:
@@ -242,8 +238,9 @@ class Trainer:
         return self.noise_multiplier if est is None else est.gradient_noise(self.noise_multiplier)
 
     def _start_adaptive_clip(self, expected_batch: float) -> None:
-        if self.config.adaptive_clip is not None and self.clip_estimator is None:
-            self.clip_estimator = QuantileEstimator(self.config.adaptive_clip, self.config.clip_norm, expected_batch,
+        clipping = self.config.clipping(self.objective.private)
+        if clipping is not None and self.clip_estimator is None:
+            self.clip_estimator = QuantileEstimator(clipping, self.dp.clip_norm, expected_batch,
                                                     self._streams["count noise"])
 
     # ---------------------------------------------------------------- gradients
@@ -251,7 +248,7 @@ class Trainer:
         """Sum of clipped per-unit gradients of the private loss over ``batch`` (a unit: a row, or the rows
         sharing a label in ``groups``)."""
         fn = clipped_sum_fast if self.backend == "fast" else clipped_sum_functorch
-        with autocast(self.device, self.config.precision):
+        with autocast(self.device, self.precision):
             return fn(self.model, self.objective.private_loss, batch, self.trainable, self.clip_norm, groups)
 
     def _take(self, data: Mapping[str, Tensor], idx: Tensor) -> dict[str, Tensor]:
@@ -288,7 +285,7 @@ class Trainer:
         params = list(self.trainable.values())
         grads = None
         for part in chunks(rows, self.config.max_physical_batch):
-            with autocast(self.device, self.config.precision):
+            with autocast(self.device, self.precision):
                 loss = check_losses(self.objective.private_loss(self.model, self._take(data, part)), len(part))
             loss = to_float32(loss).sum()
             g = torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)
@@ -319,13 +316,13 @@ class Trainer:
         size = next(iter(batch.values())).shape[0]
         params = list(self.trainable.values())
         if size <= self.config.max_physical_batch or _has_batch_norm(self.model):
-            with autocast(self.device, self.config.precision):
+            with autocast(self.device, self.precision):
                 loss = to_float32(check_losses(loss_fn(self.model, batch), size)).mean()
             grads = torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)
             return dict(zip(self.trainable, grads)), float(loss.detach())
         total, summed = 0.0, None
         for rows in chunks(torch.arange(size), self.config.max_physical_batch):
-            with autocast(self.device, self.config.precision):
+            with autocast(self.device, self.precision):
                 loss = to_float32(check_losses(loss_fn(self.model, take(batch, rows)), len(rows))).sum()
             grads = torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)
             summed = list(grads) if summed is None else [a.add_(b) for a, b in zip(summed, grads)]
@@ -395,13 +392,13 @@ class Trainer:
         self.clip_estimator.observe(int(counts[0]), int(counts[1]))
 
     def nonprivate_step(self, data: Mapping[str, Tensor]) -> dict:
-        idx = uniform_indices(_rows(data), self.config.batch_size, self._gens["batches"])
+        idx = uniform_indices(_rows(data), self.dp.batch_size, self._gens["batches"])
         grad, loss = self.mean_gradient(self.objective.private_loss, self._take(data, idx))
         self._apply(grad)
         return {"loss": loss}
 
     def _public_batch(self) -> int:
-        return self.config.public_batch_size or self.config.batch_size
+        return self.config.public_batch_size or self.dp.batch_size
 
     # ---------------------------------------------------------------- loop
     def fit(self, private_data: Mapping[str, Tensor], public_data: Mapping[str, Tensor] | None = None,
@@ -425,17 +422,18 @@ class Trainer:
         if obj.private:
             if self.ledger is None:
                 patient = self.units is not None and obj.unit is ProtectedUnit.EXAMPLE
-                self.ledger = PrivacyLedger(n, unit=ProtectedUnit.PATIENT if patient else obj.unit)
-            self._check_unit(n)
+                self.ledger = PrivacyLedger(n, c.dp.delta, c.dp.accountant,
+                                            unit=ProtectedUnit.PATIENT if patient else obj.unit)
+            self._check_ledger(n)
             q = self.sampling_rate(n)
             if q == 1.0:
-                warnings.warn(f"the expected batch ({c.batch_size}) covers all {n} privacy units (q = 1): every step "
-                              "reads every unit, so sampling amplifies nothing; use a smaller batch size or more "
-                              "units", stacklevel=user_stacklevel())
+                warnings.warn(f"the expected batch ({c.dp.batch_size}) covers all {n} privacy units (q = 1): every "
+                              "step reads every unit, so sampling amplifies nothing; use a smaller batch size or "
+                              "more units", stacklevel=user_stacklevel())
             self._start_adaptive_clip(q * n)
             if self.noise_multiplier is None:
                 planned = self.clip_estimator.planned_events(q, total) if self.clip_estimator else ()
-                self.noise_multiplier = self.ledger.calibrate_training_noise(q, total, c.target_epsilon, planned=planned)
+                self.noise_multiplier = self.ledger.calibrate_training_noise(q, total, c.dp.epsilon, planned=planned)
             if self.clip_estimator is not None:  # raises if a split would leave the gradient no noise
                 self.clip_estimator.gradient_noise(self.noise_multiplier)
         self._maybe_resume(total)
@@ -492,9 +490,18 @@ class Trainer:
             gradient_noise_multiplier=self.gradient_noise_multiplier if obj.private else None,
         )
 
-    def _check_unit(self, n: int) -> None:
-        """The unit the ledger names is the unit the engine samples: a patient-level ledger needs grouped rows
-        (``fit(groups=...)``), and the ledger's n is the number of units sampled from (the guarantee states it)."""
+    def _check_ledger(self, n: int) -> None:
+        """The ledger states the run's DP settings and the unit the engine samples: its delta and accountant are
+        the settings' (a ledger made elsewhere must agree), a patient-level ledger (or ``unit="patient"``) needs
+        grouped rows (``fit(groups=...)``), and the ledger's n is the number of units sampled from."""
+        dp, ledger = self.dp, self.ledger
+        if ledger.accountant != dp.accountant or (dp.delta is not None and ledger.delta != dp.delta):
+            raise SettingsError(f"the ledger composes with accountant {ledger.accountant!r} at delta {ledger.delta:g} "
+                                f"but the DP settings say accountant {dp.accountant!r}, delta {dp.delta}: build the "
+                                "ledger from the same settings")
+        if dp.unit == "patient" and self.units is None:
+            raise SettingsError("the DP settings protect patients (unit = 'patient') but fit() got no groups=: pass "
+                                "groups= (one patient label per row)")
         if self.ledger.unit is ProtectedUnit.PATIENT and self.units is None:
             raise SettingsError("the ledger protects patients but fit() got no groups=: the engine would sample and "
                                 "clip rows while the guarantee names patients; pass groups= (one patient label per "
@@ -518,12 +525,21 @@ class Trainer:
 
     # ---------------------------------------------------------------- checkpoints
     def _fingerprint(self, total: int) -> dict[str, Any]:
+        c, dp = self.config, self.dp
+        flat = {**{k: v for k, v in asdict(c).items() if k not in ("dp", "compute", "adaptive_clip")},
+                "batch_size": dp.batch_size, "epochs": dp.epochs, "steps": dp.steps, "clip_norm": dp.clip_norm,
+                "target_epsilon": dp.epsilon if self.objective.private and c.noise_multiplier is None else None,
+                "seed": dp.seed, "noise_seed": dp.noise_seed, "adaptive_clip": c.clipping(self.objective.private),
+                "device": c.compute.device, "precision": c.compute.precision, "delta": dp.delta,
+                "accountant": dp.accountant}
+        if flat["adaptive_clip"] is not None:
+            flat["adaptive_clip"] = asdict(flat["adaptive_clip"])
+        # the names and defaults of the flat config before it held the settings: older checkpoints stay valid
         skip = {"progress", "checkpoint_dir", "checkpoint_every", "checkpoint_seconds"}
-        for key in ("adaptive_clip", "noise_seed"):  # fingerprints of runs from before these settings stay valid
-            if getattr(self.config, key) is None:
-                skip.add(key)
-        skip |= {k for k, default in (("device", "auto"), ("precision", "fp32")) if getattr(self.config, k) == default}
-        keep = {k: v for k, v in asdict(self.config).items() if k not in skip}
+        skip |= {k for k, default in (("adaptive_clip", None), ("noise_seed", None), ("device", "auto"),
+                                      ("precision", "fp32"), ("delta", None), ("accountant", "pld"))
+                 if flat[k] == default}
+        keep = {k: v for k, v in flat.items() if k not in skip}
         return {"config": keep, "objective": self.objective.name, "total_steps": total,
                 "units": self.units.n if self.units is not None else None}
 

@@ -331,9 +331,8 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                                    declared=("the class labels given as classes=",) if declared else ())
         index = np.searchsorted(classes, labels)
         target = torch.from_numpy(index.astype(np.float32 if len(classes) == 2 else np.int64))
-        config = TrainConfig.from_dp(settings.dp, private=objective.private, lr=settings.lr,
-                                     checkpoint_dir=self.checkpoint_dir, progress=self.progress,
-                                     **settings.compute.engine())
+        config = TrainConfig(dp=settings.dp, compute=settings.compute, lr=settings.lr,
+                             checkpoint_dir=self.checkpoint_dir, progress=self.progress)
         result = Trainer(model, objective, config, ledger=ledger).fit({"x": torch.from_numpy(x), "y": target})
         if ledger is not None:
             if not declared:

@@ -21,8 +21,12 @@ from dpcare.engine import Objective, TrainConfig, Trainer, TrainResult
 from dpcare.engine.clip import check_losses
 from dpcare.exceptions import DataError, PrivacyParameterError, SettingsError
 from dpcare.privacy import PrivacyLedger, ProtectedUnit, check_epsilon
+from dpcare.settings import ComputeSettings, DPSettings
 
 KEYS = ("x", "y")
+DP_KEYS = ("steps", "seed", "noise_seed")  # DPSettings fields make_private takes as keywords
+COMPUTE_KEYS = ("device", "precision")  # ComputeSettings fields
+NOT_KEYWORDS = {"dp", "compute", "lr", "noise_multiplier"}  # TrainConfig fields made here or given by name
 
 
 class LossObjective(Objective):
@@ -90,8 +94,9 @@ def make_private(model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], 
     ``loss_fn(outputs, targets)`` must return one loss per example. ``groups`` (one integer per
     row) makes each patient, not each row, the privacy unit (n counts patients). ``lr`` None: Adam's
     (and AdamW's) learning rate by :func:`default_lr` from the run's number of steps; give it with
-    ``optimizer="sgd"``. Other keyword arguments are :class:`~dpcare.engine.TrainConfig` fields
-    (optimizer, seed, steps, ...).
+    ``optimizer="sgd"``. Other keyword arguments: ``steps``, ``seed`` and ``noise_seed``
+    (:class:`~dpcare.settings.DPSettings`), ``device`` and ``precision`` (:class:`~dpcare.settings.ComputeSettings`)
+    and the engine's own :class:`~dpcare.engine.TrainConfig` fields (optimizer, weight_decay, progress, ...).
     """
     if (epsilon is None) == (noise_multiplier is None):
         raise PrivacyParameterError("give exactly one of epsilon (the noise is calibrated to it) and "
@@ -102,11 +107,11 @@ def make_private(model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], 
     if missing:
         raise DataError(f"data lacks the keys {missing}: pass {{'x': inputs, 'y': targets}} (got {sorted(data)})")
     _check_tensors(data, groups)
-    allowed = set(TrainConfig.__dataclass_fields__) - {"target_epsilon"}  # that one is epsilon=
+    allowed = set(DP_KEYS) | set(COMPUTE_KEYS) | set(TrainConfig.__dataclass_fields__) - NOT_KEYWORDS
     unknown = sorted(set(config) - allowed)
     if unknown:
-        raise SettingsError(f"unknown training settings {unknown}; make_private takes epsilon= and the fields of "
-                            f"TrainConfig: {sorted(allowed)}")
+        raise SettingsError(f"unknown training settings {unknown}; make_private takes epsilon= and these: "
+                            f"{sorted(allowed)}")
     unit = ProtectedUnit.PATIENT if groups is not None else ProtectedUnit.EXAMPLE
     n = _units(data, groups)
     if lr is None:
@@ -117,8 +122,11 @@ def make_private(model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], 
     ledger = PrivacyLedger(n, delta=delta, accountant=accountant, unit=unit)
     objective = LossObjective(loss_fn)
     objective.check(model, data)
-    settings = TrainConfig(batch_size=batch_size, epochs=epochs, lr=lr, clip_norm=clip_norm,
-                           noise_multiplier=noise_multiplier, target_epsilon=epsilon, **config)
+    target = {} if epsilon is None else {"epsilon": epsilon}
+    dp = DPSettings(batch_size=batch_size, epochs=epochs, clip_norm=clip_norm, delta=delta, accountant=accountant,
+                    unit=unit.value, **target, **{k: config.pop(k) for k in DP_KEYS if k in config})
+    compute = ComputeSettings(**{k: config.pop(k) for k in COMPUTE_KEYS if k in config})
+    settings = TrainConfig(dp=dp, compute=compute, lr=lr, noise_multiplier=noise_multiplier, **config)
     return PrivateTrainer(model, objective, settings, ledger, data, groups)
 
 

@@ -129,15 +129,15 @@ def train_unet(views: dict[str, Tensor], settings: DiffusionSettings, image_shap
     if objective.private:
         ledger = PrivacyLedger(len(views["y"]), delta=settings.dp.delta, accountant=settings.dp.accountant,
                                **ledger_terms(settings))
-        config = TrainConfig.from_dp(settings.dp, private=True, lr=settings.lr, alpha=settings.alpha,
-                                     public_batch_size=settings.plain_batch_size, progress=progress,
-                                     checkpoint_dir=checkpoint_dir, max_physical_batch=max_physical_batch,
-                                     ema_decay=settings.ema_decay, **settings.compute.engine())
+        config = TrainConfig(dp=settings.dp, compute=settings.compute, lr=settings.lr, alpha=settings.alpha,
+                             public_batch_size=settings.plain_batch_size, progress=progress,
+                             checkpoint_dir=checkpoint_dir, max_physical_batch=max_physical_batch,
+                             ema_decay=settings.ema_decay)
     else:
         ledger = None
-        config = TrainConfig(batch_size=settings.plain_batch_size, epochs=settings.plain_epochs, lr=settings.plain_lr,
-                             seed=settings.dp.seed, progress=progress, checkpoint_dir=checkpoint_dir,
-                             ema_decay=settings.ema_decay, **settings.compute.engine())
+        schedule = settings.dp.replace(batch_size=settings.plain_batch_size, epochs=settings.plain_epochs, steps=None)
+        config = TrainConfig(dp=schedule, compute=settings.compute, lr=settings.plain_lr, progress=progress,
+                             checkpoint_dir=checkpoint_dir, ema_decay=settings.ema_decay)
     private = {k: views[k] for k in objective.private_keys}
     result = Trainer(model, objective, config, ledger).fit(private, public_views(objective, views))
     return model, result

@@ -42,6 +42,7 @@ from dpcare.privacy import (
 )
 from dpcare.progress import progress as tqdm
 from dpcare.runs import Manifest, RunFolder, fingerprint
+from dpcare.settings import DPSettings
 from dpcare.runs.journal import journaled_map
 from dpcare.studies.paired import (
     HIGHER,
@@ -157,10 +158,10 @@ def train_one(method: str, epsilon: float | None, params: dict[str, float], seed
     model = TabularMLP(train["x"].shape[1], hidden=bench.hidden)
     # noise_seed pinned to the seed (as delta below): the published numbers stay reproducible, their noise is
     # known to whoever knows the seed (the recipes' default is secret OS entropy)
-    cfg = dict(batch_size=bench.batch_size, epochs=bench.epochs, lr=bench.lr, seed=seed, noise_seed=seed,
-               progress=False)
+    schedule = dict(batch_size=bench.batch_size, epochs=bench.epochs, seed=seed, noise_seed=seed)
     if method in NONPRIVATE:
-        trainer = Trainer(model, NonPrivate(), TrainConfig(**cfg))
+        trainer = Trainer(model, NonPrivate(), TrainConfig(dp=DPSettings.rebuilt(**schedule), lr=bench.lr,
+                                                           progress=False))
         trainer.fit({"x": train[NONPRIVATE[method]], "y": train["y"]})
         eps = math.inf
     else:
@@ -172,10 +173,11 @@ def train_one(method: str, epsilon: float | None, params: dict[str, float], seed
             unit = ProtectedUnit.FEATURES
         # delta pinned to 1/n^1.1, the default docs/results/fusiondp.md was measured with (now min(1e-5, 0.01/n))
         ledger = PrivacyLedger(n, delta=legacy_delta(n), unit=unit)
-        noise = {"noise_multiplier": params["noise_multiplier"]} if "noise_multiplier" in params else {
-            "target_epsilon": epsilon}
-        trainer = Trainer(model, objective, TrainConfig(**cfg, clip_norm=params["clip_norm"], alpha=params["alpha"],
-                                                        **noise), ledger=ledger)
+        fixed = params.get("noise_multiplier")  # a fixed sigma, or the noise calibrated to epsilon
+        target = {} if fixed is not None else {"epsilon": epsilon}
+        dp = DPSettings.rebuilt(**schedule, **target, delta=ledger.delta, clip_norm=params["clip_norm"])
+        config = TrainConfig(dp=dp, lr=bench.lr, progress=False, alpha=params["alpha"], noise_multiplier=fixed)
+        trainer = Trainer(model, objective, config, ledger=ledger)
         public = {k: train[k] for k in ("x_hyb", "x_pub", "y")} if objective.has_public_branch else None
         trainer.fit(train, public)
         eps = ledger.epsilon()

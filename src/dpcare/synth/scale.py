@@ -42,9 +42,10 @@ def seconds_per_step(model: nn.Module, objective: Objective, data: Mapping[str, 
     kept = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     rows = next(iter(data.values())).shape[0]
     private = objective.private
-    config = replace(config, noise_multiplier=1.0 if private else None, target_epsilon=None, steps=steps,
+    config = replace(config.with_schedule(steps=steps, adaptive_clip=None), noise_multiplier=1.0 if private else None,
                      progress=False, checkpoint_dir=None, adaptive_clip=None)
-    trainer = Trainer(model, objective, config, PrivacyLedger(rows) if private else None)
+    dp = config.dp
+    trainer = Trainer(model, objective, config, PrivacyLedger(rows, dp.delta, dp.accountant) if private else None)
     step = (lambda: trainer.private_step(data, None)) if private else (lambda: trainer.nonprivate_step(data))
     model.train()
     try:

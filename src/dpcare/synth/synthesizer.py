@@ -32,7 +32,6 @@ import logging
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -162,17 +161,19 @@ class Synthesizer(SavesRunFolder):
         data["targets"] = self.model.to_output(data["ids"])
         return data
 
-    def _stage1_config(self, **engine: Any) -> TrainConfig:
-        st = self.settings.stage1
-        return TrainConfig(epochs=st.epochs, batch_size=st.batch_size, lr=st.lr,
-                           max_physical_batch=st.max_physical_batch, **self.settings.compute.engine(), **engine)
+    def _stage1_config(self, seed: int, **engine: Any) -> TrainConfig:
+        """Stage 1's config (non-private, on public pseudo rows): its own schedule with the public ``seed``."""
+        s, st = self.settings, self.settings.stage1
+        schedule = s.dp.replace(epochs=st.epochs, batch_size=st.batch_size, steps=None, seed=seed)
+        return TrainConfig(dp=schedule, compute=s.compute, lr=st.lr, max_physical_batch=st.max_physical_batch,
+                           **engine)
 
     def _stage2_config(self, **engine: Any) -> TrainConfig:
         """The engine's config of stage 2: the DP settings (seed + 2, so that stage 1 and 2 draw apart; a pinned
         noise_seed + 2 too, as the noise was drawn before it was split from the seed) and stage 2's own knobs."""
         s = self.settings
-        return TrainConfig.from_dp(s.dp.shifted(2), private=s.private, lr=s.stage2.lr,
-                                   max_physical_batch=s.stage2.max_physical_batch, **s.compute.engine(), **engine)
+        return TrainConfig(dp=s.dp.shifted(2), compute=s.compute, lr=s.stage2.lr,
+                           max_physical_batch=s.stage2.max_physical_batch, **engine)
 
     def fit(self, df: pd.DataFrame, ledger: PrivacyLedger | None = None, checkpoint_dir: str | None = None,
             stage1_cache: str | Path | None = None, estimate: bool = True,
@@ -263,12 +264,12 @@ class Synthesizer(SavesRunFolder):
         stage1_rows = {"dp-2stage-u": s.pseudo_rows or n_private,
                        "dp-2stage-o": len(self.public_table) if self.public_table is not None else 0}.get(s.mode, 0)
         per_step = {}
-        stage2 = replace(self._stage2_config(), seed=s.dp.seed)  # timing runs with the plain seed, as stage 1's
+        stage2 = self._stage2_config().with_schedule(seed=s.dp.seed)  # timing runs with the plain seed, as stage 1's
         for name, config, objective, rows in (
                 ("stage1", self._stage1_config(seed=s.dp.seed), TokenLoss(None, private=False), stage1_rows),
                 ("stage2", stage2, TokenLoss(s.lam if s.private else None, private=s.private), n_private)):
             if rows:
-                data = self._encode(self.rows, self._timing_rows(config.batch_size))
+                data = self._encode(self.rows, self._timing_rows(config.dp.batch_size))
                 per_step[name] = seconds_per_step(self.model, objective, data, config, steps)
         stage2_steps = s.dp.steps if s.dp.steps is not None else total_steps(s.dp.epochs, n_private, s.dp.batch_size)
         return FitEstimate(total_steps(s.stage1.epochs, stage1_rows, s.stage1.batch_size), per_step.get("stage1", 0.0),

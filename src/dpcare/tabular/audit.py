@@ -34,6 +34,7 @@ from dpcare.methods import make_objective
 from dpcare.models import TabularMLP
 from dpcare.privacy import PrivacyLedger, ProtectedUnit, default_delta, make_accountant
 from dpcare.runs.folder import fingerprint
+from dpcare.settings import DPSettings
 from dpcare.tabular.recipe import TabularModel, TabularSettings, tensors, train_rows
 
 LOSS_TITLE = "LOSS membership attack (training rows vs held-out rows)"
@@ -181,9 +182,10 @@ def audit_tabular(df: pd.DataFrame, schema: TableSchema, settings: CanaryAuditSe
     ledger = PrivacyLedger(n, delta=default_delta(len(regular) + m), unit=objective.unit,
                            protected_columns=tuple(schema.private_columns) if objective.unit is ProtectedUnit.FEATURES else ())
     clip = CLIP_NORMS[s.method] if s.clip_norm is None else s.clip_norm
-    config = TrainConfig(batch_size=rate * n, public_batch_size=s.batch_size, steps=math.ceil(s.epochs / rate),
-                         lr=s.lr, clip_norm=clip, target_epsilon=s.epsilon, seed=s.seed,
-                         noise_seed=s.noise_seed, progress=False)
+    # the expected batch: the planned rate times the units drawn, to a whole unit (q within 1/(2 m) of the rate)
+    dp = DPSettings.rebuilt(epsilon=s.epsilon, delta=ledger.delta, clip_norm=clip, batch_size=max(1, round(rate * n)),
+                    steps=math.ceil(s.epochs / rate), seed=s.seed, noise_seed=s.noise_seed)
+    config = TrainConfig(dp=dp, public_batch_size=s.batch_size, lr=s.lr, progress=False)
     trainer = trainer_cls(model, objective, config, ledger=ledger)
     trainer.fit(private, public)
     if s.method == "dp-sgd":

@@ -468,8 +468,7 @@ def _public_columns_model(settings: TabularSettings, train: dict[str, torch.Tens
 
     torch.manual_seed(settings.dp.seed + 101)
     model = TabularMLP(**shape)
-    config = TrainConfig.from_dp(settings.dp, private=False, lr=settings.lr, progress=False,
-                                 **settings.compute.engine())
+    config = TrainConfig(dp=settings.dp, compute=settings.compute, lr=settings.lr, progress=False)
     Trainer(model, NonPrivate(), config).fit({"x": train["x_pub"], "y": train["y"]})
     return model
 
@@ -521,10 +520,10 @@ def train_rows(train_df: pd.DataFrame, schema: TableSchema, settings: TabularSet
     train = tensors(encoder, train_df, settings.pad, settings.dp.seed, imputer if method.hybrid else None)
     classes = len(schema.column(schema.target).categories)  # declared, never read from the private labels
     model = TabularMLP(train["x"].shape[1], hidden=settings.hidden, out_features=1 if classes == 2 else classes)
-    config = TrainConfig.from_dp(settings.dp, private=objective.private, lr=settings.lr,
-                                 alpha=settings.effective_alpha, public_batch_size=settings.public_batch_size,
-                                 public_pretrain_steps=settings.public_pretrain_steps,
-                                 checkpoint_dir=checkpoint_dir, progress=progress, **settings.compute.engine())
+    config = TrainConfig(dp=settings.dp, compute=settings.compute, lr=settings.lr, alpha=settings.effective_alpha,
+                         public_batch_size=settings.public_batch_size,
+                         public_pretrain_steps=settings.public_pretrain_steps, checkpoint_dir=checkpoint_dir,
+                         progress=progress)
     result = Trainer(model, objective, config, ledger=ledger).fit(train, public_data(settings.method, train))
     return model, encoder, result, train
 

@@ -281,9 +281,9 @@ def train_baseline(train: WindowSet, settings: ForecastSettings, progress: bool 
                    checkpoint_dir: str | None = None) -> Forecaster:
     """Non-private training on the training windows (Adam, masked MSE)."""
     model = new_model(settings, train, private=False)
-    cfg = TrainConfig(batch_size=settings.baseline_batch_size, epochs=settings.baseline_epochs,
-                      lr=settings.baseline_lr, seed=settings.dp.seed, progress=progress, checkpoint_dir=checkpoint_dir,
-                      **settings.compute.engine())
+    schedule = settings.dp.replace(batch_size=settings.baseline_batch_size, epochs=settings.baseline_epochs, steps=None)
+    cfg = TrainConfig(dp=schedule, compute=settings.compute, lr=settings.baseline_lr, progress=progress,
+                      checkpoint_dir=checkpoint_dir)
     Trainer(model, ForecastLoss(private=False), cfg).fit(train.tensors())
     return model
 
@@ -302,8 +302,8 @@ def dp_sgd(train: WindowSet, settings: ForecastSettings, standardizer: Standardi
         delta = default_delta(patients)
     ledger = PrivacyLedger(units, delta, accountant=settings.dp.accountant, unit=ProtectedUnit.PATIENT)
     dp = settings.dp.replace(batch_size=dp_batch_size(settings, units if patients is None else patients))
-    cfg = TrainConfig.from_dp(dp, private=True, lr=settings.dp_lr, progress=progress, checkpoint_dir=checkpoint_dir,
-                              max_physical_batch=256, **settings.compute.engine())
+    cfg = TrainConfig(dp=dp, compute=settings.compute, lr=settings.dp_lr, progress=progress,
+                      checkpoint_dir=checkpoint_dir, max_physical_batch=256)
     model = new_model(settings, train, private=True)
     result = Trainer(model, ForecastLoss(private=True), cfg, ledger).fit(train.tensors(), groups=train.groups())
     return model, result

@@ -171,8 +171,7 @@ def train_views(views: TextViews, settings: NoteClassifierSettings, progress: bo
     n_patients = int(train["patient"].max()) + 1
     units = len(train["y"]) if method in NONPRIVATE_VIEWS else n_patients
     selection = EpochSelection(model, val, math.ceil(dp.epochs * units / dp.batch_size), settings.epochs)
-    config = TrainConfig.from_dp(dp, private=settings.private, lr=settings.lr, alpha=settings.alpha,
-                                 progress=progress, **settings.compute.engine())
+    config = TrainConfig(dp=dp, compute=settings.compute, lr=settings.lr, alpha=settings.alpha, progress=progress)
     ledger = None
     if method in NONPRIVATE_VIEWS:
         result = Trainer(model, objective, config).fit({"x": train[NONPRIVATE_VIEWS[method]], "y": train["y"]},

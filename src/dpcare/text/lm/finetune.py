@@ -53,6 +53,7 @@ from dpcare.privacy import (
     check_epsilon,
     default_delta,
 )
+from dpcare.settings import ComputeSettings, DPSettings
 from dpcare.text.lm.generative_ner import ner_prompt, ner_target, note_windows, spans_in
 from dpcare.text.lm.prefix_init import check_prefix_init, init_prefix_from_text, public_prefix_text
 from dpcare.text.lm.settings import CLIP_VARIANTS, FinetuneSettings
@@ -270,7 +271,8 @@ def finetune_with(notes: Iterable[Note], settings: FinetuneSettings, checkpoint_
                                noise_seed=dp.noise_seed, window=s.resolved_window, stride=s.resolved_stride or None,
                                max_physical_batch=max_physical_batch, accountant=dp.accountant,
                                checkpoint_dir=checkpoint_dir, progress=progress,
-                               adaptive_clip=adaptive_clip(s.clip_variant, dp.adaptive_clip), **s.compute.engine())
+                               adaptive_clip=adaptive_clip(s.clip_variant, dp.adaptive_clip), device=s.compute.device,
+                               precision=s.compute.precision)
     return finetune(notes, s.task, s.mode, epsilon=dp.epsilon if s.private else None,
                     delta=dp.delta if s.private else None, model=s.resolved_model, layers=s.layers or None,
                     epochs=dp.epochs, batch_size=dp.batch_size, lr=s.lr, clip_norm=dp.clip_norm, seed=dp.seed,
@@ -279,7 +281,7 @@ def finetune_with(notes: Iterable[Note], settings: FinetuneSettings, checkpoint_
                     stride=s.resolved_stride or None,
                     max_physical_batch=max_physical_batch, accountant=dp.accountant,
                     adaptive_clip=adaptive_clip(s.clip_variant, dp.adaptive_clip), prefix_init=s.prefix_init,
-                    **s.compute.engine())
+                    device=s.compute.device, precision=s.compute.precision)
 
 
 def plan(settings: FinetuneSettings, patients: int) -> Guarantee | None:
@@ -290,6 +292,15 @@ def plan(settings: FinetuneSettings, patients: int) -> Guarantee | None:
     delta = check_delta(dp.delta, patients) if dp.delta is not None else default_delta(patients)
     return Guarantee(epsilon=dp.epsilon, delta=delta, n=patients, accountant=dp.accountant, unit=ProtectedUnit.PATIENT,
                      neighbouring=NEIGHBOURING[ProtectedUnit.PATIENT])
+
+
+def engine_settings(mode: FinetuneMode, epsilon: float | None, delta: float | None, accountant: str, epochs: float,
+                    batch_size: int, clip_norm: float, seed: int, noise_seed: int | None) -> DPSettings:
+    """The engine's DP settings from a fine-tuning function's arguments (the patient is the unit of the private
+    modes; the non-private mode reads only the schedule)."""
+    privacy = {"epsilon": epsilon, "delta": delta, "unit": "patient"} if mode.private else {}
+    return DPSettings.rebuilt(accountant=accountant, epochs=epochs, batch_size=batch_size, clip_norm=clip_norm,
+                              seed=seed, noise_seed=noise_seed, **privacy)
 
 
 def check_mode_privacy(mode: FinetuneMode, epsilon: float | None, delta: float | None) -> None:
@@ -345,22 +356,22 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
     groups = patient_groups(examples)
     patients, rows = int(groups.max()) + 1, len(examples)
     objective = TargetLoss(mode.private, positions=not prefix, reduction=reduction)
-    config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=DEFAULT_LR[mode.value] if lr is None else lr,
-                         clip_norm=clip_norm, seed=seed, noise_seed=noise_seed, checkpoint_dir=checkpoint_dir,
-                         progress=progress,
-                         max_physical_batch=max_physical_batch, target_epsilon=epsilon, adaptive_clip=adaptive_clip,
-                         device=device, precision=precision)
+    config = TrainConfig(dp=engine_settings(mode, epsilon, delta, accountant, epochs, batch_size, clip_norm, seed,
+                                            noise_seed),
+                         compute=ComputeSettings(device=device, precision=precision),
+                         lr=DEFAULT_LR[mode.value] if lr is None else lr, checkpoint_dir=checkpoint_dir,
+                         progress=progress, max_physical_batch=max_physical_batch, adaptive_clip=adaptive_clip)
     config.validate(objective)
     with seeded_initialisation(seed):  # the adapters (or the random prefix) from the public seed
         net = apply_mode(causal, mode, lora_rank, lora_alpha, prefix_tokens)
     if prefix and prefix_init == "text":  # public text and public weights: reads no note, charged nothing
         init_prefix_from_text(net, tokenizer, public_prefix_text(task, labels))
     if mode.private:
-        ledger = PrivacyLedger(patients, delta, accountant, unit=ProtectedUnit.PATIENT)
+        ledger = PrivacyLedger(patients, config.dp.delta, config.dp.accountant, unit=ProtectedUnit.PATIENT)
         result = Trainer(net, objective, config, ledger).fit(data, groups=groups)
     else:  # rows, as many per step (expected) and as many steps as the private modes
-        config.batch_size = max(1, round(batch_size * rows / patients))
-        config.steps = math.ceil(epochs * patients / batch_size)
+        config = config.with_schedule(batch_size=max(1, round(batch_size * rows / patients)),
+                                      steps=math.ceil(epochs * patients / batch_size))
         result = Trainer(net, objective, config).fit(data)
     info = {
         "kind": "causal-lm", "task": task, "mode": mode.value, "model": str(model), "layers": layers, "lora_rank": lora_rank,

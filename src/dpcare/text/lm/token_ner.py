@@ -68,6 +68,7 @@ from dpcare.exceptions import (
 from dpcare.lm import trim_right_padding, under_torch_func
 from dpcare.privacy import PrivacyLedger, ProtectedUnit
 from dpcare.progress import quiet_loading
+from dpcare.settings import ComputeSettings
 from dpcare.text.evaluation import span_scores
 from dpcare.text.lm.finetune import (
     FinetuneMode,
@@ -75,6 +76,7 @@ from dpcare.text.lm.finetune import (
     apply_mode,
     check_adaptive_clip,
     check_mode_privacy,
+    engine_settings,
     patient_groups,
     qv_targets,
     training_info,
@@ -377,18 +379,18 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     windows = bio_examples(notes, tokenizer, labels, window, stride, positions)
     data, groups = encode_windows(windows, tokenizer.pad_token_id), patient_groups(windows)
     objective = TokenNERLoss(mode.private, reduction)
-    config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=DEFAULT_LR[mode.value] if lr is None else lr,
-                         clip_norm=clip_norm, seed=seed, noise_seed=noise_seed, checkpoint_dir=checkpoint_dir,
-                         progress=progress,
-                         max_physical_batch=max_physical_batch, target_epsilon=epsilon, adaptive_clip=adaptive_clip,
-                         device=device, precision=precision)
+    config = TrainConfig(dp=engine_settings(mode, epsilon, delta, accountant, epochs, batch_size, clip_norm, seed,
+                                            noise_seed),
+                         compute=ComputeSettings(device=device, precision=precision),
+                         lr=DEFAULT_LR[mode.value] if lr is None else lr, checkpoint_dir=checkpoint_dir,
+                         progress=progress, max_physical_batch=max_physical_batch, adaptive_clip=adaptive_clip)
     config.validate(objective)
     patients, rows = int(groups.max()) + 1, len(windows)
     if mode.private:
-        ledger = PrivacyLedger(patients, delta, accountant, unit=ProtectedUnit.PATIENT)
+        ledger = PrivacyLedger(patients, config.dp.delta, config.dp.accountant, unit=ProtectedUnit.PATIENT)
         return TokenNERRun(net, tokenizer, Trainer(net, objective, config, ledger).fit(data, groups=groups))
-    config.batch_size = max(1, round(batch_size * rows / patients))
-    config.steps = math.ceil(epochs * patients / batch_size)
+    config = config.with_schedule(batch_size=max(1, round(batch_size * rows / patients)),
+                                  steps=math.ceil(epochs * patients / batch_size))
     return TokenNERRun(net, tokenizer, Trainer(net, objective, config).fit(data))
 
 
