@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import re
 
@@ -167,6 +168,139 @@ def test_mask_phi_and_leaks():
                 phi=(Span(12, 16, "DOCTOR", "Hill"), Span(18, 22, "DOCTOR", "Hill")))
     assert mask_phi(note) == "Seen by Dr. [**DOCTOR**]; [**DOCTOR**] said hill walks help."
     assert phi_leaks(note) == [("Hill", 28)]
+
+
+# --- the default output, pinned; the varied style ------------------------------------------------
+
+# sha256 of save_jsonl(generate_corpus(n_notes=9, seed=0)), recorded before the varied style was added. It pins
+# the default output of the published corpora (their numbers depend on it): a change here changes every corpus.
+DEFAULT_9_NOTES_SHA256 = "2a4420652068375e75abdd3c8d94aeff6760b726ed9a758d7bc08bed0e512c03"
+N_VARIED = 200
+LIST_ITEM = re.compile(r"^(- |\* |• |\d+[.)] |#\d+ )")
+
+
+def test_the_default_output_is_unchanged(tmp_path):
+    import hashlib
+
+    path = save_jsonl(generate_corpus(n_notes=9, seed=0), tmp_path / "notes.jsonl")
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == DEFAULT_9_NOTES_SHA256
+    assert generate_corpus(n_notes=9, seed=0, style="templates") == load_jsonl(path)
+
+
+@pytest.fixture(scope="module")
+def varied() -> list[Note]:
+    return generate_corpus(n_notes=N_VARIED, seed=0, style="varied")
+
+
+def test_varied_notes_are_deterministic_and_typos_never_touch_spans():
+    a = generate_corpus(n_notes=12, seed=4, style="varied")
+    assert a == generate_corpus(n_notes=12, seed=4, style="varied")
+    assert {n.meta["style"] for n in a} == {"varied"}
+    assert [n.text for n in a] != [n.text for n in generate_corpus(n_notes=12, seed=4)]
+    clean = generate_corpus(n_notes=12, seed=4, style="varied", typo_rate=0.0)
+    for x, y in zip(clean, a, strict=True):
+        if x.meta["attempt"] == y.meta["attempt"]:
+            assert [(s.label, s.text) for s in x.entities] == [(s.label, s.text) for s in y.entities]
+    with pytest.raises(ValueError, match="unknown note style 'fancy'"):
+        generate_corpus(n_notes=3, style="fancy")
+
+
+def test_varied_spans_match_their_text_and_never_cross_a_list_item(varied):
+    from dpcare.text.spans import cuts_a_word
+
+    assert len(varied) == N_VARIED
+    for note in varied:
+        check_spans(note)
+        assert phi_leaks(note) == []
+        spans = sorted((*note.phi, *note.entities), key=lambda s: s.start)
+        assert all(a.end <= b.start for a, b in itertools.pairwise(spans)), note.note_id  # no overlap
+        for s in note.entities:
+            assert note.text[s.start:s.end] == s.text == s.text.strip()
+            # list items are split at line breaks, commas and semicolons: a span holds none of them
+            assert not re.search(r"[\n,;]", s.text), (note.note_id, s.text)
+            assert not LIST_ITEM.match(s.text) and not cuts_a_word(note.text, s.start, s.end)
+        problems = {(s.start, s.end) for s in note.entities if s.label == "problem"}
+        assert all((a, z) in problems and kind in ("absent", "possible") for a, z, kind in note.meta["assertions"])
+        assert note.summary_source and note.summary_source in note.text
+
+
+def _spans_of_lines(note: Note) -> list[tuple[str, int]]:
+    """(line, number of entity spans in it) for each line of the note."""
+    out, pos = [], 0
+    for line in note.text.split("\n"):
+        out.append((line, sum(pos <= s.start < pos + len(line) for s in note.entities)))
+        pos += len(line) + 1
+    return out
+
+
+def _in_section(note: Note, span, *names: str) -> bool:
+    return any(note.meta["sections"][n][0] <= span.start < note.meta["sections"][n][1]
+               for n in names if n in note.meta["sections"])
+
+
+def test_each_element_of_the_varied_style_occurs(varied, corpus):
+    import statistics
+
+    from dpcare.text.corpus import phrases as P
+
+    texts = {label: collections.Counter(s.text.lower() for n in varied for s in n.entities if s.label == label)
+             for label in ENTITY_LABELS}
+    for label, abbreviations in (("problem", {"htn", "cad", "chf", "copd", "dm2", "t2dm", "sob", "cp", "pna", "uti"}),
+                                 ("test", {"cxr", "cbc", "bmp", "ekg", "ecg", "tte", "abg", "ua", "bcx"}),
+                                 ("treatment", {"asa", "ntg", "abx", "vanc", "vanco", "ivf", "norepi", "ppi", "hd"})):
+        assert len(abbreviations & set(texts[label])) >= 3, (label, texts[label].most_common(20))
+    # section headers: several forms, upper case, inline and on their own line
+    headers = {h for n in varied for forms in P.VARIED_HEADERS.values() for h in forms
+               if re.search(r"(?m)^" + re.escape(h) + r"( \S|$)", n.text)}
+    assert {"HPI:", "A/P:", "PMH:", "Meds:", "Labs:"} & headers and len(headers) >= 25
+    assert any(re.search(r"(?m)^(HPI|A/P|HOSPITAL COURSE|PMH):$", n.text) for n in varied)
+    assert any(re.search(r"(?m)^(HPI|A/P|Hospital course|PMH): \w", n.text) for n in varied)
+    # lists: bulleted and numbered, one span or more per item; inline medication lists with doses
+    lines = [_spans_of_lines(n) for n in varied]
+    for marker in (r"[-*] ", r"\d+\. ", r"\d+\) "):
+        assert any(sum(bool(re.match(marker, line)) and k >= 1 for line, k in ls) >= 3 for ls in lines), marker
+    doses = [n for n in varied if re.search(r"\d mg PO (daily|BID)[;,] \w", n.text)]
+    assert doses and any(s.label == "treatment" and n.text[s.end:s.end + 1] == " " for n in doses for s in n.entities)
+    # negated and uncertain problems are problem spans
+    cue = {"absent": r"(denies|no|negative for|neg for|w/o e/o|without evidence of|ruled out)\b[^.]*$",
+           "possible": r"(\?|r/o |rule out |possible |likely |concern for |c/f |suspected )[^.]*$"}
+    for kind, pattern in cue.items():
+        hits = [n for n in varied for a, z, k in n.meta["assertions"]
+                if k == kind and re.search(pattern, n.text[:a][-40:], re.IGNORECASE)]
+        assert len(hits) >= 50, kind
+    assert any(re.search(r"\?[A-Za-z]", n.text[a - 1:z]) for n in varied for a, z, k in n.meta["assertions"])
+    # entities out of their usual place: drugs in the history, tests in the assessment, problems as indications
+    assert sum(_in_section(n, s, "hpi") for n in varied for s in n.entities if s.label == "treatment") >= 50
+    assert sum(_in_section(n, s, "ap") for n in varied for s in n.entities if s.label == "test") >= 20
+    indications = [(a.text, b.text) for n in varied for a, b in itertools.pairwise(n.entities)
+                   if a.label == "treatment" and b.label == "problem" and " for " in n.text[a.end:b.start]
+                   and len(n.text[a.end:b.start]) < 25]
+    assert len(indications) >= 30
+    # terse and narrative notes, lower-case notes, more typos than the default
+    assert {n.meta["templates"]["terse"] for n in varied} == {0, 1}
+    lower = [n for n in varied if n.meta["templates"]["lower"]]
+    assert lower and all(n.text[slice(*n.meta["sections"]["hpi"])].islower() for n in lower)
+    for token in ("pt", "w/", "s/p", "c/o", "h/o"):
+        assert any(re.search(r"(?<![\w/])" + re.escape(token) + r"(?![\w/])", n.text) for n in varied), token
+    rate = statistics.mean(n.meta["n_typos"] / len(n.text) for n in varied)
+    assert rate > 2 * statistics.mean(n.meta["n_typos"] / len(n.text) for n in corpus)
+
+
+def test_the_generate_command_takes_a_style(tmp_path):
+    from typer.testing import CliRunner
+
+    from dpcare.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "notes.jsonl"
+    r = runner.invoke(app, ["text", "generate", "--n-notes", "6", "--seed", "2", "--style", "varied",
+                            "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    notes = read_jsonl(out)
+    assert len(notes) == 6 and {n.meta["style"] for n in notes} == {"varied"}
+    assert notes == generate_corpus(6, seed=2, style="varied")
+    r = runner.invoke(app, ["text", "generate", "--n-notes", "6", "--style", "fancy", "--out", str(out)])
+    assert r.exit_code == 2 and "unknown note style" in r.output
 
 
 # --- readers round-trip -------------------------------------------------------------------------

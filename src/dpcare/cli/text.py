@@ -48,12 +48,15 @@ def generate(
     out: Annotated[Path, typer.Option(help="JSONL file to write")],
     n_notes: Annotated[int, typer.Option(help="notes (split evenly over MIMIC-IV demo, SUPPORT2, RHC)")] = 100,
     seed: Annotated[int, typer.Option(help="seed of rows, identifiers and phrasing")] = 0,
+    style: Annotated[str, typer.Option(help="templates (the published corpora, unchanged) or varied (abbreviations, "
+                                            "list and header layouts, negated and uncertain problems, terse and "
+                                            "lower-case notes)")] = "templates",
 ) -> None:
     """Write GENERATED discharge summaries grounded in real records, with gold spans, ICD codes and
     summarisation pairs (docs/text-corpus.md): a corpus to try every text command on."""
     from dpcare.text import generate_corpus, write_jsonl
 
-    notes = generate_corpus(n_notes, seed=seed)
+    notes = generate_corpus(n_notes, seed=seed, style=style)
     write_jsonl(notes, out)
     typer.echo(f"{len(notes)} generated notes of {len({n.patient_id for n in notes})} patients written to {out}")
 

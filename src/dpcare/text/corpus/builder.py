@@ -69,10 +69,12 @@ _SLOT_RE = re.compile(r"\{(\w+)\}")
 
 
 class NoteBuilder:
-    """Append filler, PHI and entity pieces; ``build`` returns a Note whose spans match."""
+    """Append filler, PHI and entity pieces; ``build`` returns a Note whose spans match. While ``lower``
+    is set, every piece (spans included) is written in lower case."""
 
     def __init__(self, style: Callable[[str], str] | None = None):
         self.style = style
+        self.lower = False
         self._parts: list[str] = []
         self._len = 0
         self.phi: list[Span] = []
@@ -83,6 +85,8 @@ class NoteBuilder:
         return self._len
 
     def _append(self, piece: str) -> None:
+        if self.lower:
+            piece = piece.lower()
         self._parts.append(piece)
         self._len += len(piece)
 
@@ -99,6 +103,8 @@ class NoteBuilder:
     def _span(self, piece: str, label: str, into: list[Span]) -> Span:
         if not piece:
             raise DataError(f"empty {label} span")
+        if self.lower:
+            piece = piece.lower()
         span = Span(self._len, self._len + len(piece), label, piece)
         self._append(piece)
         into.append(span)

@@ -34,6 +34,7 @@ HOSPITAL_FORMS = ("{city} General Hospital", "{city} Medical Center", "{last} Me
                   "St. {first}'s Hospital", "{city} Regional Medical Center",
                   "{last} Community Hospital", "University Hospital of {city}")
 MAX_TRIES = 50
+STYLES = ("templates", "varied")  # note styles: the published templates, or styles.VariedRenderer
 RACE_WORDS = {"white": "white", "black": "Black", "black or african american": "African American",
               "asian": "Asian", "hispanic": "Hispanic"}
 
@@ -99,6 +100,8 @@ def _fmt(value: float, decimals: int) -> str:
 class _Renderer:
     """Write one note for one record (all random choices from ``rng``)."""
 
+    typo_factor = 1.0  # typos per filler word, relative to the corpus' typo_rate
+
     def __init__(self, rec: Record, ident: Identity, rng: random.Random, style: Styler):
         self.rec, self.ident, self.rng = rec, ident, rng
         self.b = NoteBuilder(style)
@@ -125,6 +128,10 @@ class _Renderer:
         self.course_problems = rng.sample(others, min(len(others), rng.randint(1, 4))) if others else []
         self.abbrev = rng.random() < 0.5
         self.condition = rng.choice(P.CONDITION)
+
+    def abbreviation_rate(self) -> float:
+        """How often the styler abbreviates a filler word (pt, hx, w/...)."""
+        return 0.6 if self.abbrev else 0.0
 
     # --- small writers ---------------------------------------------------------------------
     def pick(self, name: str, options: Sequence):
@@ -438,21 +445,31 @@ class _Renderer:
         }
 
 
-def _render_patient(records: Sequence[Record], seed: int, typo_rate: float) -> list[Note]:
+def _renderer(style: str) -> type[_Renderer]:
+    if style == "varied":
+        from dpcare.text.corpus.styles import VariedRenderer  # it builds on _Renderer
+
+        return VariedRenderer
+    return _Renderer
+
+
+def _render_patient(records: Sequence[Record], seed: int, typo_rate: float,
+                    style: str = "templates") -> list[Note]:
     """All notes of one patient, redrawn (identity and wording) until no PHI string leaks."""
     pid = records[0].patient_id
+    renderer_class = _renderer(style)
     for attempt in range(MAX_TRIES):
         rng = random.Random(f"{seed}:{pid}:{attempt}")
         ident = _identity(records[0], rng)
         notes = []
         for rec in records:
             note_rng = random.Random(f"{seed}:{rec.record_id}:{attempt}")
-            style = Styler(note_rng, random.Random(f"{seed}:typo:{rec.record_id}:{attempt}"),
-                           abbrev_rate=0.0, typo_rate=typo_rate)
-            renderer = _Renderer(rec, ident, note_rng, style)
-            style.abbrev_rate = 0.6 if renderer.abbrev else 0.0
+            styler = Styler(note_rng, random.Random(f"{seed}:typo:{rec.record_id}:{attempt}"), abbrev_rate=0.0,
+                            typo_rate=min(1.0, typo_rate * renderer_class.typo_factor))
+            renderer = renderer_class(rec, ident, note_rng, styler)
+            styler.abbrev_rate = renderer.abbreviation_rate()
             note = renderer.render()
-            note.meta.update(attempt=attempt, n_typos=style.n_typos)
+            note.meta.update(attempt=attempt, n_typos=styler.n_typos)
             notes.append(note)
         if not any(phi_leaks(n, name_parts(n)) or _target_leaks(n) for n in notes):
             return notes
@@ -483,12 +500,16 @@ def _allocate(n_notes: int | None, available: dict[str, int]) -> dict[str, int]:
 
 
 def generate_corpus(n_notes: int | None = None, sources: Iterable[str] = SOURCES, seed: int = 0,
-                    typo_rate: float = 0.01) -> list[Note]:
+                    typo_rate: float = 0.01, style: str = "templates") -> list[Note]:
     """Generated discharge summaries with gold PHI, problem/treatment/test spans, ICD-10-CM codes
     and a summarisation pair. ``mimic_demo``: one note per MIMIC-IV demo hospitalisation with
     ICD-10-CM codes (several per patient); ``support2``/``rhc``: one note per row (patient = row).
     ``n_notes`` (default: all) is split evenly over the sources; rows and patients are drawn at
-    random with ``seed``. Notes are ordered by source, then patient."""
+    random with ``seed``. Notes are ordered by source, then patient. ``style``: "templates" (the
+    published corpora, unchanged) or "varied" (abbreviations, list and header layouts, negated and
+    uncertain problems, terse and lower-case notes; dpcare.text.corpus.styles)."""
+    if style not in STYLES:
+        raise UnknownNameError(f"unknown note style {style!r}; choose from {STYLES}")
     sources = tuple(sources)
     unknown = [s for s in sources if s not in SOURCES]
     if unknown:
@@ -517,7 +538,7 @@ def generate_corpus(n_notes: int | None = None, sources: Iterable[str] = SOURCES
             chosen.append(by_patient[s][p][:left])
             left -= len(chosen[-1])
         for recs in sorted(chosen, key=lambda r: _natural(r[0].patient_id)):
-            notes.extend(_render_patient(recs, seed, typo_rate))
+            notes.extend(_render_patient(recs, seed, typo_rate, style))
     return notes
 
 
