@@ -19,7 +19,10 @@ way it ran: the same seeds give the same results serially and on Ray. When a tas
 stderr, the others go on, and the first failure is raised once they have finished; the serial path raises at
 once (as a plain loop would). A lost worker, node or object (killed for memory, say) is not the task's failure:
 it stops the work at once with a :class:`~dpcare.exceptions.WorkerLostError` naming the task and saying that
-a rerun resumes from the journal of the finished tasks.
+a rerun resumes from the journal of the finished tasks. When the local instance's raylet itself dies (killed for
+memory, by another process such as a ``ray stop``, or marked dead by Ray's health check on a starved machine),
+Ray ends the calling process at its next call, with status 1 and no exception (a pytest worker then shows as
+"node down: Not properly terminated"); so the raylet is watched, and its death raises the same error first.
 
 ``fn`` and the tasks must pickle (module-level functions, ``functools.partial`` of them). An argument shared
 by several tasks (the same object: a data set, a model) is shipped to the object store once, not per task.
@@ -43,10 +46,12 @@ from dpcare.runtime import FAST_ALLOCATOR, THREADS
 
 RAY_VERSION = "2.60.0"  # the version pyproject.toml pins
 GPUS_ENV = "DPCARE_RAY_GPUS_PER_TASK"
+WAIT_SECONDS = 2.0  # how often a wait for the next finished task looks at the local raylet
 _address: str | None = None  # set by configure(); None: RAY_ADDRESS, else a local instance
 _gpus: float | None = None  # set by configure(); None: DPCARE_RAY_GPUS_PER_TASK, else 0
 _remote = None  # the Ray remote function, made once per process
 _temp_dir: str | None = None  # the local instance's own temporary folder, once started
+_raylet: list | None = None  # the local instance's raylet and GCS processes, watched before every call into Ray
 
 
 def configure(address: str | None = None, gpus_per_task: float | None = None) -> None:
@@ -156,11 +161,40 @@ def _ray(workers: int, gpus: float):
                                 f"{e}{hint}") from e
     if _remote is None:
         _remote = ray.remote(num_cpus=1, max_retries=0)(_call)
+    if not ray_address():
+        _watch_raylet()
+    _check_raylet()
     have = ray.cluster_resources().get("GPU", 0)
     if gpus > 0 and have < gpus:  # Ray would wait for them forever
         raise SettingsError(f"each task asks for {gpus:g} GPU(s) ({GPUS_ENV}), but the Ray instance has {have:g}: "
                             f"unset {GPUS_ENV} to run the tasks on CPUs")
     return ray
+
+
+def _watch_raylet() -> None:
+    """Keep the processes of this process's own local instance (its raylet and GCS server) to watch them. Ray's
+    node object holds them (a private attribute of the pinned Ray version; not found: nothing is watched)."""
+    global _raylet
+    if _raylet is not None:
+        return
+    try:
+        from ray._private import worker
+
+        processes = worker._global_node.all_processes
+        _raylet = [info.process for kind in ("raylet", "gcs_server") for info in processes.get(kind, ())]
+    except (ImportError, AttributeError):
+        _raylet = []
+
+
+def _check_raylet() -> None:
+    """Raise :class:`WorkerLostError` if the local instance's raylet or GCS server has ended: Ray would end this
+    process at its next call (status 1, no exception, no clean-up)."""
+    if _raylet and any(process.poll() is not None for process in _raylet):
+        raise WorkerLostError(
+            "this process's local Ray instance is gone: its raylet ended (killed for memory or by another process, "
+            "e.g. `ray stop`, or marked dead by Ray on a machine too busy to answer its health checks). The runs "
+            "that finished are kept in the run's journal; rerun the same command to resume (with fewer --workers "
+            "if memory is short)")
 
 
 def _shared_refs(ray, tasks: Sequence[tuple]) -> dict[int, Any]:
@@ -200,7 +234,11 @@ def run_tasks(fn: Callable[..., Any], tasks: Iterable[tuple], workers: int = 1) 
             while nxt < len(tasks) and len(pending) < workers:
                 pending[_remote.options(num_gpus=gpus).remote(fn_ref, *args[nxt])] = nxt
                 nxt += 1
-            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_SECONDS)
+            if not ready:  # nothing finished yet: is the instance still there?
+                _check_raylet()
+                continue
+            ref = ready[0]
             i = pending.pop(ref)
             try:
                 result = ray.get(ref)
@@ -215,6 +253,10 @@ def run_tasks(fn: Callable[..., Any], tasks: Iterable[tuple], workers: int = 1) 
                 raise WorkerLostError(_lost_message(tasks[i], e)) from e
             yield i, result
     finally:  # the caller stopped early (or failed): nothing keeps running for it
+        try:
+            _check_raylet()
+        except WorkerLostError:  # a call into Ray would end this process: nothing is left to cancel
+            pending = {}
         for ref in pending:
             try:
                 ray.cancel(ref, force=True)
