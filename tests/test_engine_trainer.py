@@ -225,6 +225,14 @@ def test_the_engine_runs_the_dp_settings_themselves_delta_and_accountant_include
         Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(dp=patients, progress=False)).fit(data())
 
 
+def test_a_fixed_sampling_rate_replaces_the_batch_over_n():
+    """The audit's rate is planned before its canaries are drawn: q must not move with the rows included."""
+    cfg = TrainConfig(dp=DPSettings(batch_size=8, steps=2), sampling_rate=0.25, noise_multiplier=1.0, progress=False)
+    trainer = Trainer(TabularMLP(6, hidden=8), DPSGD(), cfg)
+    result = trainer.fit(data(n=60))
+    assert result.sampling_rate == 0.25 and trainer.ledger.entries[0].description.count("q = 0.25") == 1
+
+
 def test_a_fixed_noise_multiplier_is_used_instead_of_calibrating_to_epsilon():
     dp = DPSettings(epsilon=1.0, batch_size=8, steps=3)
     result = Trainer(TabularMLP(6, hidden=8), DPSGD(), TrainConfig(dp=dp, noise_multiplier=0.7,

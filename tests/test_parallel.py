@@ -247,7 +247,11 @@ from dpcare.exceptions import WorkerLostError
 def square(x):
     return x * x
 
+import ray
+
 assert parallel.map_tasks(square, [(2,), (3,)], workers=2) == [4, 9]
+ray.shutdown()  # a new instance after a shutdown is watched afresh: its predecessor's ended raylet is no alarm
+assert parallel.map_tasks(square, [(6,), (7,)], workers=2) == [36, 49]
 raylet = parallel._raylet[0]
 raylet.kill()  # the local instance's raylet dies, as when the machine kills it for memory
 raylet.wait(30)
@@ -262,8 +266,9 @@ print("no error", flush=True)
 
 def test_a_dead_local_raylet_is_a_clear_error_not_a_silent_exit(tmp_path):
     """Ray ends its driver (status 1, no exception) at the next call once the local raylet is gone: a pytest
-    worker running Ray tests showed this as a lost worker. The raylet is watched, so the call raises first. Run in
-    a child process: without the watch it is the child that Ray ends."""
+    worker running Ray tests showed this as a lost worker. The raylet is watched, so the call raises first (and a
+    new instance after a shutdown is watched afresh). Run in a child process: without the watch it is the child
+    that Ray ends."""
     import subprocess
 
     pytest.importorskip("ray")

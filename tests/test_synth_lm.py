@@ -13,6 +13,7 @@ from test_engine_gradients import reference
 from dpcare.data import TableSchema, load_table
 from dpcare.engine.fast_clipping import clipped_sum_fast, unsupported_reason
 from dpcare.engine.functorch_backend import clipped_sum_functorch
+from dpcare.privacy import PrivacyLedger
 from dpcare.synth.constraints import MISSING, NumberRule
 from dpcare.synth.lm_model import LMSettings, build_lm
 from dpcare.synth.objective import TokenLoss
@@ -324,6 +325,8 @@ def test_bad_inputs_give_clear_errors(gpt2_folder, tmp_path):
         s.fit(toy_table(5).iloc[:0])
     with pytest.raises(ValueError, match="hr"):
         s.fit(toy_table(20).drop(columns="hr"))
+    with pytest.raises(ValueError, match="build the ledger from the same settings"):  # before anything is charged
+        s.fit(toy_table(20), ledger=PrivacyLedger(20, accountant="rdp"))
     from transformers import BertConfig, BertModel
 
     bert = tmp_path / "bert"

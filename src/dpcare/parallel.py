@@ -52,6 +52,7 @@ _gpus: float | None = None  # set by configure(); None: DPCARE_RAY_GPUS_PER_TASK
 _remote = None  # the Ray remote function, made once per process
 _temp_dir: str | None = None  # the local instance's own temporary folder, once started
 _raylet: list | None = None  # the local instance's raylet and GCS processes, watched before every call into Ray
+_node: Any = None  # the Ray node object they belong to (a new one after a shutdown and a new start)
 
 
 def configure(address: str | None = None, gpus_per_task: float | None = None) -> None:
@@ -161,8 +162,7 @@ def _ray(workers: int, gpus: float):
                                 f"{e}{hint}") from e
     if _remote is None:
         _remote = ray.remote(num_cpus=1, max_retries=0)(_call)
-    if not ray_address():
-        _watch_raylet()
+    _watch_raylet()
     _check_raylet()
     have = ray.cluster_resources().get("GPU", 0)
     if gpus > 0 and have < gpus:  # Ray would wait for them forever
@@ -172,18 +172,21 @@ def _ray(workers: int, gpus: float):
 
 
 def _watch_raylet() -> None:
-    """Keep the processes of this process's own local instance (its raylet and GCS server) to watch them. Ray's
-    node object holds them (a private attribute of the pinned Ray version; not found: nothing is watched)."""
-    global _raylet
-    if _raylet is not None:
-        return
+    """Keep the processes of this process's own local instance (its raylet and GCS server) to watch them, read
+    again whenever Ray's node changed (a shutdown and a new start). Ray's node object holds them (a private
+    attribute of the pinned Ray version; not found, or tasks going to a cluster: nothing is watched)."""
+    global _raylet, _node
     try:
         from ray._private import worker
 
-        processes = worker._global_node.all_processes
-        _raylet = [info.process for kind in ("raylet", "gcs_server") for info in processes.get(kind, ())]
-    except (ImportError, AttributeError):
-        _raylet = []
+        node = worker._global_node
+    except ImportError:
+        node = None
+    if node is _node and _raylet is not None:
+        return
+    _node = node
+    processes = {} if ray_address() else (getattr(node, "all_processes", None) or {})
+    _raylet = [info.process for kind in ("raylet", "gcs_server") for info in processes.get(kind, ())]
 
 
 def _check_raylet() -> None:

@@ -93,6 +93,9 @@ class TrainConfig:
     ema_decay: float | None = None  # keep an exponential moving average of the weights; fit() ends with it
     # private adaptive clipping's engine settings; None: dp.adaptive_clip's quantile with the defaults, or a fixed C
     adaptive_clip: AdaptiveClip | None = None
+    # a fixed Poisson rate q instead of dp.batch_size / n (the one-run audit: the rate planned before the canaries
+    # were drawn, so that it does not depend on how many were included); the expected batch is then q n
+    sampling_rate: float | None = None
 
     def clipping(self, private: bool) -> AdaptiveClip | None:
         """The adaptive clipping a private objective runs: ``adaptive_clip``, else ``dp.adaptive_clip``'s quantile."""
@@ -124,6 +127,8 @@ class TrainConfig:
             raise SettingsError(f"optimizer must be adam, adamw or sgd, got {self.optimizer!r}")
         if objective.private and self.noise_multiplier is not None:
             check_noise_multiplier(self.noise_multiplier)
+        if self.sampling_rate is not None and not (0 < self.sampling_rate <= 1):
+            raise SettingsError(f"sampling_rate must be in (0, 1], got {self.sampling_rate!r}")
         clipping = self.clipping(objective.private)
         if clipping is not None:
             if not objective.private:
@@ -224,6 +229,8 @@ class Trainer:
     def sampling_rate(self, n: int) -> float:
         if n <= 0:
             raise DataError("the private data set has no rows")
+        if self.config.sampling_rate is not None:
+            return self.config.sampling_rate
         return min(1.0, self.dp.batch_size / n)
 
     @property
@@ -534,8 +541,14 @@ class Trainer:
                 "accountant": dp.accountant}
         if flat["adaptive_clip"] is not None:
             flat["adaptive_clip"] = asdict(flat["adaptive_clip"])
-        # the names and defaults of the flat config before it held the settings: older checkpoints stay valid
-        skip = {"progress", "checkpoint_dir", "checkpoint_every", "checkpoint_seconds"}
+        # the names and defaults of the flat config before it held the settings: a private run's checkpoint of an
+        # older dpcare resumes unless it ran at a non-default delta or accountant (then it is refused once); a
+        # non-private run's leaves out what only the noise reads (C, the noise seed, delta, the accountant)
+        skip = {"progress", "checkpoint_dir", "checkpoint_every", "checkpoint_seconds", "sampling_rate"}
+        if c.sampling_rate is not None:
+            skip.discard("sampling_rate")
+        if not self.objective.private:
+            skip |= {"clip_norm", "noise_seed", "delta", "accountant"}
         skip |= {k for k, default in (("adaptive_clip", None), ("noise_seed", None), ("device", "auto"),
                                       ("precision", "fp32"), ("delta", None), ("accountant", "pld"))
                  if flat[k] == default}

@@ -12,6 +12,7 @@ In the spirit of Opacus' ``PrivacyEngine.make_private``, but the result is dpcar
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Callable, Mapping
 
 import torch
@@ -123,6 +124,8 @@ def make_private(model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], 
     objective = LossObjective(loss_fn)
     objective.check(model, data)
     target = {} if epsilon is None else {"epsilon": epsilon}
+    if "seed" in config and config["seed"] is None:  # fresh randomness for the public seed, as before
+        config["seed"] = secrets.randbits(62)
     dp = DPSettings(batch_size=batch_size, epochs=epochs, clip_norm=clip_norm, delta=delta, accountant=accountant,
                     unit=unit.value, **target, **{k: config.pop(k) for k in DP_KEYS if k in config})
     compute = ComputeSettings(**{k: config.pop(k) for k in COMPUTE_KEYS if k in config})

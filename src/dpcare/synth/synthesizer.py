@@ -192,6 +192,10 @@ class Synthesizer(SavesRunFolder):
         start = time.perf_counter()
         if s.private:
             self.ledger = ledger or PrivacyLedger(len(df), s.dp.delta, accountant=s.dp.accountant)
+            if self.ledger.accountant != s.dp.accountant or s.dp.delta not in (None, self.ledger.delta):
+                raise SettingsError(f"the ledger composes with accountant {self.ledger.accountant!r} at delta "
+                                    f"{self.ledger.delta:g} but the settings say {s.dp.accountant!r}, delta "
+                                    f"{s.dp.delta}: build the ledger from the same settings")
         self.ranges = numeric_ranges(self.schema, df, self.ledger, s.stats_epsilon, s.dp.noise_seed,
                                      keep=_sub(checkpoint_dir, "stage2"))
         self._build()

@@ -182,10 +182,10 @@ def audit_tabular(df: pd.DataFrame, schema: TableSchema, settings: CanaryAuditSe
     ledger = PrivacyLedger(n, delta=default_delta(len(regular) + m), unit=objective.unit,
                            protected_columns=tuple(schema.private_columns) if objective.unit is ProtectedUnit.FEATURES else ())
     clip = CLIP_NORMS[s.method] if s.clip_norm is None else s.clip_norm
-    # the expected batch: the planned rate times the units drawn, to a whole unit (q within 1/(2 m) of the rate)
-    dp = DPSettings.rebuilt(epsilon=s.epsilon, delta=ledger.delta, clip_norm=clip, batch_size=max(1, round(rate * n)),
-                    steps=math.ceil(s.epochs / rate), seed=s.seed, noise_seed=s.noise_seed)
-    config = TrainConfig(dp=dp, public_batch_size=s.batch_size, lr=s.lr, progress=False)
+    # q is the rate planned before the canaries were drawn, whatever number of them was included
+    dp = DPSettings.rebuilt(epsilon=s.epsilon, delta=ledger.delta, clip_norm=clip, batch_size=s.batch_size,
+                            steps=math.ceil(s.epochs / rate), seed=s.seed, noise_seed=s.noise_seed)
+    config = TrainConfig(dp=dp, sampling_rate=rate, public_batch_size=s.batch_size, lr=s.lr, progress=False)
     trainer = trainer_cls(model, objective, config, ledger=ledger)
     trainer.fit(private, public)
     if s.method == "dp-sgd":
