@@ -12,6 +12,7 @@ Appends one JSON line per run to --out (default results/ner_dp.jsonl) and saves 
 import argparse
 import json
 import time
+import zlib
 from pathlib import Path
 
 import torch
@@ -26,15 +27,22 @@ p.add_argument("--lr", type=float, default=None); p.add_argument("--batch", type
 p.add_argument("--epochs", type=float, default=2.0); p.add_argument("--notes", type=int, default=3000)
 p.add_argument("--seed", type=int, default=0); p.add_argument("--eval", type=int, default=200)
 p.add_argument("--out", default="results/ner_dp.jsonl")
-p.add_argument("--style", default="templates", choices=("templates", "varied"), help="the training notes' style")
+p.add_argument("--style", default="templates", choices=("templates", "varied", "mixed"),
+               help="the training notes' style (mixed: each patient's notes in one of the two, by a hash of its id)")
 a = p.parse_args()
 t0 = time.time()
-notes = generate_corpus(a.notes, seed=0, style=a.style)
+styled = {s: generate_corpus(a.notes, seed=0, style=s) for s in ("templates", "varied")}  # the same notes, two styles
+if a.style == "mixed":
+    notes = [v if zlib.crc32(v.patient_id.encode()) % 2 else t for t, v in zip(styled["templates"], styled["varied"])]
+else:
+    notes = styled[a.style]
 split = split_patients(notes, 0.25, 0)
-train, test = split.train, split.held_out
-other = "varied" if a.style == "templates" else "templates"  # the same held-out patients in the other style
-held_out = {n.patient_id for n in test}
-other_test = [n for n in generate_corpus(a.notes, seed=0, style=other) if n.patient_id in held_out]
+train = split.train
+held_out = {n.patient_id for n in split.held_out}
+tests = {s: [n for n in styled[s] if n.patient_id in held_out] for s in styled}
+test = tests["templates" if a.style == "mixed" else a.style]
+other = "varied" if a.style != "varied" else "templates"  # the same held-out patients in the other style
+other_test = tests[other]
 print(f"{len(train)} train notes / {len({n.patient_id for n in train})} patients; generated in {time.time()-t0:.0f} s", flush=True)
 t1 = time.time()
 run = train_token_ner(train, a.mode, epsilon=a.epsilon if a.mode != "non-private" else None,
