@@ -23,7 +23,8 @@ import dataclasses
 import math
 import numbers
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -216,6 +217,16 @@ class Settings:
 _DERIVING: ContextVar[bool] = ContextVar("dpcare_deriving_settings", default=False)
 
 
+@contextmanager
+def _warned_already() -> Iterator[None]:
+    """DPSettings made inside do not warn about a pinned noise_seed (their user was warned once)."""
+    token = _DERIVING.set(True)
+    try:
+        yield
+    finally:
+        _DERIVING.reset(token)
+
+
 @dataclass(frozen=True)
 class DPSettings(Settings):
     """The settings of the private mechanism, shared by every recipe (and every CLI command that trains).
@@ -280,19 +291,13 @@ class DPSettings(Settings):
     def rebuilt(cls, **values: Any) -> DPSettings:
         """Settings made from values whose pinned noise_seed its user was already warned about (a function's own
         arguments passed on to the engine): validated, without a second warning."""
-        token = _DERIVING.set(True)
-        try:
+        with _warned_already():
             return cls(**values)
-        finally:
-            _DERIVING.reset(token)
 
     def _derived(self, **changes: Any) -> DPSettings:
         """A copy with ``changes``, without repeating the pinned-noise warning: these settings gave it already."""
-        token = _DERIVING.set(True)
-        try:
+        with _warned_already():
             return super().replace(**changes)
-        finally:
-            _DERIVING.reset(token)
 
 
 # --------------------------------------------------------------------------- where to compute

@@ -136,6 +136,14 @@ class TrainConfig:
             clipping.validate()
 
 
+def check_ledger_agrees(ledger: PrivacyLedger, dp: DPSettings) -> None:
+    """A ledger made elsewhere must compose as the DP settings say: their accountant, and their delta when set."""
+    if ledger.accountant != dp.accountant or (dp.delta is not None and ledger.delta != dp.delta):
+        raise SettingsError(f"the ledger composes with accountant {ledger.accountant!r} at delta {ledger.delta:g} "
+                            f"but the DP settings say accountant {dp.accountant!r}, delta {dp.delta}: build the "
+                            "ledger from the same settings")
+
+
 @dataclass
 class TrainResult:
     steps: int
@@ -167,9 +175,8 @@ class Trainer:
         config.validate(objective)
         if objective.private:
             _refuse_batch_norm(model)
-        self.dp, self.precision = config.dp, config.compute.precision
         self.device = resolve_device(config.compute.device)
-        check_precision(self.precision, self.device)
+        check_precision(config.compute.precision, self.device)
         self.model, self.objective, self.config, self.ledger = model.to(self.device), objective, config, ledger
         self.units: UnitIndex | None = None  # set by fit(groups=...): rows grouped into privacy units
         self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
@@ -221,6 +228,14 @@ class Trainer:
             raise SettingsError(f"the fast clipping backend cannot train this model: {reason}")
         log.info("fast clipping unavailable (%s); using torch.func per-example gradients", reason)
         return "functorch"
+
+    @property
+    def dp(self) -> DPSettings:
+        return self.config.dp
+
+    @property
+    def precision(self) -> str:
+        return self.config.compute.precision
 
     def total_steps(self, n: int) -> int:
         dp = self.dp
@@ -501,12 +516,8 @@ class Trainer:
         """The ledger states the run's DP settings and the unit the engine samples: its delta and accountant are
         the settings' (a ledger made elsewhere must agree), a patient-level ledger (or ``unit="patient"``) needs
         grouped rows (``fit(groups=...)``), and the ledger's n is the number of units sampled from."""
-        dp, ledger = self.dp, self.ledger
-        if ledger.accountant != dp.accountant or (dp.delta is not None and ledger.delta != dp.delta):
-            raise SettingsError(f"the ledger composes with accountant {ledger.accountant!r} at delta {ledger.delta:g} "
-                                f"but the DP settings say accountant {dp.accountant!r}, delta {dp.delta}: build the "
-                                "ledger from the same settings")
-        if dp.unit == "patient" and self.units is None:
+        check_ledger_agrees(self.ledger, self.dp)
+        if self.dp.unit == "patient" and self.units is None:
             raise SettingsError("the DP settings protect patients (unit = 'patient') but fit() got no groups=: pass "
                                 "groups= (one patient label per row)")
         if self.ledger.unit is ProtectedUnit.PATIENT and self.units is None:
@@ -544,13 +555,12 @@ class Trainer:
         # the names and defaults of the flat config before it held the settings: a private run's checkpoint of an
         # older dpcare resumes unless it ran at a non-default delta or accountant (then it is refused once); a
         # non-private run's leaves out what only the noise reads (C, the noise seed, delta, the accountant)
-        skip = {"progress", "checkpoint_dir", "checkpoint_every", "checkpoint_seconds", "sampling_rate"}
-        if c.sampling_rate is not None:
-            skip.discard("sampling_rate")
+        skip = {"progress", "checkpoint_dir", "checkpoint_every", "checkpoint_seconds"}
         if not self.objective.private:
             skip |= {"clip_norm", "noise_seed", "delta", "accountant"}
         skip |= {k for k, default in (("adaptive_clip", None), ("noise_seed", None), ("device", "auto"),
-                                      ("precision", "fp32"), ("delta", None), ("accountant", "pld"))
+                                      ("precision", "fp32"), ("delta", None), ("accountant", "pld"),
+                                      ("sampling_rate", None))
                  if flat[k] == default}
         keep = {k: v for k, v in flat.items() if k not in skip}
         return {"config": keep, "objective": self.objective.name, "total_steps": total,

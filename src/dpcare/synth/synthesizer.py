@@ -43,7 +43,7 @@ from dpcare.caller import user_stacklevel
 from dpcare.data import TableSchema, load_table
 from dpcare.data.splits import holdout_split as split_holdout
 from dpcare.engine.initialisation import seeded_initialisation
-from dpcare.engine.trainer import TrainConfig, Trainer
+from dpcare.engine.trainer import TrainConfig, Trainer, check_ledger_agrees
 from dpcare.exceptions import DataError, MissingFileError, NotFittedError, SettingsError
 from dpcare.io import torch_save, write_json
 from dpcare.privacy import (
@@ -192,10 +192,7 @@ class Synthesizer(SavesRunFolder):
         start = time.perf_counter()
         if s.private:
             self.ledger = ledger or PrivacyLedger(len(df), s.dp.delta, accountant=s.dp.accountant)
-            if self.ledger.accountant != s.dp.accountant or s.dp.delta not in (None, self.ledger.delta):
-                raise SettingsError(f"the ledger composes with accountant {self.ledger.accountant!r} at delta "
-                                    f"{self.ledger.delta:g} but the settings say {s.dp.accountant!r}, delta "
-                                    f"{s.dp.delta}: build the ledger from the same settings")
+            check_ledger_agrees(self.ledger, s.dp)  # before anything is charged to it
         self.ranges = numeric_ranges(self.schema, df, self.ledger, s.stats_epsilon, s.dp.noise_seed,
                                      keep=_sub(checkpoint_dir, "stage2"))
         self._build()

@@ -103,10 +103,9 @@ class NoteBuilder:
     def _span(self, piece: str, label: str, into: list[Span]) -> Span:
         if not piece:
             raise DataError(f"empty {label} span")
-        if self.lower:
-            piece = piece.lower()
-        span = Span(self._len, self._len + len(piece), label, piece)
-        self._append(piece)
+        start = self._len
+        self._append(piece)  # lower-cased there while ``lower`` is set
+        span = Span(start, self._len, label, self._parts[-1])
         into.append(span)
         return span
 

@@ -47,7 +47,6 @@ from dpcare.lm import load_causal_lm, trim_right_padding
 from dpcare.privacy import (
     NEIGHBOURING,
     Guarantee,
-    PrivacyLedger,
     ProtectedUnit,
     check_delta,
     check_epsilon,
@@ -367,8 +366,8 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
     if prefix and prefix_init == "text":  # public text and public weights: reads no note, charged nothing
         init_prefix_from_text(net, tokenizer, public_prefix_text(task, labels))
     if mode.private:
-        ledger = PrivacyLedger(patients, config.dp.delta, config.dp.accountant, unit=ProtectedUnit.PATIENT)
-        result = Trainer(net, objective, config, ledger).fit(data, groups=groups)
+        # the trainer's ledger: the settings' delta and accountant, the patients sampled from
+        result = Trainer(net, objective, config).fit(data, groups=groups)
     else:  # rows, as many per step (expected) and as many steps as the private modes
         config = config.with_schedule(batch_size=max(1, round(batch_size * rows / patients)),
                                       steps=math.ceil(epochs * patients / batch_size))

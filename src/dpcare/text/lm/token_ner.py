@@ -66,7 +66,6 @@ from dpcare.exceptions import (
     UnknownNameError,
 )
 from dpcare.lm import trim_right_padding, under_torch_func
-from dpcare.privacy import PrivacyLedger, ProtectedUnit
 from dpcare.progress import quiet_loading
 from dpcare.settings import ComputeSettings
 from dpcare.text.evaluation import span_scores
@@ -387,8 +386,8 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     config.validate(objective)
     patients, rows = int(groups.max()) + 1, len(windows)
     if mode.private:
-        ledger = PrivacyLedger(patients, config.dp.delta, config.dp.accountant, unit=ProtectedUnit.PATIENT)
-        return TokenNERRun(net, tokenizer, Trainer(net, objective, config, ledger).fit(data, groups=groups))
+        # the trainer's ledger: the settings' delta and accountant, the patients sampled from
+        return TokenNERRun(net, tokenizer, Trainer(net, objective, config).fit(data, groups=groups))
     config = config.with_schedule(batch_size=max(1, round(batch_size * rows / patients)),
                                   steps=math.ceil(epochs * patients / batch_size))
     return TokenNERRun(net, tokenizer, Trainer(net, objective, config).fit(data))
