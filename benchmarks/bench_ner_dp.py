@@ -27,6 +27,8 @@ p.add_argument("--lr", type=float, default=None); p.add_argument("--batch", type
 p.add_argument("--epochs", type=float, default=2.0); p.add_argument("--notes", type=int, default=3000)
 p.add_argument("--seed", type=int, default=0); p.add_argument("--eval", type=int, default=200)
 p.add_argument("--out", default="results/ner_dp.jsonl")
+p.add_argument("--ema", type=float, default=None, help="keep an exponential moving average of the weights (decay)")
+p.add_argument("--mia", type=int, default=200, help="patients per side of the membership attacks (0: none)")
 p.add_argument("--style", default="templates", choices=("templates", "varied", "mixed"),
                help="the training notes' style (mixed: each patient's notes in one of the two, by a hash of its id)")
 a = p.parse_args()
@@ -47,7 +49,7 @@ print(f"{len(train)} train notes / {len({n.patient_id for n in train})} patients
 t1 = time.time()
 run = train_token_ner(train, a.mode, epsilon=a.epsilon if a.mode != "non-private" else None,
                       delta=1e-5 if a.mode != "non-private" else None, epochs=a.epochs, batch_size=a.batch,
-                      lr=a.lr, seed=a.seed, accountant="pld", progress=True)
+                      lr=a.lr, seed=a.seed, accountant="pld", progress=True, ema_decay=a.ema)
 took = time.time() - t1
 r = run.result
 row = {**vars(a), "train_s": round(took), "steps": r.steps, "sigma": r.noise_multiplier,
@@ -61,8 +63,23 @@ from dpcare.text.corpus.handwritten import handwritten_notes
 table = evaluate_token_ner(run.model, run.tokenizer, handwritten_notes())
 row["f1_handwritten"] = {lab: round(float(table.loc[lab, "f1"]), 3) for lab in table.index}
 row["handwritten_table"] = table.round(3).to_dict()
+if a.mia:  # members: training patients' notes; non-members: held-out patients (never used for a choice here)
+    from dpcare.text.lm.attacks import loss_attack_tagger
+    from dpcare.text.lm.token_ner import load_tagger
+
+    def first_patients(items, k):
+        keep = sorted({n.patient_id for n in items})[:k]
+        return [n for n in items if n.patient_id in set(keep)]
+    recipe = {"model": "minilm", "mode": a.mode, "labels": ["problem", "treatment", "test"], "lora_rank": 8,
+              "lora_alpha": 16.0}
+    base, _ = load_tagger(recipe, None, seed=a.seed)  # the tagger training started from
+    attack = loss_attack_tagger(run.model, base, run.tokenizer, first_patients(train, a.mia),
+                                first_patients(test, a.mia))
+    row["mia"] = {k: {m: [round(v[x], 3) for x in ("value", "low", "high")] for m, v in d.items()}
+                  for k, d in (("loss", attack.loss), ("reference", attack.reference))}
+    print("membership attacks:", row["mia"], flush=True)
 Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-torch.save(run.model.state_dict(), Path(a.out).parent / f"ner_{a.style}_{a.mode}_{a.epsilon}_{a.lr}_{a.batch}.pt")
+torch.save(run.model.state_dict(), Path(a.out).parent / f"ner_{a.style}_{a.mode}_{a.epsilon}_{a.lr}_{a.batch}_s{a.seed}_ema{a.ema}.pt")
 print(json.dumps(row), flush=True)
 with open(a.out, "a") as f:
     f.write(json.dumps(row) + "\n")

@@ -55,6 +55,7 @@ from dpcare.text.lm.finetune import (
     make_examples,
     patient_groups,
 )
+from dpcare.text.lm.token_ner import patient_token_losses
 from dpcare.text.spans import ENTITY_LABELS, Note, Span, check_spans
 
 Items = Sequence[Note] | Sequence[Example]
@@ -132,6 +133,16 @@ def _attack_rows(tokenizer, members: Items, nonmembers: Items, rows: dict):
     """Rows of both sets (one make_examples pass) and their patient ids; DataError on an empty set, an
     overlap or a patient without rows."""
     members, nonmembers = list(members), list(nonmembers)
+    m_ids, n_ids = _member_ids(members, nonmembers)
+    examples = _examples(members + nonmembers, tokenizer=tokenizer, **_row_options(rows))
+    missing = sorted(set(m_ids + n_ids) - {ex.patient_id for ex in examples})
+    if missing:
+        raise DataError(f"{len(missing)} patient(s) have no {rows.get('task', 'ner')} rows, e.g. {missing[:3]}")
+    return examples, m_ids, n_ids
+
+
+def _member_ids(members: list, nonmembers: list) -> tuple[list[str], list[str]]:
+    """The sorted patient ids of both sets; DataError on an empty set or a patient in both."""
     for name, items in (("member", members), ("non-member", nonmembers)):
         if not items:
             raise DataError(f"no {name} notes: membership inference needs members and non-members")
@@ -140,11 +151,7 @@ def _attack_rows(tokenizer, members: Items, nonmembers: Items, rows: dict):
     if both:
         raise DataError(f"{len(both)} patient(s) are both members and non-members, e.g. {both[:3]}: "
                         "non-members must be patients never used for training")
-    examples = _examples(members + nonmembers, tokenizer=tokenizer, **_row_options(rows))
-    missing = sorted(set(m_ids + n_ids) - {ex.patient_id for ex in examples})
-    if missing:
-        raise DataError(f"{len(missing)} patient(s) have no {rows.get('task', 'ner')} rows, e.g. {missing[:3]}")
-    return examples, m_ids, n_ids
+    return m_ids, n_ids
 
 
 def _row_options(rows: dict) -> dict:
@@ -188,6 +195,25 @@ def loss_attack_lm(target_model: nn.Module, base_model: nn.Module, tokenizer, me
               "reference": _split({p: base[p] - v for p, v in target.items()}, m_ids, n_ids)}
     metrics = {k: attack_metrics(*v, bootstrap=bootstrap, seed=seed) for k, v in scores.items()}
     return LMAttackResult(metrics["loss"], metrics["reference"], len(m_ids), len(n_ids), scores, nll)
+
+
+def loss_attack_tagger(target_model: nn.Module, base_model: nn.Module, tokenizer, members: Sequence[Note],
+                       nonmembers: Sequence[Note], bootstrap: int = 200, seed: int = 0, **windows) -> LMAttackResult:
+    """The LOSS and reference attacks on a BIO token tagger (:mod:`dpcare.text.lm.token_ner`): a patient's loss is
+    the token cross-entropy over the tagged pieces of its windows (:func:`patient_token_losses`; ``windows``:
+    its labels, window and stride); the reference is the tagger training started from (the pre-trained encoder
+    with the head drawn from the training seed, :func:`dpcare.text.lm.token_ner.load_tagger`)."""
+    members, nonmembers = list(members), list(nonmembers)
+    m_ids, n_ids = _member_ids(members, nonmembers)
+    target = patient_token_losses(target_model, tokenizer, members + nonmembers, **windows)
+    base = patient_token_losses(base_model, tokenizer, members + nonmembers, **windows)
+    missing = sorted(set(m_ids + n_ids) - set(target))
+    if missing:
+        raise DataError(f"{len(missing)} patient(s) have no tagged pieces, e.g. {missing[:3]}")
+    scores = {"loss": _split({p: -v for p, v in target.items()}, m_ids, n_ids),
+              "reference": _split({p: base[p] - v for p, v in target.items()}, m_ids, n_ids)}
+    metrics = {k: attack_metrics(*v, bootstrap=bootstrap, seed=seed) for k, v in scores.items()}
+    return LMAttackResult(metrics["loss"], metrics["reference"], len(m_ids), len(n_ids), scores)
 
 
 # --------------------------------------------------------------------------- LiRA

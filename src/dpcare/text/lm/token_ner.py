@@ -357,13 +357,14 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
                     lora_rank: int = 8, lora_alpha: float = 16.0, reduction: str = "mean",
                     max_physical_batch: int = 16, accountant: str = "pld", checkpoint_dir: str | None = None,
                     progress: bool = False, adaptive_clip: AdaptiveClip | None = None, device: str = "auto",
-                    precision: str = "fp32") -> TokenNERRun:
+                    precision: str = "fp32", ema_decay: float | None = None) -> TokenNERRun:
     """Train a BIO tagger from ``model`` ("minilm" or a local encoder folder) in ``mode``; the private modes
     protect the PATIENT (``batch_size``: expected patients per step; ``epsilon``: target). Non-private mode
     samples windows, as many per step (expected) and as many steps as the private modes. ``lr=None``:
     DEFAULT_LR of the mode; ``adaptive_clip``: private adaptive clipping (private modes; ``clip_norm`` is the
-    initial C); ``noise_seed``: the secret root of the private sampling and noise (None: fresh OS entropy).
-    ``stride`` None is ``window``: training windows do not overlap, so every piece of every window is
+    initial C); ``noise_seed``: the secret root of the private sampling and noise (None: fresh OS entropy);
+    ``ema_decay``: the model returned holds the exponential moving average of the trained weights (post-processing
+    of the released iterates: no privacy cost; De et al. 2022). ``stride`` None is ``window``: training windows do not overlap, so every piece of every window is
     scored (with overlap the pieces an earlier window scored are ignored: compute spent on no loss).
     Returns (model in eval mode, tokenizer, TrainResult)."""
     mode = parse_mode(mode)
@@ -382,7 +383,8 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
                                             noise_seed),
                          compute=ComputeSettings(device=device, precision=precision),
                          lr=DEFAULT_LR[mode.value] if lr is None else lr, checkpoint_dir=checkpoint_dir,
-                         progress=progress, max_physical_batch=max_physical_batch, adaptive_clip=adaptive_clip)
+                         progress=progress, max_physical_batch=max_physical_batch, adaptive_clip=adaptive_clip,
+                         ema_decay=ema_decay)
     config.validate(objective)
     patients, rows = int(groups.max()) + 1, len(windows)
     if mode.private:
@@ -471,6 +473,26 @@ def predict_spans(model: nn.Module, tokenizer, notes: Sequence[Note], window: in
         out.append(decode_bio([names[t] for t in merged.get(note.note_id, [])], offsets, note.text,
                               piece_words(note.text, tokenizer)))
     return out
+
+
+@torch.no_grad()
+def patient_token_losses(model: nn.Module, tokenizer, notes: Sequence[Note], labels: Sequence[str] = ENTITY_LABELS,
+                         window: int | None = WINDOW, stride: int | None = None, batch_size: int = 32
+                         ) -> dict[str, float]:
+    """{patient id: token cross-entropy over every scored piece of the patient's windows / their number}: the
+    windows training saw (``stride`` None is ``window``, as in :func:`train_token_ner`); for membership attacks."""
+    windows = bio_examples(notes, tokenizer, labels, window, window if stride is None else stride,
+                           _max_positions(model))
+    model.eval()
+    device, sums, counts = next(model.parameters()).device, {}, {}
+    for i in range(0, len(windows), batch_size):
+        chunk = windows[i:i + batch_size]
+        batch = {k: v.to(device) for k, v in encode_windows(chunk, tokenizer.pad_token_id).items()}
+        nll = token_nll(token_logits(model, batch["ids"], batch["mask"]), batch["labels"], ignore_index=IGNORE)
+        for w, total, n in zip(chunk, nll.sum(1).tolist(), (batch["labels"] != IGNORE).sum(1).tolist()):
+            sums[w.patient_id] = sums.get(w.patient_id, 0.0) + total
+            counts[w.patient_id] = counts.get(w.patient_id, 0) + n
+    return {p: sums[p] / max(counts[p], 1) for p in sums}
 
 
 def evaluate_token_ner(model: nn.Module, tokenizer, notes: Sequence[Note], labels: Sequence[str] = ENTITY_LABELS,
