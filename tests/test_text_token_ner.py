@@ -323,3 +323,39 @@ def test_real_minilm_trains_a_few_dp_lora_steps(corpus):
     assert trainable == 6 * 2 * 2 * 8 * 384 + 384 * 7 + 7
     scores = evaluate_token_ner(model, tok, corpus[6:8])
     assert scores.loc["micro", "gold"] == sum(len(n.entities) for n in corpus[6:8])
+
+
+def test_ema_decay_reaches_the_returned_model(bert_folder, corpus):
+    """The moving average is what the tagger returns (decay 0 is the last iterate; a positive decay differs)."""
+    def fit(ema):
+        model, _, _ = train_token_ner(corpus[:4], "dp-lora", epsilon=3.0, model=bert_folder, epochs=2, batch_size=2,
+                                      window=64, stride=32, accountant="rdp", noise_seed=0, ema_decay=ema)
+        return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    last, zero, half = fit(None), fit(0.0), fit(0.5)
+    assert all(torch.equal(last[n], zero[n]) for n in last)
+    assert not all(torch.equal(last[n], half[n]) for n in last)
+
+
+def test_membership_attacks_on_a_tagger(bert_folder):
+    """An overfit tagger's training patients are found by both attacks; its starting point gives the reference
+    attack nothing (every score 0: AUC 0.5); a patient on both sides is refused."""
+    from dpcare.text.lm.attacks import loss_attack_tagger
+    from dpcare.text.lm.token_ner import load_tagger
+
+    notes = generate_corpus(24, seed=3)
+    ids = sorted({n.patient_id for n in notes})
+    members = [n for n in notes if n.patient_id in set(ids[:8])]
+    others = [n for n in notes if n.patient_id in set(ids[8:16])]
+    model, tok, _ = train_token_ner(members, "non-private", model=bert_folder, epochs=30, batch_size=8, lr=3e-3,
+                                    window=64)
+    recipe = {"model": bert_folder, "mode": "non-private", "labels": ["problem", "treatment", "test"],
+              "lora_rank": 8, "lora_alpha": 16.0}
+    base, _ = load_tagger(recipe, None, seed=0)
+    found = loss_attack_tagger(model, base, tok, members, others, window=64)
+    assert found.loss["auc"]["value"] > 0.8 and found.reference["auc"]["value"] > 0.8, found.to_dict()
+    assert (found.members, found.nonmembers) == (8, 8)
+    start = loss_attack_tagger(base, base, tok, members, others, window=64)
+    assert all((s == 0).all() for s in start.scores["reference"]) and start.reference["auc"]["value"] == 0.5
+    with pytest.raises(DataError, match="both members and non-members"):
+        loss_attack_tagger(model, base, tok, members, others + members[:1], window=64)
