@@ -1,6 +1,8 @@
 """The NER development runs of docs/clinical-nlp.md (issue 55): the MiniLM BIO tagger trained on generated notes
 (non-private, DP-LoRA or DP-Full, the patient the unit), scored by exact-match span F1 on the first 60 and the
-first 200 held-out patients' notes and on the 16 hand-written notes (never used for a choice). ``--style varied``
+first 200 held-out patients' notes and on the 16 hand-written notes (never used for a choice), each beside the
+public lexicon with a paired interval, and attacked by the LOSS and reference membership attacks
+(benchmarks/ner_scoring.py). ``--style varied``
 trains on the generator's varied style (abbreviations, lists, headers, negations); held-out patients are scored in
 both styles.
 
@@ -12,14 +14,12 @@ Appends one JSON line per run to --out (default results/ner_dp.jsonl) and saves 
 import argparse
 import json
 import time
-import zlib
 from pathlib import Path
 
 import torch
+from ner_scoring import corpus_split, score_tagger
 
-from dpcare.text import generate_corpus
-from dpcare.studies.clinical_nlp import split_patients
-from dpcare.text.lm.token_ner import train_token_ner, evaluate_token_ner
+from dpcare.text.lm.token_ner import train_token_ner
 
 p = argparse.ArgumentParser()
 p.add_argument("--mode", default="dp-lora"); p.add_argument("--epsilon", type=float, default=8.0)
@@ -33,18 +33,7 @@ p.add_argument("--style", default="templates", choices=("templates", "varied", "
                help="the training notes' style (mixed: each patient's notes in one of the two, by a hash of its id)")
 a = p.parse_args()
 t0 = time.time()
-styled = {s: generate_corpus(a.notes, seed=0, style=s) for s in ("templates", "varied")}  # the same notes, two styles
-if a.style == "mixed":
-    notes = [v if zlib.crc32(v.patient_id.encode()) % 2 else t for t, v in zip(styled["templates"], styled["varied"])]
-else:
-    notes = styled[a.style]
-split = split_patients(notes, 0.25, 0)
-train = split.train
-held_out = {n.patient_id for n in split.held_out}
-tests = {s: [n for n in styled[s] if n.patient_id in held_out] for s in styled}
-test = tests["templates" if a.style == "mixed" else a.style]
-other = "varied" if a.style != "varied" else "templates"  # the same held-out patients in the other style
-other_test = tests[other]
+train, tests = corpus_split(a.notes, a.style)
 print(f"{len(train)} train notes / {len({n.patient_id for n in train})} patients; generated in {time.time()-t0:.0f} s", flush=True)
 t1 = time.time()
 run = train_token_ner(train, a.mode, epsilon=a.epsilon if a.mode != "non-private" else None,
@@ -54,32 +43,9 @@ took = time.time() - t1
 r = run.result
 row = {**vars(a), "train_s": round(took), "steps": r.steps, "sigma": r.noise_multiplier,
        "epsilon_spent": r.guarantee.epsilon if r.guarantee else None}
-for k in (60, a.eval):
-    table = evaluate_token_ner(run.model, run.tokenizer, test[:k])
-    row[f"f1_{k}"] = {lab: round(float(table.loc[lab, "f1"]), 3) for lab in table.index}
-table = evaluate_token_ner(run.model, run.tokenizer, other_test[:a.eval])
-row[f"f1_{a.eval}_{other}"] = {lab: round(float(table.loc[lab, "f1"]), 3) for lab in table.index}
-from dpcare.text.corpus.handwritten import handwritten_notes
-table = evaluate_token_ner(run.model, run.tokenizer, handwritten_notes())
-row["f1_handwritten"] = {lab: round(float(table.loc[lab, "f1"]), 3) for lab in table.index}
-row["handwritten_table"] = table.round(3).to_dict()
-if a.mia:  # members: training patients' notes; non-members: held-out patients (never used for a choice here)
-    from dpcare.text.lm.attacks import loss_attack_tagger
-    from dpcare.text.lm.token_ner import load_tagger
-
-    def first_patients(items, k):
-        keep = sorted({n.patient_id for n in items})[:k]
-        return [n for n in items if n.patient_id in set(keep)]
-    recipe = {"model": "minilm", "mode": a.mode, "labels": ["problem", "treatment", "test"], "lora_rank": 8,
-              "lora_alpha": 16.0}
-    base, _ = load_tagger(recipe, None, seed=a.seed)  # the tagger training started from
-    attack = loss_attack_tagger(run.model, base, run.tokenizer, first_patients(train, a.mia),
-                                first_patients(test, a.mia))
-    row["mia"] = {k: {m: [round(v[x], 3) for x in ("value", "low", "high")] for m, v in d.items()}
-                  for k, d in (("loss", attack.loss), ("reference", attack.reference))}
-    print("membership attacks:", row["mia"], flush=True)
 Path(a.out).parent.mkdir(parents=True, exist_ok=True)
 torch.save(run.model.state_dict(), Path(a.out).parent / f"ner_{a.style}_{a.mode}_{a.epsilon}_{a.lr}_{a.batch}_s{a.seed}_ema{a.ema}.pt")
+row.update(score_tagger(run.model, run.tokenizer, train, tests, a.style, a.mode, a.seed, a.eval, a.mia))
 print(json.dumps(row), flush=True)
 with open(a.out, "a") as f:
     f.write(json.dumps(row) + "\n")

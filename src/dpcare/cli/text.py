@@ -175,15 +175,16 @@ def ner(
     """Extract problem / treatment / test entities with a fine-tuned NER model (a token tagger, or a causal LM
     with constrained decoding): every entity is a whole span of the note (never a piece of a word; overlapping
     predictions keep the longest). Scores exact-match span F1 when the notes carry gold entities, beside the
-    public baseline (the base model without fine-tuning, same decoding) with a paired interval and a verdict.
-    The output holds no note text unless --include-text."""
+    public baselines (the public lexicon of ICD-10-CM problems, drug names and lab tests; the base model without
+    fine-tuning, same decoding) with paired intervals and a verdict. The output holds no note text unless
+    --include-text."""
     from dataclasses import replace
 
     from dpcare.io import write_json_lines
     from dpcare.text import write_jsonl
     from dpcare.text.lm.saved import load_finetuned
     from dpcare.text.spans import span_to_dict
-    from dpcare.text.lm.scoring import score_ner
+    from dpcare.text.lm.scoring import comparison_lines, score_ner
     from dpcare.text.patients import patient_mapping
     from dpcare.text.readers import read_notes
 
@@ -202,6 +203,8 @@ def ner(
     if scores.table is not None:
         typer.echo(scores.table.round(3).to_string())
     if scores.result is not None:
+        for line in comparison_lines(scores):
+            typer.echo(line)
         typer.echo(f"{r['mode']} {scores.result['verdict']}")
     typer.echo(f"{sum(map(len, predicted))} entities in {len(corpus)} notes written to {out}"
                + (" with the notes' text" if include_text else " (no note text: --include-text adds it)"))

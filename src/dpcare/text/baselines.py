@@ -1,8 +1,9 @@
 """Public baselines of the fine-tuned note models (NER, summarisation), on the SAME notes, with the verdict of
 :func:`dpcare.verdict.compare` (paired bootstrap over PATIENTS: a patient's notes are drawn together).
 
-* NER: the base model WITHOUT fine-tuning, decoded with the same constrained decoding (every entity a span of
-  the note). It read no private note: its pre-training data are public.
+* NER: the public lexicon (:mod:`dpcare.text.lexicon_ner`: ICD-10-CM problems, drug names, CLIF lab tests, found
+  by longest match; labels problem / treatment / test), and the base model WITHOUT fine-tuning, decoded the same
+  way as the model. Neither read a private note: the vocabularies and the pre-training data are public.
 * Summarisation: the base model without fine-tuning (the same greedy prompt), and LEAD-k: the first ``k``
   sentences of the source. ``k`` is fixed beforehand (:data:`LEAD_SENTENCES` = 3, the customary LEAD-3 of
   summarisation papers), never chosen on the notes scored.

@@ -1,10 +1,10 @@
 """A fine-tuned note model scored on notes with gold annotations, beside its public baselines on the SAME notes
-(:mod:`dpcare.text.baselines`): exact-match span F1 for NER against the base model without fine-tuning, ROUGE-L F1
-for summarisation against LEAD-3 and the base model. One place for `dpcare text ner`, `dpcare text summarise` and
+(:mod:`dpcare.text.baselines`): exact-match span F1 for NER against the public lexicon
+(:mod:`dpcare.text.lexicon_ner`) and the base model without fine-tuning, ROUGE-L F1 for summarisation against LEAD-3 and the base model. One place for `dpcare text ner`, `dpcare text summarise` and
 `dpcare text finetune --test`, so that the console, run.json and the report say the same thing.
 
-Scoring reads the scored notes only: the baselines read no training note (the base model's weights and LEAD-3
-are public), so they cost no budget; the scores themselves are a release about the scored notes, outside the
+Scoring reads the scored notes only: the baselines read no training note (the base model's weights, the lexicon's
+vocabularies and LEAD-3 are public), so they cost no budget; the scores themselves are a release about the scored notes, outside the
 fine-tuning's guarantee (as every recipe's test metrics).
 """
 
@@ -55,9 +55,10 @@ def check_gold(task: str, notes: Sequence, labels: Sequence[str], where: str) ->
 def score_ner(net, tokenizer, recipe: dict[str, Any], notes: Sequence, max_tokens: int = 512, batch_size: int = 8,
               baseline: bool = True, progress: bool = True) -> NoteScores:
     """The NER model's entities for ``notes`` (whole entities: :func:`~dpcare.text.spans.whole_entities`) and,
-    where they carry gold spans, its span F1 beside the base model without fine-tuning (a causal LM: the same
-    constrained decoding, windows and ``max_tokens``; a token tagger: the pre-trained encoder with a fresh head
-    drawn from the public seed 0, the same windows)."""
+    where they carry gold spans, its span F1 beside the public lexicon (:mod:`dpcare.text.lexicon_ner`; labels
+    problem / treatment / test only, always scored: it costs nothing) and the base model without fine-tuning
+    (``baseline``; a causal LM: the same constrained decoding, windows and ``max_tokens``; a token tagger: the
+    pre-trained encoder with a fresh head drawn from the public seed 0, the same windows)."""
     from dpcare.text.baselines import span_counts
     from dpcare.text.evaluation import MICRO, span_scores
     from dpcare.text.lm.saved import CAUSAL, recipe_kind
@@ -90,9 +91,14 @@ def score_ner(net, tokenizer, recipe: dict[str, Any], notes: Sequence, max_token
     f1 = table.loc[MICRO, "f1"]
     scores = NoteScores(METRICS["ner"], predicted, sum(1 for g in gold if g), 0.0 if f1 != f1 else float(f1), table,
                         counts=span_counts(gold, predicted))
-    if baseline:  # the public baseline: the pre-trained model, never fine-tuned, decoded the same way
-        from dpcare.text.baselines import BASE_MODEL, compare_on_notes
+    from dpcare.text.baselines import BASE_MODEL, compare_on_notes
+    from dpcare.text.lexicon_ner import NAME as LEXICON, lexicon_spans
+    from dpcare.text.spans import ENTITY_LABELS
 
+    baselines = {}
+    if set(labels) <= set(ENTITY_LABELS):  # the public vocabularies: they read the scored notes only
+        baselines[LEXICON] = span_counts(gold, [[x for x in lexicon_spans(t) if x.label in labels] for t in texts])
+    if baseline:  # the pre-trained model, never fine-tuned, decoded the same way
         if tagger:
             from dpcare.text.lm.token_ner import load_tagger
 
@@ -101,9 +107,9 @@ def score_ner(net, tokenizer, recipe: dict[str, Any], notes: Sequence, max_token
             from dpcare.lm import load_causal_lm
 
             base, base_tokenizer = load_causal_lm(recipe["model"], recipe["layers"])
-        scores.result = compare_on_notes(scores.metric, scores.counts,
-                                         {BASE_MODEL: span_counts(gold, decode(base.eval(), base_tokenizer))},
-                                         [n.patient_id for n in notes])
+        baselines[BASE_MODEL] = span_counts(gold, decode(base.eval(), base_tokenizer))
+    if baselines:
+        scores.result = compare_on_notes(scores.metric, scores.counts, baselines, [n.patient_id for n in notes])
     return scores
 
 

@@ -1,0 +1,77 @@
+"""What the NER development runs (bench_ner_dp.py, bench_ner_verdicts.py) measure on one trained tagger: the split
+of the generated corpus, exact-match F1 on held-out patients in both styles and on the 16 hand-written notes, the
+paired verdict against the public lexicon on each set, and the LOSS and reference membership attacks."""
+import random
+import zlib
+
+from dpcare.studies.clinical_nlp import split_patients
+from dpcare.text import generate_corpus
+from dpcare.text.baselines import compare_on_notes, span_counts
+from dpcare.text.corpus.handwritten import handwritten_notes
+from dpcare.text.evaluation import span_scores
+from dpcare.text.lexicon_ner import lexicon_spans
+from dpcare.text.lm.token_ner import load_tagger, predict_spans
+
+STYLES = ("templates", "varied")
+
+
+def corpus_split(n_notes: int, style: str):
+    """(training notes in ``style``, {style: held-out patients' notes}): the same patients in every style
+    (mixed: each patient's notes in one style, by a hash of its id), split by patient once."""
+    styled = {s: generate_corpus(n_notes, seed=0, style=s) for s in STYLES}
+    if style == "mixed":
+        notes = [v if zlib.crc32(v.patient_id.encode()) % 2 else t for t, v in zip(styled["templates"], styled["varied"])]
+    else:
+        notes = styled[style]
+    split = split_patients(notes, 0.25, 0)
+    held_out = {n.patient_id for n in split.held_out}
+    return split.train, {s: [n for n in styled[s] if n.patient_id in held_out] for s in styled}
+
+
+def sample_patients(notes, k: int, seed: int = 0):
+    """The notes of ``k`` patients drawn at random (a public seed; ids sort by their source, so the first k would
+    compare one source's members with another's non-members)."""
+    ids = sorted({n.patient_id for n in notes})
+    keep = set(random.Random(seed).sample(ids, min(k, len(ids))))
+    return [n for n in notes if n.patient_id in keep]
+
+
+def base_tagger(mode: str, seed: int):
+    """The tagger a run started from: the pre-trained encoder, the head (and adapters) drawn from ``seed``."""
+    recipe = {"model": "minilm", "mode": mode, "labels": ["problem", "treatment", "test"], "lora_rank": 8,
+              "lora_alpha": 16.0}
+    return load_tagger(recipe, None, seed=seed)
+
+
+def score_tagger(model, tokenizer, train, tests: dict, style: str, mode: str, seed: int, n_eval: int = 200,
+                 n_mia: int = 200) -> dict:
+    """The row fields: F1 per set (the first 60 and ``n_eval`` held-out notes of the training style, ``n_eval`` of
+    the other style, the hand-written notes), the lexicon's F1 and the paired comparison with it on each set, and
+    the membership attacks on ``n_mia`` training and held-out patients (0: none)."""
+    main = "templates" if style == "mixed" else style
+    other = "varied" if main == "templates" else "templates"
+    sets = {"f1_60": tests[main][:60], f"f1_{n_eval}": tests[main][:n_eval],
+            f"f1_{n_eval}_{other}": tests[other][:n_eval], "f1_handwritten": handwritten_notes()}
+    row = {}
+    for name, notes in sets.items():
+        gold = [list(n.entities) for n in notes]
+        predicted = predict_spans(model, tokenizer, notes)
+        lexicon = [lexicon_spans(n.text) for n in notes]
+        table = span_scores(gold, predicted)
+        row[name] = {lab: round(float(table.loc[lab, "f1"]), 3) for lab in table.index}
+        row["lexicon_" + name] = round(float(span_scores(gold, lexicon).loc["micro", "f1"]), 3)
+        c = compare_on_notes("ner F1", span_counts(gold, predicted), {"lexicon": span_counts(gold, lexicon)},
+                             [n.patient_id for n in notes])["comparisons"][0]
+        row["vs_lexicon_" + name] = {"difference": round(c["difference"], 3), "low": round(c["low"], 3),
+                                     "high": round(c["high"], 3), "beats": c["beats"]}
+        if name == "f1_handwritten":
+            row["handwritten_table"] = table.round(3).to_dict()
+    if n_mia:  # members: training patients; non-members: held-out patients (never used for a choice here)
+        from dpcare.text.lm.attacks import loss_attack_tagger
+
+        base, _ = base_tagger(mode, seed)
+        attack = loss_attack_tagger(model, base, tokenizer, sample_patients(train, n_mia),
+                                    sample_patients(tests[main], n_mia))
+        row["mia"] = {k: {m: [round(v[x], 3) for x in ("value", "low", "high")] for m, v in d.items()}
+                      for k, d in (("loss", attack.loss), ("reference", attack.reference))}
+    return row
