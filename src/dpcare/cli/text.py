@@ -93,8 +93,9 @@ def finetune(
                                            "rerun the same command to resume an interrupted run")],
     test: Annotated[Path | None, typer.Option(
         help="held-out notes with gold annotations (patients NOT in NOTES, the same --format): after training the "
-             "model is scored on them beside its public baselines (the base model without fine-tuning; LEAD-3 for "
-             "summarisation), with a paired interval and a verdict, in run.json, on the console and in `dpcare "
+             "model is scored on them beside its public baselines (ner: the public lexicon of ICD-10-CM problems, drug "
+             "names and lab tests; summarisation: LEAD-3; both: the base model without fine-tuning), with a paired "
+             "interval and a verdict, in run.json, on the console and in `dpcare "
              "report`")] = None,
     physical_batch: Annotated[int, typer.Option(help="rows per forward/backward pass (memory only)")] = 8,
     format: FormatOption = "jsonl",
