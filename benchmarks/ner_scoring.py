@@ -16,14 +16,13 @@ STYLES = ("templates", "varied")
 
 
 def corpus_split(n_notes: int, style: str):
-    """(training notes in ``style``, {style: held-out patients' notes}): the same patients in every style
-    (mixed: each patient's notes in one style, by a hash of its id), split by patient once."""
+    """(training notes in ``style``, {style: held-out patients' notes} for templates, varied and mixed): the same
+    patients in every style (mixed: each patient's notes in one of the two, by a hash of its id), split by patient
+    once."""
     styled = {s: generate_corpus(n_notes, seed=0, style=s) for s in STYLES}
-    if style == "mixed":
-        notes = [v if zlib.crc32(v.patient_id.encode()) % 2 else t for t, v in zip(styled["templates"], styled["varied"])]
-    else:
-        notes = styled[style]
-    split = split_patients(notes, 0.25, 0)
+    styled["mixed"] = [v if zlib.crc32(v.patient_id.encode()) % 2 else t
+                       for t, v in zip(styled["templates"], styled["varied"])]
+    split = split_patients(styled[style], 0.25, 0)
     held_out = {n.patient_id for n in split.held_out}
     return split.train, {s: [n for n in styled[s] if n.patient_id in held_out] for s in styled}
 
@@ -85,8 +84,9 @@ def score_tagger(model, tokenizer, train, tests: dict, style: str, mode: str, se
         from dpcare.text.lm.attacks import loss_attack_tagger
 
         base, _ = base_tagger(mode, seed)
+        # non-members in the members' style (mixed: the same rule per patient), or the attack measures the style
         attack = loss_attack_tagger(model, base, tokenizer, sample_patients(train, n_mia),
-                                    sample_patients(tests[main], n_mia))
+                                    sample_patients(tests[style], n_mia))
         row["mia"] = {k: {m: [round(v[x], 3) for x in ("value", "low", "high")] for m, v in d.items()}
                       for k, d in (("loss", attack.loss), ("reference", attack.reference))}
     return row
