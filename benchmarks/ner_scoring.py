@@ -87,6 +87,6 @@ def score_tagger(model, tokenizer, train, tests: dict, style: str, mode: str, se
         # non-members in the members' style (mixed: the same rule per patient), or the attack measures the style
         attack = loss_attack_tagger(model, base, tokenizer, sample_patients(train, n_mia),
                                     sample_patients(tests[style], n_mia))
-        row["mia"] = {k: {m: [round(v[x], 3) for x in ("value", "low", "high")] for m, v in d.items()}
+        row["membership"] = {k: {m: [round(v[x], 3) for x in ("value", "low", "high")] for m, v in d.items()}
                       for k, d in (("loss", attack.loss), ("reference", attack.reference))}
     return row
