@@ -178,7 +178,6 @@ def test_the_lexicon_finds_public_vocabulary_by_longest_match():
 def test_ner_scoring_beats_only_what_beats_the_lexicon():
     """The lexicon is a baseline of every NER score with i2b2 labels: its own spans as the model's give
     difference 0 and 'do not release'; the gold spans beat it."""
-    from dpcare.text.lm.scoring import NoteScores, METRICS  # noqa: F401  (the scorer's record shape)
     from dpcare.text.baselines import compare_on_notes, span_counts
 
     notes = generate_corpus(12, seed=1)

@@ -73,8 +73,9 @@ def lexicon() -> dict[tuple[str, ...], str]:
 
     stops = stop_words()
     table: dict[tuple[str, ...], str] = {}
-    for label, phrases in zip(reversed(_PRIORITY), (_problems(), _treatments(), _tests())):  # later ones win
-        for phrase in phrases:
+    sources = {"problem": _problems, "treatment": _treatments, "test": _tests}
+    for label in reversed(_PRIORITY):  # a phrase written later overwrites: the first of _PRIORITY wins
+        for phrase in sources[label]():
             key = _key(phrase)
             if not key or len(key) > MAX_WORDS or (len(key) == 1 and (len(key[0]) < 3 or key[0] in stops)):
                 continue

@@ -55,7 +55,7 @@ from dpcare.text.lm.finetune import (
     make_examples,
     patient_groups,
 )
-from dpcare.text.lm.token_ner import patient_token_losses
+from dpcare.text.lm.token_ner import patient_token_losses, training_windows
 from dpcare.text.spans import ENTITY_LABELS, Note, Span, check_spans
 
 Items = Sequence[Note] | Sequence[Example]
@@ -191,10 +191,7 @@ def loss_attack_lm(target_model: nn.Module, base_model: nn.Module, tokenizer, me
     nll = _patient_nll(target_model, tokenizer, examples, batch_size)
     target = {p: total / count for p, (total, count) in nll.items()}
     base = _patient_losses(base_model, tokenizer, examples, batch_size)
-    scores = {"loss": _split({p: -v for p, v in target.items()}, m_ids, n_ids),
-              "reference": _split({p: base[p] - v for p, v in target.items()}, m_ids, n_ids)}
-    metrics = {k: attack_metrics(*v, bootstrap=bootstrap, seed=seed) for k, v in scores.items()}
-    return LMAttackResult(metrics["loss"], metrics["reference"], len(m_ids), len(n_ids), scores, nll)
+    return _loss_and_reference(target, base, m_ids, n_ids, bootstrap, seed, nll)
 
 
 def loss_attack_tagger(target_model: nn.Module, base_model: nn.Module, tokenizer, members: Sequence[Note],
@@ -205,15 +202,22 @@ def loss_attack_tagger(target_model: nn.Module, base_model: nn.Module, tokenizer
     with the head drawn from the training seed, :func:`dpcare.text.lm.token_ner.load_tagger`)."""
     members, nonmembers = list(members), list(nonmembers)
     m_ids, n_ids = _member_ids(members, nonmembers)
-    target = patient_token_losses(target_model, tokenizer, members + nonmembers, **windows)
-    base = patient_token_losses(base_model, tokenizer, members + nonmembers, **windows)
+    rows = training_windows(members + nonmembers, tokenizer, target_model, **windows)  # one pass for both models
+    target = patient_token_losses(target_model, rows, tokenizer.pad_token_id)
+    base = patient_token_losses(base_model, rows, tokenizer.pad_token_id)
     missing = sorted(set(m_ids + n_ids) - set(target))
     if missing:
         raise DataError(f"{len(missing)} patient(s) have no tagged pieces, e.g. {missing[:3]}")
+    return _loss_and_reference(target, base, m_ids, n_ids, bootstrap, seed)
+
+
+def _loss_and_reference(target: dict[str, float], base: dict[str, float], m_ids: list[str], n_ids: list[str],
+                        bootstrap: int, seed: int, nll: dict | None = None) -> LMAttackResult:
+    """LOSS (-target loss) and reference (base loss - target loss) scores per patient, and their metrics."""
     scores = {"loss": _split({p: -v for p, v in target.items()}, m_ids, n_ids),
               "reference": _split({p: base[p] - v for p, v in target.items()}, m_ids, n_ids)}
     metrics = {k: attack_metrics(*v, bootstrap=bootstrap, seed=seed) for k, v in scores.items()}
-    return LMAttackResult(metrics["loss"], metrics["reference"], len(m_ids), len(n_ids), scores)
+    return LMAttackResult(metrics["loss"], metrics["reference"], len(m_ids), len(n_ids), scores, nll or {})
 
 
 # --------------------------------------------------------------------------- LiRA

@@ -475,21 +475,24 @@ def predict_spans(model: nn.Module, tokenizer, notes: Sequence[Note], window: in
     return out
 
 
+def training_windows(notes: Iterable[Note], tokenizer, model: nn.Module, labels: Sequence[str] = ENTITY_LABELS,
+                     window: int | None = WINDOW, stride: int | None = None) -> list[TokenWindow]:
+    """The BIO windows training makes of ``notes`` (``stride`` None is ``window``, as in :func:`train_token_ner`)."""
+    return bio_examples(notes, tokenizer, labels, window, window if stride is None else stride, _max_positions(model))
+
+
 @torch.no_grad()
-def patient_token_losses(model: nn.Module, tokenizer, notes: Sequence[Note], labels: Sequence[str] = ENTITY_LABELS,
-                         window: int | None = WINDOW, stride: int | None = None, batch_size: int = 32
+def patient_token_losses(model: nn.Module, windows: Sequence[TokenWindow], pad_id: int, batch_size: int = 32
                          ) -> dict[str, float]:
-    """{patient id: token cross-entropy over every scored piece of the patient's windows / their number}: the
-    windows training saw (``stride`` None is ``window``, as in :func:`train_token_ner`); for membership attacks."""
-    windows = bio_examples(notes, tokenizer, labels, window, window if stride is None else stride,
-                           _max_positions(model))
+    """{patient id: token cross-entropy summed over every scored piece of the patient's ``windows`` / their
+    number} (:class:`TokenNERLoss` with ``reduction="sum"``); for membership attacks."""
     model.eval()
-    device, sums, counts = next(model.parameters()).device, {}, {}
+    device, objective, sums, counts = next(model.parameters()).device, TokenNERLoss(False, "sum"), {}, {}
     for i in range(0, len(windows), batch_size):
         chunk = windows[i:i + batch_size]
-        batch = {k: v.to(device) for k, v in encode_windows(chunk, tokenizer.pad_token_id).items()}
-        nll = token_nll(token_logits(model, batch["ids"], batch["mask"]), batch["labels"], ignore_index=IGNORE)
-        for w, total, n in zip(chunk, nll.sum(1).tolist(), (batch["labels"] != IGNORE).sum(1).tolist()):
+        batch = {k: v.to(device) for k, v in encode_windows(chunk, pad_id).items()}
+        totals = objective.private_loss(model, batch).tolist()
+        for w, total, n in zip(chunk, totals, (batch["labels"] != IGNORE).sum(1).tolist()):
             sums[w.patient_id] = sums.get(w.patient_id, 0.0) + total
             counts[w.patient_id] = counts.get(w.patient_id, 0) + n
     return {p: sums[p] / max(counts[p], 1) for p in sums}
