@@ -31,6 +31,7 @@ p.add_argument("--ema", type=float, default=None, help="keep an exponential movi
 p.add_argument("--mia", type=int, default=200, help="patients per side of the membership attacks (0: none)")
 p.add_argument("--style", default="templates", choices=("templates", "varied", "mixed"),
                help="the training notes' style (mixed: each patient's notes in one of the two, by a hash of its id)")
+p.add_argument("--hints", default=None, choices=("lexicon",), help="the tagger reads the public lexicon's tags")
 a = p.parse_args()
 t0 = time.time()
 train, tests = corpus_split(a.notes, a.style)
@@ -38,14 +39,14 @@ print(f"{len(train)} train notes / {len({n.patient_id for n in train})} patients
 t1 = time.time()
 run = train_token_ner(train, a.mode, epsilon=a.epsilon if a.mode != "non-private" else None,
                       delta=1e-5 if a.mode != "non-private" else None, epochs=a.epochs, batch_size=a.batch,
-                      lr=a.lr, seed=a.seed, accountant="pld", progress=True, ema_decay=a.ema)
+                      lr=a.lr, seed=a.seed, accountant="pld", progress=True, ema_decay=a.ema, hints=a.hints)
 took = time.time() - t1
 r = run.result
 row = {**vars(a), "train_s": round(took), "steps": r.steps, "sigma": r.noise_multiplier,
        "epsilon_spent": r.guarantee.epsilon if r.guarantee else None}
 Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-torch.save(run.model.state_dict(), Path(a.out).parent / f"ner_{a.style}_{a.mode}_{a.epsilon}_{a.lr}_{a.batch}_s{a.seed}_ema{a.ema}.pt")
-row.update(score_tagger(run.model, run.tokenizer, train, tests, a.style, a.mode, a.seed, a.eval, a.mia))
+torch.save(run.model.state_dict(), Path(a.out).parent / f"ner_{a.style}_{a.mode}_{a.epsilon}_{a.lr}_{a.batch}_s{a.seed}_ema{a.ema}_hints{a.hints}.pt")
+row.update(score_tagger(run.model, run.tokenizer, train, tests, a.style, a.mode, a.seed, a.eval, a.mia, a.hints))
 print(json.dumps(row), flush=True)
 with open(a.out, "a") as f:
     f.write(json.dumps(row) + "\n")

@@ -35,10 +35,10 @@ def sample_patients(notes, k: int, seed: int = 0):
     return [n for n in notes if n.patient_id in keep]
 
 
-def base_tagger(mode: str, seed: int):
+def base_tagger(mode: str, seed: int, hints: str | None = None):
     """The tagger a run started from: the pre-trained encoder, the head (and adapters) drawn from ``seed``."""
     recipe = {"model": "minilm", "mode": mode, "labels": ["problem", "treatment", "test"], "lora_rank": 8,
-              "lora_alpha": 16.0}
+              "lora_alpha": 16.0, "hints": hints}
     return load_tagger(recipe, None, seed=seed)
 
 
@@ -55,7 +55,7 @@ def versus(gold, predicted, lexicon, patients) -> dict:
 
 
 def score_tagger(model, tokenizer, train, tests: dict, style: str, mode: str, seed: int, n_eval: int = 200,
-                 n_mia: int = 200) -> dict:
+                 n_mia: int = 200, hints: str | None = None) -> dict:
     """The row fields: F1 per set (the first 60 and ``n_eval`` held-out notes of the training style, ``n_eval`` of
     the other style, the hand-written notes), the lexicon's F1 and the paired comparison with it on each set, and
     the membership attacks on ``n_mia`` training and held-out patients (0: none)."""
@@ -83,7 +83,7 @@ def score_tagger(model, tokenizer, train, tests: dict, style: str, mode: str, se
     if n_mia:  # members: training patients; non-members: held-out patients (never used for a choice here)
         from dpcare.text.lm.attacks import loss_attack_tagger
 
-        base, _ = base_tagger(mode, seed)
+        base, _ = base_tagger(mode, seed, hints)
         # non-members in the members' style (mixed: the same rule per patient), or the attack measures the style
         attack = loss_attack_tagger(model, base, tokenizer, sample_patients(train, n_mia),
                                     sample_patients(tests[style], n_mia))

@@ -96,6 +96,8 @@ DEFAULT_LR = {"non-private": 2e-4, "dp-full": 5e-4, "dp-lora": 5e-3}
 WINDOW = 128
 PREDICT_STRIDE = 64
 KIND = "token-tagger"  # the saved recipe's ``kind`` (a causal LM's: "causal-lm")
+#: input hints a tagger can read (:func:`hint_types`): the public lexicon's BIO tag of every piece
+HINTS = ("lexicon",)
 
 
 def bio_tags(labels: Sequence[str] = ENTITY_LABELS) -> list[str]:
@@ -114,9 +116,11 @@ def minilm_folder() -> Path:
     return folder
 
 
-def load_minilm(num_labels: int, path: str | os.PathLike = MINILM, tags: Sequence[str] | None = None):
+def load_minilm(num_labels: int, path: str | os.PathLike = MINILM, tags: Sequence[str] | None = None,
+                hints: str | None = None):
     """(token-classification model, fast tokenizer) of all-MiniLM-L6-v2 (``"minilm"``) or of a local BERT
-    folder, with a fresh ``num_labels``-way head (``tags``: its class names); the model in eval mode."""
+    folder, with a fresh ``num_labels``-way head (``tags``: its class names); the model in eval mode.
+    ``hints="lexicon"``: the token-type embedding widened to one row per hint (:func:`widen_token_types`)."""
     from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer
 
     folder = minilm_folder() if str(path) == MINILM else Path(path)
@@ -138,7 +142,35 @@ def load_minilm(num_labels: int, path: str | os.PathLike = MINILM, tags: Sequenc
         tokenizer = AutoTokenizer.from_pretrained(folder)
     if not tokenizer.is_fast:
         raise SpecError(f"{folder}: BIO encoding needs a fast tokenizer (offset mapping)")
+    if hints is not None:
+        widen_token_types(model, check_hints(hints, tags))
     return model.eval(), tokenizer
+
+
+def check_hints(hints: str | None, tags: Sequence[str] | None = None) -> str | None:
+    """``hints`` if known (None or one of HINTS) and its labels cover the tagger's ``tags``, else an error."""
+    if hints is None:
+        return None
+    if hints not in HINTS:
+        raise UnknownNameError(f"unknown hints {hints!r}; choose one of {list(HINTS)} or none")
+    other = {t.partition("-")[2] for t in tags or ()} - {""} - set(ENTITY_LABELS)
+    if other:
+        raise SpecError(f"lexicon hints know only {list(ENTITY_LABELS)}; the tagger's labels {sorted(other)} are "
+                        "not among them: train without hints")
+    return hints
+
+
+def widen_token_types(model: nn.Module, hints: str) -> None:
+    """Give ``model``'s token-type embedding one row per hint tag (:func:`hint_types`), each a copy of type 0,
+    so the widened model computes exactly what it did until training moves the rows; mark the config."""
+    embeddings = model.base_model.embeddings
+    rows = len(bio_tags(ENTITY_LABELS))
+    wide = nn.Embedding(rows, embeddings.token_type_embeddings.embedding_dim)
+    with torch.no_grad():
+        wide.weight.copy_(embeddings.token_type_embeddings.weight[0].expand(rows, -1))
+    embeddings.token_type_embeddings = wide
+    model.config.type_vocab_size = rows
+    model.config.dpcare_hints = hints
 
 
 def apply_token_mode(model: nn.Module, mode: str | FinetuneMode, lora_rank: int = 8,
@@ -150,8 +182,9 @@ def apply_token_mode(model: nn.Module, mode: str | FinetuneMode, lora_rank: int 
         return apply_mode(model, mode)
     from peft import LoraConfig, TaskType, get_peft_model
 
+    hinted = getattr(model.config, "dpcare_hints", None) is not None  # the widened type rows train in full
     config = LoraConfig(task_type=TaskType.TOKEN_CLS, r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0,
-                        target_modules=qv_targets(model))
+                        target_modules=qv_targets(model), modules_to_save=["token_type_embeddings"] if hinted else None)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
         return get_peft_model(model, config)
@@ -168,7 +201,8 @@ def parse_mode(mode: str | FinetuneMode) -> FinetuneMode:
 @dataclass(frozen=True)
 class TokenWindow:
     """One row: ``ids`` = [CLS] note pieces [SEP]; ``labels`` (tag index, IGNORE where not scored);
-    ``first``: the note-piece index of position 1; ``scored``: the note pieces [a, b) this window scores."""
+    ``first``: the note-piece index of position 1; ``scored``: the note pieces [a, b) this window scores;
+    ``types``: the token-type id of each position (the hint tags, :func:`hint_types`; 0 without hints)."""
 
     note_id: str
     patient_id: str
@@ -176,6 +210,7 @@ class TokenWindow:
     labels: tuple[int, ...]
     first: int
     scored: tuple[int, int]
+    types: tuple[int, ...] | None = None
 
 
 def note_pieces(text: str, tokenizer) -> tuple[list[int], list[tuple[int, int]]]:
@@ -221,6 +256,17 @@ def piece_tags(offsets: Sequence[tuple[int, int]], spans: Iterable[Span], labels
     return tags
 
 
+def hint_types(text: str, offsets: Sequence[tuple[int, int]], hints: str | None) -> list[int]:
+    """The token-type id of every piece of ``text``: with ``hints="lexicon"`` the BIO tag index of the public
+    lexicon's entities (:func:`dpcare.text.lexicon_ner.lexicon_spans`, tags of :func:`bio_tags` over
+    ENTITY_LABELS), a function of this note's text alone; without hints 0."""
+    if hints is None:
+        return [0] * len(offsets)
+    from dpcare.text.lexicon_ner import lexicon_spans
+
+    return piece_tags(offsets, lexicon_spans(text), ENTITY_LABELS, "the lexicon's hints")
+
+
 def token_windows(n: int, window: int | None, stride: int | None) -> list[tuple[int, int, int]]:
     """(start, end, first scored) piece indices of the windows of an n-piece note (module docstring)."""
     if window is None or n <= window:
@@ -232,9 +278,11 @@ def token_windows(n: int, window: int | None, stride: int | None) -> list[tuple[
 
 
 def bio_examples(notes: Iterable[Note], tokenizer, labels: Sequence[str] = ENTITY_LABELS, window: int | None = 128,
-                 stride: int | None = 64, max_length: int | None = None) -> list[TokenWindow]:
+                 stride: int | None = 64, max_length: int | None = None, hints: str | None = None
+                 ) -> list[TokenWindow]:
     """The BIO windows of ``notes`` (module docstring); notes without text give none. ``max_length``: the
-    model's positions, [CLS] and [SEP] included (default: the tokenizer's ``model_max_length``)."""
+    model's positions, [CLS] and [SEP] included (default: the tokenizer's ``model_max_length``); ``hints``: the
+    windows' token types (:func:`hint_types`)."""
     if max_length is None and 0 < tokenizer.model_max_length < 1_000_000:
         max_length = tokenizer.model_max_length
     _check_window(window, stride, max_length)
@@ -248,10 +296,11 @@ def bio_examples(notes: Iterable[Note], tokenizer, labels: Sequence[str] = ENTIT
             raise DataError(f"note {note.note_id!r}: a note longer than any window with windows disabled "
                             f"({len(ids)} pieces + [CLS] and [SEP] > {max_length} positions): pass a window")
         tags = piece_tags(offsets, note.entities, labels, f"note {note.note_id!r}")
+        types = hint_types(note.text, offsets, hints)
         for start, end, scored in token_windows(len(ids), window, stride):
             labels_ = [IGNORE] + [tags[i] if i >= scored else IGNORE for i in range(start, end)] + [IGNORE]
             out.append(TokenWindow(note.note_id, note.patient_id, (cls, *ids[start:end], sep), tuple(labels_),
-                                   start, (scored, end)))
+                                   start, (scored, end), (0, *types[start:end], 0)))
     if not out:
         raise DataError("no notes" if not seen else f"none of the {seen} notes has any text")
     return out
@@ -267,15 +316,19 @@ def _check_window(window: int | None, stride: int | None, max_length: int | None
 
 
 def encode_windows(windows: Sequence[TokenWindow], pad_id: int) -> dict[str, Tensor]:
-    """Right-padded rows: ``ids``, attention ``mask``, ``labels`` (IGNORE on padding)."""
+    """Right-padded rows: ``ids``, attention ``mask``, ``labels`` (IGNORE on padding), token ``types`` (0 on
+    padding)."""
     width = max(len(w.ids) for w in windows)
     data = {"ids": torch.full((len(windows), width), pad_id, dtype=torch.long),
             "mask": torch.zeros(len(windows), width, dtype=torch.long),
-            "labels": torch.full((len(windows), width), IGNORE, dtype=torch.long)}
+            "labels": torch.full((len(windows), width), IGNORE, dtype=torch.long),
+            "types": torch.zeros(len(windows), width, dtype=torch.long)}
     for i, w in enumerate(windows):
         data["ids"][i, :len(w.ids)] = torch.tensor(w.ids)
         data["mask"][i, :len(w.ids)] = 1
         data["labels"][i, :len(w.ids)] = torch.tensor(w.labels)
+        if w.types is not None:
+            data["types"][i, :len(w.ids)] = torch.tensor(w.types)
     return data
 
 
@@ -317,7 +370,7 @@ def decode_bio(tags: Sequence[str], offsets: Sequence[tuple[int, int]], text: st
 class TokenNERLoss(Objective):
     """Per-window token cross-entropy over the scored pieces: mean (default) or sum."""
 
-    private_keys = ("ids", "mask", "labels")
+    private_keys = ("ids", "mask", "labels", "types")
 
     def __init__(self, private: bool = True, reduction: str = "mean"):
         if reduction not in ("mean", "sum"):
@@ -327,19 +380,20 @@ class TokenNERLoss(Objective):
 
     def private_loss(self, model, batch) -> Tensor:
         trimmed, _ = trim_right_padding({k: batch[k] for k in self.private_keys}, batch["mask"])
-        ids, mask, labels = (trimmed[k] for k in self.private_keys)
-        nll = token_nll(token_logits(model, ids, mask), labels, ignore_index=IGNORE).sum(1)
+        ids, mask, labels, types = (trimmed[k] for k in self.private_keys)
+        nll = token_nll(token_logits(model, ids, mask, types), labels, ignore_index=IGNORE).sum(1)
         return nll / (labels != IGNORE).sum(1).clamp(min=1) if self.reduction == "mean" else nll
 
 
-def token_logits(model: nn.Module, ids: Tensor, mask: Tensor) -> Tensor:
-    """[B, T, tags] logits; per-row position and token-type ids, so every embedding sees the batch dimension."""
+def token_logits(model: nn.Module, ids: Tensor, mask: Tensor, types: Tensor | None = None) -> Tensor:
+    """[B, T, tags] logits; per-row position and token-type ids (``types``; None: 0), so every embedding sees the
+    batch dimension."""
     positions = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
     if under_torch_func(mask):  # transformers inspects a 2-d mask's values; it takes a 4-d additive one as is
         dtype = next(getattr(model, "_model", model).parameters()).dtype  # torch.func: the engine's wrapper
         mask = (1.0 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
-    return model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids),
-                 position_ids=positions).logits
+    types = torch.zeros_like(ids) if types is None else types
+    return model(input_ids=ids, attention_mask=mask, token_type_ids=types, position_ids=positions).logits
 
 
 # --------------------------------------------------------------------------- training and prediction
@@ -357,14 +411,17 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
                     lora_rank: int = 8, lora_alpha: float = 16.0, reduction: str = "mean",
                     max_physical_batch: int = 16, accountant: str = "pld", checkpoint_dir: str | None = None,
                     progress: bool = False, adaptive_clip: AdaptiveClip | None = None, device: str = "auto",
-                    precision: str = "fp32", ema_decay: float | None = None) -> TokenNERRun:
+                    precision: str = "fp32", ema_decay: float | None = None, hints: str | None = None
+                    ) -> TokenNERRun:
     """Train a BIO tagger from ``model`` ("minilm" or a local encoder folder) in ``mode``; the private modes
     protect the PATIENT (``batch_size``: expected patients per step; ``epsilon``: target). Non-private mode
     samples windows, as many per step (expected) and as many steps as the private modes. ``lr=None``:
     DEFAULT_LR of the mode; ``adaptive_clip``: private adaptive clipping (private modes; ``clip_norm`` is the
     initial C); ``noise_seed``: the secret root of the private sampling and noise (None: fresh OS entropy);
     ``ema_decay``: the model returned holds the exponential moving average of the trained weights (post-processing
-    of the released iterates: no privacy cost; De et al. 2022). ``stride`` None is ``window``: training windows do not overlap, so every piece of every window is
+    of the released iterates: no privacy cost; De et al. 2022); ``hints="lexicon"``: the tagger also reads the
+    public lexicon's tag of every piece as its token type (:func:`hint_types`; the widened type rows train in every
+    mode). ``stride`` None is ``window``: training windows do not overlap, so every piece of every window is
     scored (with overlap the pieces an earlier window scored are ignored: compute spent on no loss).
     Returns (model in eval mode, tokenizer, TrainResult)."""
     mode = parse_mode(mode)
@@ -372,11 +429,12 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     check_mode_privacy(mode, epsilon, delta)
     check_adaptive_clip(mode, adaptive_clip)
     tags = bio_tags(labels)
+    check_hints(hints, tags)
     with seeded_initialisation(seed):  # the fresh head and the adapters: a function of the public seed
-        net, tokenizer = load_minilm(len(tags), model, tags)
+        net, tokenizer = load_minilm(len(tags), model, tags, hints)
         positions = _max_positions(net)
         net = apply_token_mode(net, mode, lora_rank, lora_alpha)
-    windows = bio_examples(notes, tokenizer, labels, window, stride, positions)
+    windows = bio_examples(notes, tokenizer, labels, window, stride, positions, hints)
     data, groups = encode_windows(windows, tokenizer.pad_token_id), patient_groups(windows)
     objective = TokenNERLoss(mode.private, reduction)
     config = TrainConfig(dp=engine_settings(mode, epsilon, delta, accountant, epochs, batch_size, clip_norm, seed,
@@ -402,7 +460,7 @@ def finetune_tagger(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
                     stride: int | None = None, lora_rank: int = 8, lora_alpha: float = 16.0,
                     max_physical_batch: int = 16, accountant: str = "pld", checkpoint_dir: str | None = None,
                     progress: bool = False, adaptive_clip: AdaptiveClip | None = None, device: str = "auto",
-                    precision: str = "fp32"):
+                    precision: str = "fp32", hints: str | None = None):
     """:func:`train_token_ner` with the return of :func:`dpcare.text.lm.finetune.finetune`: (model, tokenizer,
     info), ``info`` holding the recipe that :func:`dpcare.text.lm.saved.load_finetuned` rebuilds the tagger from
     (``kind`` "token-tagger") and the run's guarantee, ledger and history (what ``dpcare text finetune`` saves)."""
@@ -417,13 +475,13 @@ def finetune_tagger(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
         clip_norm=clip_norm, seed=seed, noise_seed=noise_seed, labels=labels, window=window, stride=stride,
         lora_rank=lora_rank, lora_alpha=lora_alpha, max_physical_batch=max_physical_batch, accountant=accountant,
         checkpoint_dir=checkpoint_dir, progress=progress, adaptive_clip=adaptive_clip, device=device,
-        precision=precision)
+        precision=precision, hints=hints)
     net = net.cpu()  # saved and applied on the CPU
-    windows = bio_examples(notes, tokenizer, labels, window, stride, _max_positions(net))
+    windows = bio_examples(notes, tokenizer, labels, window, stride, _max_positions(net))  # counts only
     info = {
         "kind": KIND, "task": "ner", "mode": mode.value, "model": str(model), "layers": None, "lora_rank": lora_rank,
         "lora_alpha": lora_alpha, "prefix_tokens": None, "prefix_init": None, "labels": list(labels),
-        "window": window, "stride": stride, "patients": len({w.patient_id for w in windows}),
+        "window": window, "stride": stride, "hints": hints, "patients": len({w.patient_id for w in windows}),
         "notes": len({w.note_id for w in windows}), "rows": len(windows),
         "lr": DEFAULT_LR[mode.value] if lr is None else lr, **training_info(net, result, adaptive_clip),
     }
@@ -431,13 +489,14 @@ def finetune_tagger(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
 
 
 def load_tagger(recipe: dict, state: dict[str, Tensor] | None = None, seed: int = 0):
-    """(model in eval mode, tokenizer) of a saved tagger recipe (``model``, ``mode``, ``labels``, LoRA sizes), its
+    """(model in eval mode, tokenizer) of a saved tagger recipe (``model``, ``mode``, ``labels``, LoRA sizes,
+    ``hints``: absent in recipes saved before hints existed), its
     trained parameters copied from ``state`` (name -> tensor, exactly the trainable ones: a mismatch is a
     DataError); ``state`` None: the pre-trained encoder with a fresh head drawn from the public ``seed``, the
     tagger's public baseline."""
     tags = bio_tags(recipe["labels"])
     with seeded_initialisation(seed):
-        net, tokenizer = load_minilm(len(tags), recipe["model"], tags)
+        net, tokenizer = load_minilm(len(tags), recipe["model"], tags, recipe.get("hints"))
         net = apply_token_mode(net, recipe["mode"], recipe["lora_rank"], recipe["lora_alpha"])
     if state is not None:
         from dpcare.text.lm.saved import copy_trained_state
@@ -449,14 +508,15 @@ def load_tagger(recipe: dict, state: dict[str, Tensor] | None = None, seed: int 
 @torch.no_grad()
 def predict_spans(model: nn.Module, tokenizer, notes: Sequence[Note], window: int | None = WINDOW,
                   stride: int | None = PREDICT_STRIDE, batch_size: int = 32) -> list[list[Span]]:
-    """Predicted entity spans of each note (tags from ``model.config.id2label``, as :func:`load_minilm` sets)."""
+    """Predicted entity spans of each note (tags from ``model.config.id2label``, as :func:`load_minilm` sets; the
+    hints the model was trained with, :func:`model_hints`)."""
     notes = list(notes)
     if len({n.note_id for n in notes}) < len(notes):
         raise DataError("predict_spans needs distinct note ids")
     names = [model.config.id2label[i] for i in range(len(model.config.id2label))]
     blank = [Note(n.note_id, n.patient_id, n.text) for n in notes]  # no gold needed
     try:
-        windows = bio_examples(blank, tokenizer, (), window, stride, _max_positions(model))
+        windows = bio_examples(blank, tokenizer, (), window, stride, _max_positions(model), model_hints(model))
     except DataError:
         if any(n.text for n in notes):
             raise
@@ -465,7 +525,8 @@ def predict_spans(model: nn.Module, tokenizer, notes: Sequence[Note], window: in
     device, tags = next(model.parameters()).device, []
     for i in range(0, len(windows), batch_size):
         batch = encode_windows(windows[i:i + batch_size], tokenizer.pad_token_id)
-        tags.extend(token_logits(model, batch["ids"].to(device), batch["mask"].to(device)).argmax(-1).tolist())
+        logits = token_logits(model, batch["ids"].to(device), batch["mask"].to(device), batch["types"].to(device))
+        tags.extend(logits.argmax(-1).tolist())
     merged = merge_windows(windows, tags)
     out = []
     for note in notes:
@@ -478,7 +539,13 @@ def predict_spans(model: nn.Module, tokenizer, notes: Sequence[Note], window: in
 def training_windows(notes: Iterable[Note], tokenizer, model: nn.Module, labels: Sequence[str] = ENTITY_LABELS,
                      window: int | None = WINDOW, stride: int | None = None) -> list[TokenWindow]:
     """The BIO windows training makes of ``notes`` (``stride`` None is ``window``, as in :func:`train_token_ner`)."""
-    return bio_examples(notes, tokenizer, labels, window, window if stride is None else stride, _max_positions(model))
+    return bio_examples(notes, tokenizer, labels, window, window if stride is None else stride, _max_positions(model),
+                        model_hints(model))
+
+
+def model_hints(model: nn.Module) -> str | None:
+    """The hints ``model`` reads (:func:`load_minilm` marks its config), None if none."""
+    return getattr(model.config, "dpcare_hints", None)
 
 
 @torch.no_grad()
