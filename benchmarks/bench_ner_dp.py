@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import torch
-from ner_scoring import corpus_split, score_tagger
+from ner_scoring import corpus_split, fresh_patients, score_tagger
 
 from dpcare.text.lm.token_ner import train_token_ner
 
@@ -46,7 +46,9 @@ row = {**vars(a), "train_s": round(took), "steps": r.steps, "sigma": r.noise_mul
        "epsilon_spent": r.guarantee.epsilon if r.guarantee else None}
 Path(a.out).parent.mkdir(parents=True, exist_ok=True)
 torch.save(run.model.state_dict(), Path(a.out).parent / f"ner_{a.style}_{a.mode}_{a.epsilon}_{a.lr}_{a.batch}_s{a.seed}_ema{a.ema}_hints{a.hints}.pt")
-row.update(score_tagger(run.model, run.tokenizer, train, tests, a.style, a.mode, a.seed, a.eval, a.mia, a.hints))
+fresh = fresh_patients(a.notes, a.style) if a.mia else None
+row.update(score_tagger(run.model, run.tokenizer, train, tests, a.style, a.mode, a.seed, a.eval, a.mia, a.hints,
+                        fresh))
 print(json.dumps(row), flush=True)
 with open(a.out, "a") as f:
     f.write(json.dumps(row) + "\n")

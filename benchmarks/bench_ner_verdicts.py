@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import torch
-from ner_scoring import base_tagger, corpus_split, score_tagger
+from ner_scoring import base_tagger, corpus_split, fresh_patients, score_tagger
 
 p = argparse.ArgumentParser()
 p.add_argument("weights"); p.add_argument("--mode", required=True); p.add_argument("--seed", type=int, default=0)
@@ -17,11 +17,15 @@ p.add_argument("--style", default="templates", choices=("templates", "varied", "
 p.add_argument("--notes", type=int, default=3000); p.add_argument("--eval", type=int, default=200)
 p.add_argument("--mia", type=int, default=200); p.add_argument("--label", default="")
 p.add_argument("--out", default="results/ner_verdicts.jsonl")
+p.add_argument("--hints", default=None, choices=("lexicon",), help="the tagger was trained with lexicon hints")
+p.add_argument("--fresh", action="store_true", help="also attack with clean non-members (ner_scoring.fresh_patients)")
 a = p.parse_args()
 train, tests = corpus_split(a.notes, a.style)
-model, tokenizer = base_tagger(a.mode, a.seed)
+model, tokenizer = base_tagger(a.mode, a.seed, a.hints)
 model.load_state_dict(torch.load(a.weights, weights_only=True))
-row = {**vars(a), **score_tagger(model.eval(), tokenizer, train, tests, a.style, a.mode, a.seed, a.eval, a.mia)}
+fresh = fresh_patients(a.notes, a.style) if a.fresh else None
+row = {**vars(a), **score_tagger(model.eval(), tokenizer, train, tests, a.style, a.mode, a.seed, a.eval, a.mia,
+                                 a.hints, fresh)}
 print(json.dumps(row), flush=True)
 Path(a.out).parent.mkdir(parents=True, exist_ok=True)
 with open(a.out, "a") as f:

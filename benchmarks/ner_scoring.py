@@ -15,16 +15,30 @@ from dpcare.text.lm.token_ner import load_tagger, predict_spans
 STYLES = ("templates", "varied")
 
 
-def corpus_split(n_notes: int, style: str):
-    """(training notes in ``style``, {style: held-out patients' notes} for templates, varied and mixed): the same
-    patients in every style (mixed: each patient's notes in one of the two, by a hash of its id), split by patient
-    once."""
+def styled_corpus(n_notes: int) -> dict:
+    """{style: the first ``n_notes`` generated notes} for templates, varied and mixed: the same patients in every
+    style (mixed: each patient's notes in one of the two, by a hash of its id)."""
     styled = {s: generate_corpus(n_notes, seed=0, style=s) for s in STYLES}
     styled["mixed"] = [v if zlib.crc32(v.patient_id.encode()) % 2 else t
                        for t, v in zip(styled["templates"], styled["varied"])]
+    return styled
+
+
+def corpus_split(n_notes: int, style: str):
+    """(training notes in ``style``, {style: held-out patients' notes} for templates, varied and mixed): the
+    patients of :func:`styled_corpus`, split by patient once."""
+    styled = styled_corpus(n_notes)
     split = split_patients(styled[style], 0.25, 0)
     held_out = {n.patient_id for n in split.held_out}
     return split.train, {s: [n for n in styled[s] if n.patient_id in held_out] for s in styled}
+
+
+def fresh_patients(n_notes: int, style: str) -> list:
+    """Notes in ``style`` of patients outside the first ``n_notes`` generated ones: the generator's next draws from
+    the same sources (twice the notes, the patients already drawn removed; the MIMIC-IV demo's 100 patients are all
+    drawn already). No run, choice or score read them: the membership attacks' clean non-members."""
+    seen = {n.patient_id for n in generate_corpus(n_notes, seed=0)}
+    return [n for n in styled_corpus(2 * n_notes)[style] if n.patient_id not in seen]
 
 
 def sample_patients(notes, k: int, seed: int = 0):
@@ -55,10 +69,12 @@ def versus(gold, predicted, lexicon, patients) -> dict:
 
 
 def score_tagger(model, tokenizer, train, tests: dict, style: str, mode: str, seed: int, n_eval: int = 200,
-                 n_mia: int = 200, hints: str | None = None) -> dict:
+                 n_mia: int = 200, hints: str | None = None, fresh: list | None = None) -> dict:
     """The row fields: F1 per set (the first 60 and ``n_eval`` held-out notes of the training style, ``n_eval`` of
     the other style, the hand-written notes), the lexicon's F1 and the paired comparison with it on each set, and
-    the membership attacks on ``n_mia`` training and held-out patients (0: none)."""
+    the membership attacks on ``n_mia`` training and held-out patients (0: none), and, given ``fresh`` notes
+    (:func:`fresh_patients`), on ``n_mia`` training patients of the fresh notes' sources against ``n_mia`` fresh
+    patients (``membership_fresh``)."""
     main = "templates" if style == "mixed" else style
     other = "varied" if main == "templates" else "templates"
     sets = {"f1_60": tests[main][:60], f"f1_{n_eval}": tests[main][:n_eval],
@@ -87,6 +103,16 @@ def score_tagger(model, tokenizer, train, tests: dict, style: str, mode: str, se
         # non-members in the members' style (mixed: the same rule per patient), or the attack measures the style
         attack = loss_attack_tagger(model, base, tokenizer, sample_patients(train, n_mia),
                                     sample_patients(tests[style], n_mia))
-        row["membership"] = {k: {m: [round(v[x], 3) for x in ("value", "low", "high")] for m, v in d.items()}
-                      for k, d in (("loss", attack.loss), ("reference", attack.reference))}
+        row["membership"] = attack_row(attack)
+        if fresh:  # members from the sources the fresh patients come from
+            sources = {n.patient_id.split(":")[0] for n in fresh}
+            members = [n for n in train if n.patient_id.split(":")[0] in sources]
+            attack = loss_attack_tagger(model, base, tokenizer, sample_patients(members, n_mia),
+                                        sample_patients(fresh, n_mia))
+            row["membership_fresh"] = attack_row(attack)
     return row
+
+
+def attack_row(attack) -> dict:
+    return {k: {m: [round(v[x], 3) for x in ("value", "low", "high")] for m, v in d.items()}
+            for k, d in (("loss", attack.loss), ("reference", attack.reference))}

@@ -29,6 +29,14 @@ Loss (:class:`TokenNERLoss`). Per window, the MEAN token cross-entropy over its 
 patient carries the patient's group id (``Trainer.fit(groups=...)``), so the engine clips the patient's
 summed gradient; ``batch_size`` is the expected number of patients per step.
 
+Lexicon hints (``hints="lexicon"``, :func:`hint_types`). The tagger also reads, as each piece's token type, the
+BIO tag the public lexicon (:mod:`dpcare.text.lexicon_ner`) gives the piece: the token-type embedding is widened
+from BERT's 2 rows to one row per tag, every row a copy of type 0, so training starts from exactly the plain
+model and learns how far to trust the dictionary (dictionary features, as in the i2b2-2010 systems). The hints
+are a function of the note's own text and public vocabularies: a patient's hints are part of the patient's rows
+and clipped with them; no other note, no gold span and no training statistic enters them. The widened rows train
+in every mode (peft's ``modules_to_save`` under LoRA).
+
 Models: BERT-architecture encoders (``model_type`` "bert": MiniLM, BioClinicalBERT, PubMedBERT...). The
 engine's fast clipping covers all their trainable layers: word, position and token-type ``nn.Embedding``,
 ``nn.LayerNorm`` and ``nn.Linear`` (attention, feed-forward, classifier; LoRA factors); the loss passes
