@@ -189,6 +189,10 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("text finetune: an unknown model folder",
      lambda d: ["text", "finetune", _write(d, "notes.jsonl", '{"note_id": "n1", "patient_id": "p1", "text": "x"}\n'),
                 "--model", "no-such-model", "--out", "ft"], "no-such-model"),
+    ("text finetune: fewer patients than the expected batch (the default 128 patients a step)",
+     lambda d: ["text", "finetune", _write(d, "notes.jsonl", "".join(
+         f'{{"note_id": "n{i}", "patient_id": "p{i}", "text": "Pt with pneumonia."}}\n' for i in range(20))),
+                "--epsilon", "3", "--out", "ft"], "but the notes hold 20 patients"),
     ("synth fit: a CSV that is not UTF-8 (a Latin-1 export)",
      lambda d: ["synth", "fit", _latin1(d), "--spec", _spec(d)], "latin1.csv is not UTF-8 text"),
     ("synth fit: a target with three categories, with the verdict",

@@ -76,7 +76,7 @@ COMMANDS = {
     "forecast fit": lambda d: ["forecast", "fit", *_forecast_events(d), "--epsilon", "1", "--split", "permutation"],
     "images fit": lambda d: ["images", "fit", _images(d), "--epsilon", "1"],
     "text finetune": lambda d: ["text", "finetune", _notes(d, codes=False), "--model", _model_folder(d),
-                                "--epsilon", "1"],
+                                "--epsilon", "1", "--batch-size", "4"],
     "text classify": lambda d: ["text", "classify", _notes(d, codes=True), "--epsilon", "1", "--no-impute"],
 }
 

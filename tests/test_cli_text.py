@@ -142,6 +142,9 @@ def test_finetune_with_a_budget_is_refused_before_any_note_is_read(gpt2_folder, 
     (["--clip-variant", "p99"], "--clip-variant must be one of"),
     (["--clip-variant", "adaptive-median", "--adaptive-clip", "0.5"], "give one"),
     (["--steps", "5"], "No such option"),
+    (["--task", "summarisation", "--hints", "lexicon"], "is for a token tagger"),
+    (["--hints", "umls"], "--hints must be one of"),
+    ([], "--batch-size 128 expected patients a step, but the notes hold"),  # the default batch: every patient
 ])
 def test_finetune_errors_name_the_problem(extra, message, notes_file, tmp_path):
     r = runner.invoke(app, ["text", "finetune", str(notes_file), *extra, "--out", str(tmp_path / "m")])
@@ -157,7 +160,7 @@ def test_a_non_empty_out_is_refused_before_any_note_is_read(notes_file, tmp_path
         raise AssertionError("the notes were read before the output folder was checked")
 
     monkeypatch.setattr("dpcare.text.read_jsonl", no_reading)
-    r = runner.invoke(app, ["text", "finetune", str(notes_file), "--out", str(out)])
+    r = runner.invoke(app, ["text", "finetune", str(notes_file), "--batch-size", "2", "--out", str(out)])
     assert r.exit_code == 2 and "not empty" in r.output, r.output
     assert (out / "other.txt").read_text() == "another run's file"
 

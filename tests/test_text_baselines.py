@@ -154,7 +154,7 @@ def test_finetune_test_is_checked_before_training(gpt2_folder, notes_file, tmp_p
         raise AssertionError("training started before --test was checked")
 
     monkeypatch.setattr("dpcare.text.lm.finetune.finetune_with", no_training)
-    base = ["text", "finetune", str(train), "--model", gpt2_folder, "--epochs", "1", "--batch-size", "4"]
+    base = ["text", "finetune", str(train), "--model", gpt2_folder, "--epochs", "1", "--batch-size", "2"]
     for path, task, message in [(mixed, "ner", "also in the training notes"), (bare, "ner", "no note has a gold span"),
                                 (bare, "summarisation", "no note has a reference summary"),
                                 (tmp_path / "none.jsonl", "ner", "no such file")]:

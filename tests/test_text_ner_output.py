@@ -64,6 +64,7 @@ def test_the_tagger_trains_from_text_finetune_and_text_ner_writes_whole_entities
     meta = json.loads((tmp_path / "m" / "finetune.json").read_text())
     assert meta["recipe"]["kind"] == "token-tagger" and meta["recipe"]["window"] == 64
     assert meta["recipe"]["stride"] == 64  # training windows do not overlap by default
+    assert meta["recipe"]["hints"] == "lexicon"  # a tagger reads the lexicon's tags by default
     assert "ner F1" in r.output and "no privacy guarantee" in r.output
 
     out = tmp_path / "pred.jsonl"

@@ -15,6 +15,7 @@ from dpcare.exceptions import SpecError, UnknownNameError
 from dpcare.text import generate_corpus
 from dpcare.text.lm.finetune import patient_groups
 from dpcare.text.lm.saved import trained_state
+from dpcare.text.lm.settings import FinetuneSettings
 from dpcare.text.lm.token_ner import (
     TokenNERLoss,
     apply_token_mode,
@@ -126,3 +127,13 @@ def test_hint_errors_come_before_any_training(bert_folder, corpus):
         train_token_ner(corpus[:2], "non-private", model=bert_folder, hints="umls")
     with pytest.raises(SpecError, match="lexicon hints know only"):
         train_token_ner(corpus[:2], "non-private", model=bert_folder, labels=("drug",), hints="lexicon")
+
+
+def test_text_finetune_defaults_are_the_measured_settings():
+    """128 patients a step for 5 epochs, DP-LoRA at lr 1e-2, and a tagger reads the lexicon's hints
+    (docs/clinical-nlp.md); a causal LM reads none, and --hints none turns them off."""
+    s = FinetuneSettings()
+    assert (s.dp.batch_size, s.dp.epochs, s.resolved_hints) == (128, 5.0, "lexicon")
+    assert token_ner.DEFAULT_LR["dp-lora"] == 1e-2
+    assert FinetuneSettings(hints="none").resolved_hints is None
+    assert FinetuneSettings(task="summarisation").resolved_hints is None

@@ -320,7 +320,7 @@ def test_real_minilm_trains_a_few_dp_lora_steps(corpus):
     assert type(model).__name__ == "PeftModelForTokenClassification" and result.backend == "fast"
     assert model.get_base_model().config.hidden_size == 384 and result.steps == -(-len({n.patient_id for n in corpus[:6]}) // 2)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    assert trainable == 6 * 2 * 2 * 8 * 384 + 384 * 7 + 7
+    assert trainable == 6 * 2 * 2 * 8 * 384 + 384 * 7 + 7 + 7 * 384  # adapters, head, the lexicon hints' type rows
     scores = evaluate_token_ner(model, tok, corpus[6:8])
     assert scores.loc["micro", "gold"] == sum(len(n.entities) for n in corpus[6:8])
 
@@ -348,12 +348,21 @@ def test_membership_attacks_on_a_tagger(bert_folder):
     members = [n for n in notes if n.patient_id in set(ids[:8])]
     others = [n for n in notes if n.patient_id in set(ids[8:16])]
     model, tok, _ = train_token_ner(members, "non-private", model=bert_folder, epochs=30, batch_size=8, lr=3e-3,
-                                    window=64)
+                                    window=64, hints=None)
     recipe = {"model": bert_folder, "mode": "non-private", "labels": ["problem", "treatment", "test"],
               "lora_rank": 8, "lora_alpha": 16.0}
     base, _ = load_tagger(recipe, None, seed=0)
     found = loss_attack_tagger(model, base, tok, members, others, window=64)
     assert found.loss["auc"]["value"] > 0.8 and found.reference["auc"]["value"] > 0.8, found.to_dict()
+    # a tagger with lexicon hints against a reference with and without them: each reads its own token types
+    hinted, _, _ = train_token_ner(members, "non-private", model=bert_folder, epochs=3, batch_size=8, lr=3e-3,
+                                   window=64)
+    wide, _ = load_tagger({**recipe, "hints": "lexicon"}, None, seed=0)
+    want = loss_attack_tagger(hinted, wide, tok, members, others, window=64)
+    got = loss_attack_tagger(hinted, base, tok, members, others, window=64)
+    for kind in ("loss", "reference"):
+        for a, b in zip(got.scores[kind], want.scores[kind]):
+            assert (a == b).all()
     assert (found.members, found.nonmembers) == (8, 8)
     start = loss_attack_tagger(base, base, tok, members, others, window=64)
     assert all((s == 0).all() for s in start.scores["reference"]) and start.reference["auc"]["value"] == 0.5

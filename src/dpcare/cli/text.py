@@ -136,11 +136,11 @@ def finetune(
             held.actual = PrivacyLedger.from_state_dict(info["ledger"])
     scores = None
     if held_out is not None:
-        from dpcare.text.lm.saved import RECIPE
+        from dpcare.text.lm.saved import recipe_of
         from dpcare.text.lm.scoring import comparison_lines, score_notes
 
         with phase("scoring the held-out notes against the public baselines"):
-            scores = score_notes(net.eval(), tokenizer, {k: info[k] for k in RECIPE}, held_out)
+            scores = score_notes(net.eval(), tokenizer, recipe_of(info), held_out)
         typer.echo(f"{scores.metric} {scores.value:.3f} on {scores.scored} held-out notes of {test}")
         for line in comparison_lines(scores):
             typer.echo(line)

@@ -55,7 +55,7 @@ from dpcare.text.lm.finetune import (
     make_examples,
     patient_groups,
 )
-from dpcare.text.lm.token_ner import patient_token_losses, training_windows
+from dpcare.text.lm.token_ner import model_hints, patient_token_losses, training_windows
 from dpcare.text.spans import ENTITY_LABELS, Note, Span, check_spans
 
 Items = Sequence[Note] | Sequence[Example]
@@ -202,8 +202,11 @@ def loss_attack_tagger(target_model: nn.Module, base_model: nn.Module, tokenizer
     with the head drawn from the training seed, :func:`dpcare.text.lm.token_ner.load_tagger`)."""
     members, nonmembers = list(members), list(nonmembers)
     m_ids, n_ids = _member_ids(members, nonmembers)
-    rows = training_windows(members + nonmembers, tokenizer, target_model, **windows)  # one pass for both models
+    notes = members + nonmembers
+    rows = training_windows(notes, tokenizer, target_model, **windows)
     target = patient_token_losses(target_model, rows, tokenizer.pad_token_id)
+    if model_hints(base_model) != model_hints(target_model):  # each model reads the hints it was built for
+        rows = training_windows(notes, tokenizer, base_model, **windows)
     base = patient_token_losses(base_model, rows, tokenizer.pad_token_id)
     missing = sorted(set(m_ids + n_ids) - set(target))
     if missing:

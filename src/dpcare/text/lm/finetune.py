@@ -42,7 +42,7 @@ from dpcare.engine.adaptive_clip import AdaptiveClip
 from dpcare.engine.initialisation import seeded_initialisation
 from dpcare.engine.objective import Objective
 from dpcare.engine.trainer import TrainConfig, Trainer
-from dpcare.exceptions import DataError, PrivacyParameterError, SpecError, UnknownNameError
+from dpcare.exceptions import DataError, PrivacyParameterError, SettingsError, SpecError, UnknownNameError
 from dpcare.lm import load_causal_lm, trim_right_padding
 from dpcare.privacy import (
     NEIGHBOURING,
@@ -271,7 +271,7 @@ def finetune_with(notes: Iterable[Note], settings: FinetuneSettings, checkpoint_
                                max_physical_batch=max_physical_batch, accountant=dp.accountant,
                                checkpoint_dir=checkpoint_dir, progress=progress,
                                adaptive_clip=adaptive_clip(s.clip_variant, dp.adaptive_clip), device=s.compute.device,
-                               precision=s.compute.precision)
+                               precision=s.compute.precision, hints=s.resolved_hints)
     return finetune(notes, s.task, s.mode, epsilon=dp.epsilon if s.private else None,
                     delta=dp.delta if s.private else None, model=s.resolved_model, layers=s.layers or None,
                     epochs=dp.epochs, batch_size=dp.batch_size, lr=s.lr, clip_norm=dp.clip_norm, seed=dp.seed,
@@ -284,10 +284,15 @@ def finetune_with(notes: Iterable[Note], settings: FinetuneSettings, checkpoint_
 
 
 def plan(settings: FinetuneSettings, patients: int) -> Guarantee | None:
-    """The guarantee a run will state, from the settings and the public patient count (None: non-private)."""
+    """The guarantee a run will state, from the settings and the public patient count (None: non-private); an
+    expected batch of every patient (no amplification by sampling) is refused before any work."""
     if not settings.private:
         return None
     dp = settings.dp
+    if dp.batch_size >= patients:
+        raise SettingsError(f"--batch-size {dp.batch_size} expected patients a step, but the notes hold {patients} "
+                            "patients: every step would read every patient (sampling amplifies nothing); pass "
+                            f"--batch-size below {patients} (a tenth to a quarter of them)")
     delta = check_delta(dp.delta, patients) if dp.delta is not None else default_delta(patients)
     return Guarantee(epsilon=dp.epsilon, delta=delta, n=patients, accountant=dp.accountant, unit=ProtectedUnit.PATIENT,
                      neighbouring=NEIGHBOURING[ProtectedUnit.PATIENT])

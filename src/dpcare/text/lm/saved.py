@@ -31,8 +31,14 @@ META = "finetune.json"
 #: before the tagger existed has none: a causal LM)
 RECIPE = ("kind", "task", "mode", "model", "layers", "lora_rank", "lora_alpha", "prefix_tokens", "labels", "window",
           "stride")
+OPTIONAL_RECIPE = ("hints",)  # a tagger's lexicon hints; absent from causal LMs and from folders saved before
 CAUSAL = "causal-lm"
 BUILT_IN = ("smollm2", "minilm")  # model names that are not folders
+
+
+def recipe_of(info: dict[str, Any]) -> dict[str, Any]:
+    """What rebuilds the model from ``info``: the RECIPE keys, and the OPTIONAL_RECIPE keys it holds."""
+    return {k: info[k] for k in (*RECIPE, *OPTIONAL_RECIPE) if k in info}
 
 
 def recipe_kind(recipe: dict[str, Any]) -> str:
@@ -58,8 +64,9 @@ def save_finetuned(model: nn.Module, info: dict[str, Any], folder: str | os.Path
         model_name = str(Path(model_name).resolve())
     payload = save(trained_state(model))
     atomic_write(folder / WEIGHTS, lambda f: f.write(payload), mode="wb")
-    write_json(folder / META, {"format": FORMAT, "recipe": {**{k: info[k] for k in RECIPE}, "model": model_name},
-                               "info": {k: v for k, v in info.items() if k not in RECIPE}})
+    recipe = recipe_of(info)
+    write_json(folder / META, {"format": FORMAT, "recipe": {**recipe, "model": model_name},
+                               "info": {k: v for k, v in info.items() if k not in recipe}})
     if info.get("guarantee"):
         write_json(folder / "guarantee.json", info["guarantee"])
     return folder
@@ -75,8 +82,9 @@ def finetune_manifest(info: dict[str, Any], settings: dict[str, Any] | None = No
     name = f"{info['task']} {info['mode']}"
     m.add_model(name, info.get("guarantee"), info.get("ledger"),
                 note="" if info.get("guarantee") else "NO differential privacy guarantee (non-private fine-tuning).")
-    m.settings["info"] = {k: info.get(k) for k in (*RECIPE, "patients", "notes", "rows", "steps", "sampling_rate",
-                                                   "noise_multiplier", "clip_norm", "trainable_parameters")}
+    m.settings["info"] = {k: info.get(k) for k in (*RECIPE, *OPTIONAL_RECIPE, "patients", "notes", "rows", "steps",
+                                                   "sampling_rate", "noise_multiplier", "clip_norm",
+                                                   "trainable_parameters")}
     if settings:
         from dpcare.settings import in_effect
         from dpcare.text.lm.finetune import DEFAULT_LR
@@ -86,7 +94,7 @@ def finetune_manifest(info: dict[str, Any], settings: dict[str, Any] | None = No
         g = info.get("guarantee")
         lr = info.get("lr") or (DEFAULT_LR[s.mode] if s.lr is None else s.lr)
         m.settings_in_effect = in_effect(s, {"lr": lr, "model": s.resolved_model, "window": s.resolved_window,
-                                             "stride": s.resolved_stride,
+                                             "stride": s.resolved_stride, "hints": s.resolved_hints or "none",
                                              **({"dp.delta": g["delta"]} if g else {})}, method=s.mode)
     if scores is None or scores.result is None:
         m.notes.append("No utility is measured at fine-tuning without --test: `dpcare text ner` / `summarise` "

@@ -16,10 +16,13 @@ from dpcare.settings import ComputeSettings, DPSettings, Settings, require_unit,
 TASKS = ("ner", "summarisation")
 MODES = ("dp-lora", "dp-full", "dp-prefix", "non-private")
 CLIP_VARIANTS = ("fixed", "adaptive-median", "warmup-p80")
+HINT_CHOICES = ("lexicon", "none")  # dpcare.text.lm.token_ner.HINTS, and none
 
 
 def _default_dp() -> DPSettings:
-    return DPSettings(epsilon=3.0, batch_size=16, epochs=3.0, clip_norm=1.0, unit="patient")
+    # 128 patients a step for about 5 epochs: the tagger's measured best (issue 55, docs/clinical-nlp.md: 82 steps of
+    # 128 of 2,167 patients beat 64 a step at epsilon 3 and 8); an epoch costs the same at any batch size
+    return DPSettings(epsilon=3.0, batch_size=128, epochs=5.0, clip_norm=1.0, unit="patient")
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,10 @@ class FinetuneSettings(Settings):
     window: int | None = setting(None, kind="integer", low=1, none=True,
                                  none_means="128 word pieces for a tagger, 256 tokens for a causal LM",
                                  help="note tokens per NER window")
+    hints: str | None = setting(None, kind="choice", choices=HINT_CHOICES, none=True,
+                                none_means="lexicon for a token tagger",
+                                help="token tagger only: lexicon (it also reads the public lexicon's tag of every "
+                                     "word piece: ICD-10-CM problems, drug names, lab tests) or none")
     stride: int | None = setting(None, kind="integer", low=0, none=True,
                                  none_means="the window for a tagger (training windows do not overlap), 128 for a "
                                             "causal LM",
@@ -77,6 +84,9 @@ class FinetuneSettings(Settings):
             if self.stride == 0:
                 raise SettingsError("--stride 0 (no sliding) is for a causal LM; the token tagger's windows always "
                                     "slide (leave --stride out: it is the window)")
+        elif self.hints not in (None, "none"):
+            raise SettingsError(f"--hints {self.hints} is for a token tagger; --model {self.resolved_model} is a causal "
+                                "LM (leave --hints out)")
 
     @property
     def private(self) -> bool:
@@ -93,6 +103,13 @@ class FinetuneSettings(Settings):
     def tagger(self) -> bool:
         """Whether the model is an encoder trained as a BIO token tagger (:mod:`dpcare.text.lm.token_ner`)."""
         return is_tagger(self.resolved_model)
+
+    @property
+    def resolved_hints(self) -> str | None:
+        """The hints the tagger reads: the setting, lexicon by default; None for "none" and for a causal LM."""
+        if not self.tagger or self.hints == "none":
+            return None
+        return self.hints or "lexicon"
 
     @property
     def resolved_window(self) -> int:
