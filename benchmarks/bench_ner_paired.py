@@ -8,26 +8,19 @@ apart on the same patients rather than by two separate scores.
     OMP_NUM_THREADS=1 python benchmarks/bench_ner_paired.py results/ner_templates_*_hintslexicon.pt \\
         --reference results/ner_templates_non-private_8.0_0.0002_16_s0_emaNone_hintslexicon.pt
 
-The mode, epsilon, seed and hints are read from the weights' names (bench_ner_dp.py writes
-``ner_{style}_{mode}_{epsilon}_{lr}_{batch}_s{seed}_ema{ema}_hints{hints}.pt``). Prints a markdown table and
-appends one JSON line to --out.
+The mode, epsilon, seed, hints and training patients are read from the weights' names
+(``ner_scoring.saved_run``). Prints markdown tables and appends one JSON line to --out.
 """
 import argparse
 import json
-import re
 import statistics
 from pathlib import Path
 
-import torch
-from ner_scoring import base_tagger, corpus_split, micro_f1
+from ner_scoring import corpus_split, load_saved, micro_f1, saved_run
 
 from dpcare.text.baselines import compare_on_notes, span_counts
 from dpcare.text.corpus.handwritten import handwritten_notes
 from dpcare.text.lm.token_ner import predict_spans
-
-NAME = re.compile(r"ner_(?P<style>\w+?)_(?P<mode>non-private|dp-lora|dp-full)_(?P<epsilon>[\d.]+)_(?P<lr>[^_]+)_"
-                  r"(?P<batch>\d+)_s(?P<seed>\d+)_ema(?P<ema>[^_]+)_hints(?P<hints>[A-Za-z]+)"
-                  r"(?:_p(?P<patients>\d+))?\.pt$")
 
 p = argparse.ArgumentParser()
 p.add_argument("weights", nargs="+"); p.add_argument("--reference", default=None,
@@ -36,18 +29,7 @@ p.add_argument("--notes", type=int, default=3000); p.add_argument("--eval", type
 p.add_argument("--out", default="results/ner_paired.jsonl")
 a = p.parse_args()
 
-
-def describe(path: str) -> dict:
-    m = NAME.search(Path(path).name)
-    if not m:
-        raise SystemExit(f"error: {path}: not a name bench_ner_dp.py writes (ner_STYLE_MODE_EPS_LR_BATCH_sSEED_...)")
-    d = m.groupdict()
-    return {**d, "epsilon": float(d["epsilon"]), "seed": int(d["seed"]), "path": path,
-            "patients": int(d["patients"]) if d["patients"] else None,
-            "hints": None if d["hints"] == "None" else d["hints"]}
-
-
-runs = [describe(w) for w in a.weights] + ([describe(a.reference)] if a.reference else [])
+runs = [saved_run(w) for w in a.weights] + ([saved_run(a.reference)] if a.reference else [])
 styles = {r["style"] for r in runs}
 if len(styles) != 1:
     raise SystemExit(f"error: the weights were trained on different styles {sorted(styles)}: compare one at a time")
@@ -59,9 +41,7 @@ patients = {s: [n.patient_id for n in notes] for s, notes in sets.items()}
 
 predicted = {}
 for r in runs:
-    model, tokenizer = base_tagger(r["mode"], r["seed"], r["hints"])
-    model.load_state_dict(torch.load(r["path"], weights_only=True))
-    model.eval()
+    model, tokenizer = load_saved(r)
     predicted[r["path"]] = {s: predict_spans(model, tokenizer, notes) for s, notes in sets.items()}
     r.update({s: micro_f1(gold[s], predicted[r["path"]][s]) for s in sets})
     print(f"{Path(r['path']).name}: held-out {r['held_out']}, hand-written {r['handwritten']}", flush=True)

@@ -2,7 +2,11 @@
 of the generated corpus, exact-match F1 on held-out patients in both styles and on the 16 hand-written notes, the
 paired verdict against the public lexicon on each set, and the LOSS and reference membership attacks."""
 import random
+import re
 import zlib
+from pathlib import Path
+
+import torch
 
 from dpcare.studies.clinical_nlp import split_patients
 from dpcare.text import generate_corpus
@@ -54,6 +58,30 @@ def base_tagger(mode: str, seed: int, hints: str | None = None):
     recipe = {"model": "minilm", "mode": mode, "labels": ["problem", "treatment", "test"], "lora_rank": 8,
               "lora_alpha": 16.0, "hints": hints}
     return load_tagger(recipe, None, seed=seed)
+
+
+SAVED = re.compile(r"ner_(?P<style>\w+?)_(?P<mode>non-private|dp-lora|dp-full)_(?P<epsilon>[\d.]+)_(?P<lr>[^_]+)_"
+                   r"(?P<batch>\d+)_s(?P<seed>\d+)_ema(?P<ema>[^_]+)_hints(?P<hints>[A-Za-z]+)"
+                   r"(?:_p(?P<patients>\d+))?\.pt$")
+
+
+def saved_run(path: str) -> dict:
+    """The settings of weights saved by bench_ner_dp.py, read from their name
+    (``ner_{style}_{mode}_{epsilon}_{lr}_{batch}_s{seed}_ema{ema}_hints{hints}[_p{patients}].pt``)."""
+    m = SAVED.search(Path(path).name)
+    if not m:
+        raise SystemExit(f"error: {path}: not a name bench_ner_dp.py writes (ner_STYLE_MODE_EPS_LR_BATCH_sSEED_...)")
+    d = m.groupdict()
+    return {**d, "epsilon": float(d["epsilon"]), "seed": int(d["seed"]), "path": path,
+            "patients": int(d["patients"]) if d["patients"] else None,
+            "hints": None if d["hints"] == "None" else d["hints"]}
+
+
+def load_saved(run: dict):
+    """(model in eval mode, tokenizer) of a :func:`saved_run`: its base tagger with the saved weights."""
+    model, tokenizer = base_tagger(run["mode"], run["seed"], run["hints"])
+    model.load_state_dict(torch.load(run["path"], weights_only=True))
+    return model.eval(), tokenizer
 
 
 def micro_f1(gold, predicted) -> float:
