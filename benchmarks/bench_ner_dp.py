@@ -9,7 +9,9 @@ both styles. ``--patients N`` trains on N of the training patients (how many a p
     OMP_NUM_THREADS=1 python benchmarks/bench_ner_dp.py --mode dp-lora --epsilon 8 --lr 1e-2 --batch 128 --epochs 4.8
     OMP_NUM_THREADS=1 python benchmarks/bench_ner_dp.py --mode non-private --lr 2e-4 --batch 16 --epochs 2.2
 
-Appends one JSON line per run to --out (default results/ner_dp.jsonl) and saves the trained weights beside it.
+Appends one JSON line per run to --out (default results/ner_dp.jsonl) and saves the trained weights beside it; the
+same line goes to --journal (default benchmarks/journals/ner-dp.jsonl, kept in git, so a documented number outlives
+the run folder; --journal '' writes none).
 """
 import argparse
 import json
@@ -27,6 +29,8 @@ p.add_argument("--lr", type=float, default=None); p.add_argument("--batch", type
 p.add_argument("--epochs", type=float, default=2.0); p.add_argument("--notes", type=int, default=3000)
 p.add_argument("--seed", type=int, default=0); p.add_argument("--eval", type=int, default=200)
 p.add_argument("--out", default="results/ner_dp.jsonl")
+p.add_argument("--journal", default=str(Path(__file__).parent / "journals" / "ner-dp.jsonl"),
+               help="a second copy of the row, kept in git ('' : none)")
 p.add_argument("--ema", type=float, default=None, help="keep an exponential moving average of the weights (decay)")
 p.add_argument("--mia", type=int, default=200, help="patients per side of the membership attacks (0: none)")
 p.add_argument("--style", default="templates", choices=("templates", "varied", "mixed"),
@@ -55,5 +59,6 @@ fresh = fresh_patients(a.notes, a.style) if a.mia else None
 row.update(score_tagger(run.model, run.tokenizer, train, tests, a.style, a.mode, a.seed, a.eval, a.mia, a.hints,
                         fresh))
 print(json.dumps(row), flush=True)
-with open(a.out, "a") as f:
-    f.write(json.dumps(row) + "\n")
+for path in filter(None, {a.out, a.journal}):
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
