@@ -60,7 +60,7 @@ def base_tagger(mode: str, seed: int, hints: str | None = None):
     return load_tagger(recipe, None, seed=seed)
 
 
-SAVED = re.compile(r"ner_(?P<style>\w+?)_(?P<mode>non-private|dp-lora|dp-full)_(?P<epsilon>[\d.]+)_(?P<lr>[^_]+)_"
+SAVED = re.compile(r"ner_(?P<style>\w+?)_(?P<mode>non-private|dp-lora|dp-full|dp-prefix)_(?P<epsilon>[\d.]+)_(?P<lr>[^_]+)_"
                    r"(?P<batch>\d+)_s(?P<seed>\d+)_ema(?P<ema>[^_]+)_hints(?P<hints>[A-Za-z]+)"
                    r"(?:_p(?P<patients>\d+))?\.pt$")
 

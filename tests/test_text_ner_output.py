@@ -37,9 +37,10 @@ def test_settings_pick_the_tagger_for_ner_and_a_causal_lm_for_summaries(bert_fol
     assert not s.tagger and s.resolved_model == "smollm2" and (s.resolved_window, s.resolved_stride) == (256, 128)
     assert FinetuneSettings(model=bert_folder).tagger and not FinetuneSettings(model=gpt2_folder).tagger
     assert FinetuneSettings(model="smollm2", window=64, stride=0).resolved_stride == 0
-    for bad in ({"task": "summarisation", "model": "minilm"}, {"mode": "dp-prefix"}, {"layers": 2}, {"stride": 0}):
+    for bad in ({"task": "summarisation", "model": "minilm"}, {"layers": 2}, {"stride": 0}):
         with pytest.raises(SettingsError):
             FinetuneSettings(**bad)
+    assert FinetuneSettings(mode="dp-prefix").tagger  # the tagger's own prefix (encoder_prefix)
 
 
 @pytest.fixture(scope="module")

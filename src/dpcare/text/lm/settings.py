@@ -48,7 +48,8 @@ class FinetuneSettings(Settings):
                                 help="fixed C, adaptive-median (private quantile estimate) or warmup-p80 (10 charged "
                                      "warm-up counts to the 80th percentile, then frozen)")
     prefix_init: str = setting("text", kind="choice", choices=("text", "random"), methods=("dp-prefix",),
-                               help="dp-prefix only: text (the keys and values of the task's public instruction, "
+                               help="dp-prefix only: text (the keys and values of the task's public instruction, or "
+                                    "for a token tagger of the label names; "
                                     "Li and Liang's init; no budget) or random (peft's)")
     window: int | None = setting(None, kind="integer", low=1, none=True,
                                  none_means="128 word pieces for a tagger, 256 tokens for a causal LM",
@@ -77,8 +78,6 @@ class FinetuneSettings(Settings):
             if self.task != "ner":
                 raise SettingsError(f"--model {self.resolved_model} is a token tagger: it does ner only (summarisation "
                                     "needs a causal LM, e.g. --model smollm2)")
-            if self.mode == "dp-prefix":
-                raise SettingsError("the token tagger has no dp-prefix mode: choose dp-lora, dp-full or non-private")
             if self.layers:
                 raise SettingsError("--layers cuts a causal LM's blocks; the token tagger keeps its encoder whole")
             if self.stride == 0:

