@@ -121,7 +121,19 @@ def test_generative_ner_output_is_whole_entities_without_the_notes(gpt2_folder, 
     assert text not in out.read_text()
 
 
-@pytest.mark.parametrize("mode", ["dp-lora", "dp-full"])
+def test_text_finetune_trains_a_dp_prefix_tagger(bert_folder, split_files, tmp_path):
+    train, _ = split_files
+    r = runner.invoke(app, ["text", "finetune", str(train), "--mode", "dp-prefix", "--prefix-init", "random",
+                            "--epsilon", "8", "--model", bert_folder, "--epochs", "1", "--batch-size", "4",
+                            "--window", "64", "--out", str(tmp_path / "m")])
+    assert r.exit_code == 0, r.output
+    meta = json.loads((tmp_path / "m" / "finetune.json").read_text())
+    recipe = meta["recipe"]
+    assert recipe["kind"] == "token-tagger" and recipe["mode"] == "dp-prefix" and recipe["prefix_tokens"] == 10
+    assert meta["info"]["prefix_init"] == "random" and meta["info"]["guarantee"]["epsilon"] <= 8 + 1e-6
+
+
+@pytest.mark.parametrize("mode", ["dp-lora", "dp-full", "dp-prefix"])
 def test_a_saved_tagger_loads_to_the_same_predictions(mode, bert_folder, tmp_path):
     import torch
 
