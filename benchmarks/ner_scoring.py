@@ -14,6 +14,7 @@ from dpcare.text.baselines import compare_on_notes, span_counts
 from dpcare.text.corpus.handwritten import handwritten_notes
 from dpcare.text.evaluation import span_scores
 from dpcare.text.lexicon_ner import lexicon_spans
+from dpcare.text.lm.finetune import FinetuneMode
 from dpcare.text.lm.token_ner import load_tagger, predict_spans
 
 STYLES = ("templates", "varied")
@@ -60,7 +61,8 @@ def base_tagger(mode: str, seed: int, hints: str | None = None):
     return load_tagger(recipe, None, seed=seed)
 
 
-SAVED = re.compile(r"ner_(?P<style>\w+?)_(?P<mode>non-private|dp-lora|dp-full|dp-prefix)_(?P<epsilon>[\d.]+)_(?P<lr>[^_]+)_"
+MODE_NAMES = "|".join(m.value for m in FinetuneMode)
+SAVED = re.compile(rf"ner_(?P<style>\w+?)_(?P<mode>{MODE_NAMES})_(?P<epsilon>[\d.]+)_(?P<lr>[^_]+)_"
                    r"(?P<batch>\d+)_s(?P<seed>\d+)_ema(?P<ema>[^_]+)_hints(?P<hints>[A-Za-z]+)"
                    r"(?:_p(?P<patients>\d+))?\.pt$")
 

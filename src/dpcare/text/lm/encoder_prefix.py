@@ -21,8 +21,6 @@ Neither reads a note or spends budget.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 from torch import Tensor, nn
 
@@ -57,7 +55,8 @@ class PrefixedSelfAttention(nn.Module):
 
         if self.prefix is None:
             raise SpecError("a prefixed attention layer ran outside its PrefixTagger")
-        kwargs.pop("cache", None), kwargs.pop("past_key_values", None)  # an encoder keeps no cache
+        for cache in ("cache", "past_key_values"):  # an encoder keeps no cache
+            kwargs.pop(cache, None)
         a, shape = self.inner, (*hidden_states.shape[:-1], -1, self.inner.attention_head_size)
         query = a.query(hidden_states).view(shape).transpose(1, 2)
         keys, values = self.prefix
@@ -82,7 +81,7 @@ class PrefixTagger(nn.Module):
     """A token tagger (a Hugging Face BERT-like ``ForTokenClassification``) with a trained prefix of ``tokens``
     keys and values in every self-attention layer; called like the tagger."""
 
-    def __init__(self, tagger: nn.Module, tokens: int = PREFIX_TOKENS):
+    def __init__(self, tagger: nn.Module, tokens: int = PREFIX_TOKENS, start: Tensor | None = None):
         super().__init__()
         if tokens < 1:
             raise SpecError(f"a prefix needs at least 1 virtual token, got {tokens}")
@@ -97,6 +96,9 @@ class PrefixTagger(nn.Module):
         self.tagger = tagger
         self.prefix = nn.Embedding(tokens, self.layers * 2 * cfg.hidden_size)
         nn.init.normal_(self.prefix.weight, std=getattr(cfg, "initializer_range", 0.02))
+        if start is not None:
+            with torch.no_grad():
+                self.prefix.weight.copy_(start)
         self.register_buffer("prefix_ids", torch.arange(tokens), persistent=False)
         for name, p in tagger.named_parameters():
             p.requires_grad_(name.split(".")[0] == "classifier" or "token_type_embeddings" in name
@@ -117,48 +119,28 @@ class PrefixTagger(nn.Module):
             for attention in self.attentions:
                 attention.prefix = None
 
-    @torch.no_grad()
-    def init_from_text(self, tokenizer, text: str = PREFIX_TEXT) -> list[int]:
-        """Set the prefix to the frozen encoder's keys and values of the first k pieces of ``text`` (PUBLIC:
-        released with the model, charged nothing), each layer's from that layer's input. Returns the piece ids."""
-        ids = prefix_token_ids(tokenizer, text, self.tokens)
-        captured: list[Tensor] = []
-        hooks = [a.inner.key.register_forward_hook(lambda m, i, o: captured.append(o[0])) for a in self.attentions]
-        hooks += [a.inner.value.register_forward_hook(lambda m, i, o: captured.append(o[0]))
-                  for a in self.attentions]
-        was_training = self.training
-        self.eval()
-        try:
-            with _unprefixed(self.attentions):
-                device = self.prefix.weight.device
-                self.tagger(input_ids=torch.tensor([ids], device=device))
-        finally:
-            for h in hooks:
-                h.remove()
-            self.train(was_training)
-        order = captured  # hooks fire key then value in every layer, layer by layer
-        rows = self.prefix.weight.view(self.tokens, self.layers, 2, -1)
-        for layer in range(self.layers):
-            rows[:, layer, 0] = order[2 * layer]
-            rows[:, layer, 1] = order[2 * layer + 1]
-        return ids
 
-
-class _unprefixed:
-    """Within the block the prefixed layers attend to the note's own keys only (an empty prefix)."""
-
-    def __init__(self, attentions: Sequence[PrefixedSelfAttention]):
-        self.attentions = attentions
-
-    def __enter__(self):
-        for a in self.attentions:
-            w = a.inner.key.weight
-            empty = w.new_zeros(1, a.inner.num_attention_heads, 0, a.inner.attention_head_size)
-            a.prefix = (empty, empty)
-
-    def __exit__(self, *exc):
-        for a in self.attentions:
-            a.prefix = None
+@torch.no_grad()
+def text_start(tagger: nn.Module, tokenizer, tokens: int, text: str = PREFIX_TEXT) -> Tensor:
+    """The prefix rows [tokens, layers * 2 * hidden] (:class:`PrefixTagger`'s layout) that hold the keys and values
+    of the first ``tokens`` pieces of ``text`` in every self-attention layer of the plain (not yet prefixed)
+    ``tagger``, run in eval mode. ``text`` must be PUBLIC: the start is released with the model, charged nothing."""
+    ids = prefix_token_ids(tokenizer, text, tokens)
+    attentions = _self_attentions(tagger)
+    captured: dict[tuple[int, int], Tensor] = {}
+    hooks = [linear.register_forward_hook(lambda m, i, o, at=(layer, kind): captured.__setitem__(at, o[0]))
+             for layer, a in enumerate(attentions) for kind, linear in enumerate((a.self.key, a.self.value))]
+    was_training = tagger.training
+    tagger.eval()
+    try:
+        tagger(input_ids=torch.tensor([ids], device=next(tagger.parameters()).device))
+    finally:
+        for h in hooks:
+            h.remove()
+        tagger.train(was_training)
+    rows = torch.stack([torch.stack([captured[layer, 0], captured[layer, 1]], 1) for layer in range(len(attentions))],
+                       1)  # [tokens, layers, 2, hidden]
+    return rows.reshape(tokens, -1)
 
 
 def add_prefix(tagger: nn.Module, tokenizer, tokens: int = PREFIX_TOKENS, init: str = "text") -> PrefixTagger:
@@ -166,10 +148,8 @@ def add_prefix(tagger: nn.Module, tokenizer, tokens: int = PREFIX_TOKENS, init: 
     :data:`PREFIX_TEXT` (``init="text"``) or at random (``"random"``: drawn from torch's generator, which the
     callers seed publicly)."""
     check_prefix_init(init)
-    model = PrefixTagger(tagger, tokens)
-    if init == "text":
-        model.init_from_text(tokenizer)
-    return model
+    return PrefixTagger(tagger, tokens, text_start(tagger, tokenizer, tokens) if init == "text" else None)
 
 
-__all__ = ["PREFIX_TEXT", "PREFIX_TOKENS", "PrefixTagger", "PrefixedSelfAttention", "add_prefix", "widened_mask"]
+__all__ = ["PREFIX_TEXT", "PREFIX_TOKENS", "PrefixTagger", "PrefixedSelfAttention", "add_prefix", "text_start",
+           "widened_mask"]

