@@ -227,9 +227,12 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         failing = {}
         if self.method != "non-private" and self.noise_seed is None:
             why = ("each fit draws fresh DP noise from OS entropy (noise_seed=None, the secure default): two fits on "
-                   "the same data differ by design; with an integer noise_seed the check passes")
+                   "the same data differ by design (their predictions may still agree by chance); with an integer "
+                   "noise_seed the check passes")
             for check in ("check_fit_idempotent", "check_supervised_y_2d", "check_classifier_data_not_an_array"):
-                failing[check] = why  # each compares the predictions of two fits
+                # each compares the predictions of two fits; on check_estimator's small, easy data the two noisy
+                # models can predict the same labels, so a check may pass by chance (pytest's XPASS, not a fault)
+                failing[check] = why
         return failing
 
     def settings(self) -> TabularSettings:
@@ -297,7 +300,7 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         """DP-SGD (or non-private training) on every column of X as given: no statistic of the rows is read."""
         import torch
 
-        from dpcare.engine import Trainer, TrainConfig
+        from dpcare.engine import TrainConfig, Trainer
         from dpcare.models import TabularMLP
         from dpcare.privacy import PrivacyLedger, ProtectedUnit
         from dpcare.tabular.recipe import METHODS
