@@ -6,7 +6,7 @@ its hints."""
 import pytest
 import torch
 from grad_reference import assert_same_clipped_sums
-from lm_fixtures import minilm_tokenizer, tiny_bert
+from lm_fixtures import tiny_bert
 from test_engine_grouped import loop_over_patients
 
 import dpcare.text.lm.token_ner as token_ner
@@ -40,8 +40,8 @@ TEXT = "Assessment: pneumonia. Started metoprolol. Platelet count was low."
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return minilm_tokenizer()
+def tok(minilm_tok):
+    return minilm_tok
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 import torch
 from grad_reference import assert_same_clipped_sums, reference
-from lm_fixtures import minilm_tokenizer, tiny_bert
+from lm_fixtures import tiny_bert
 from test_engine_grouped import loop_over_patients
 
 from dpcare.engine.fast_clipping import clipped_sum_fast
@@ -48,13 +48,13 @@ TAGS = bio_tags()
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return minilm_tokenizer()
+def tok(minilm_tok):
+    return minilm_tok
 
 
 @pytest.fixture(scope="module")
-def corpus():
-    return generate_corpus(20, seed=0)
+def corpus(notes20):
+    return notes20
 
 
 # ---------------------------------------------------------------- windows, tags, round trip
