@@ -15,8 +15,10 @@ import json
 import time
 from pathlib import Path
 
-from ner_scoring import corpus_split, sample_patients
+from ner_scoring import attack_row, corpus_split, sample_patients
 
+from dpcare.lm import load_causal_lm
+from dpcare.text.lm.attacks import loss_attack_lm
 from dpcare.text.lm.finetune import finetune
 from dpcare.text.lm.scoring import score_summaries
 
@@ -28,6 +30,9 @@ p.add_argument("--patients", type=int, default=None, help="train on this many of
 p.add_argument("--seed", type=int, default=0); p.add_argument("--eval", type=int, default=60)
 p.add_argument("--base", action=argparse.BooleanOptionalAction, default=True,
                help="also decode the base model's summaries (a baseline; as long as the model's own)")
+p.add_argument("--mia", type=int, default=100,
+               help="patients per side of the LOSS and reference membership attacks: training patients against "
+                    "held-out patients outside the scored notes (0: none)")
 p.add_argument("--out", default="results/sum_dp.jsonl")
 p.add_argument("--journal", default=str(Path(__file__).parent / "journals" / "sum-dp.jsonl"),
                help="a second copy of the row, kept in git ('' : none)")
@@ -55,6 +60,13 @@ row = {**vars(a), "train_s": round(took), "score_s": round(time.time() - t2), "s
                    for k in ("baseline_name", "baseline", "difference", "low", "high", "beats")}
                   for c in scores.result["comparisons"]],
        "verdict": scores.result.get("verdict")}
+if a.mia:  # non-members: held-out patients whose notes were not scored (no choice read them)
+    scored = {n.patient_id for n in held_out}
+    nonmembers = [n for n in tests["templates"] if n.patient_id not in scored]
+    base, _ = load_causal_lm("smollm2", None)
+    attack = loss_attack_lm(net, base, tokenizer, sample_patients(train, a.mia), sample_patients(nonmembers, a.mia),
+                            task="summarisation")
+    row["membership"] = attack_row(attack)
 print(json.dumps(row), flush=True)
 Path(a.out).parent.mkdir(parents=True, exist_ok=True)
 with open(a.out, "a") as f:
