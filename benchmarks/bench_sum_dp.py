@@ -51,7 +51,8 @@ net, tokenizer, info = finetune(train, task="summarisation", mode=a.mode, epsilo
                                 seed=a.seed, progress=True)
 took = time.time() - t1
 t2 = time.time()
-scores = score_summaries(net, tokenizer, {"model": "smollm2", "layers": None}, held_out, baseline=a.base)
+base_recipe = {"model": "smollm2", "layers": None}  # what finetune trained from (its defaults)
+scores = score_summaries(net, tokenizer, base_recipe, held_out, baseline=a.base)
 guarantee = info.get("guarantee")
 row = {**vars(a), "train_s": round(took), "score_s": round(time.time() - t2), "steps": info.get("steps"),
        "sigma": info.get("noise_multiplier"), "epsilon_spent": guarantee["epsilon"] if guarantee else None,
@@ -60,10 +61,10 @@ row = {**vars(a), "train_s": round(took), "score_s": round(time.time() - t2), "s
                    for k in ("baseline_name", "baseline", "difference", "low", "high", "beats")}
                   for c in scores.result["comparisons"]],
        "verdict": scores.result.get("verdict")}
-if a.mia:  # non-members: held-out patients whose notes were not scored (no choice read them)
+if a.mia:  # non-members: held-out patients whose notes no summariser score read (the NER runs did score some)
     scored = {n.patient_id for n in held_out}
     nonmembers = [n for n in tests["templates"] if n.patient_id not in scored]
-    base, _ = load_causal_lm("smollm2", None)
+    base, _ = load_causal_lm(base_recipe["model"], base_recipe["layers"])
     attack = loss_attack_lm(net, base, tokenizer, sample_patients(train, a.mia), sample_patients(nonmembers, a.mia),
                             task="summarisation")
     row["membership"] = attack_row(attack)
