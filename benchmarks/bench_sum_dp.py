@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from ner_scoring import attack_row, corpus_split, sample_patients
+from ner_scoring import attack_row, corpus_split, fresh_patients, sample_patients
 
 from dpcare.lm import load_causal_lm
 from dpcare.text.lm.attacks import loss_attack_lm
@@ -33,6 +33,9 @@ p.add_argument("--base", action=argparse.BooleanOptionalAction, default=True,
 p.add_argument("--mia", type=int, default=100,
                help="patients per side of the LOSS and reference membership attacks: training patients against "
                     "held-out patients outside the scored notes (0: none)")
+p.add_argument("--fresh", action="store_true",
+               help="attack with clean non-members (ner_scoring.fresh_patients: no run, choice or score read them) "
+                    "instead of held-out patients")
 p.add_argument("--out", default="results/sum_dp.jsonl")
 p.add_argument("--journal", default=str(Path(__file__).parent / "journals" / "sum-dp.jsonl"),
                help="a second copy of the row, kept in git ('' : none)")
@@ -61,9 +64,10 @@ row = {**vars(a), "train_s": round(took), "score_s": round(time.time() - t2), "s
                    for k in ("baseline_name", "baseline", "difference", "low", "high", "beats")}
                   for c in scores.result["comparisons"]],
        "verdict": scores.result.get("verdict")}
-if a.mia:  # non-members: held-out patients whose notes no summariser score read (the NER runs did score some)
+if a.mia:  # non-members: clean ones (--fresh), or held-out patients no summariser score read (the NER runs did)
     scored = {n.patient_id for n in held_out}
-    nonmembers = [n for n in tests["templates"] if n.patient_id not in scored]
+    nonmembers = (fresh_patients(a.notes, "templates") if a.fresh
+                  else [n for n in tests["templates"] if n.patient_id not in scored])
     base, _ = load_causal_lm(base_recipe["model"], base_recipe["layers"])
     attack = loss_attack_lm(net, base, tokenizer, sample_patients(train, a.mia), sample_patients(nonmembers, a.mia),
                             task="summarisation")
