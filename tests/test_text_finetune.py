@@ -220,6 +220,17 @@ def test_finetune_summarisation_with_a_llama_folder_cut_to_one_block(tmp_path, t
     assert model.get_base_model().config.num_hidden_layers == 1
 
 
+def test_dp_lora_summarisation_defaults_to_its_measured_rate(gpt2_folder):
+    """lr=None: DP-LoRA summarisation trains at SUMMARY_LR (1e-2, docs/clinical-nlp.md), generative NER at the
+    mode's DEFAULT_LR; an explicit rate wins; the run's info records the rate it trained at."""
+    def rate(task, lr=None):
+        kwargs = {"window": 24, "stride": 12} if task == "ner" else {}
+        return finetune(NOTES, task, "dp-lora", epsilon=2.0, delta=1e-3, model=gpt2_folder, epochs=1, batch_size=1,
+                        lr=lr, accountant="rdp", **kwargs)[2]["lr"]
+
+    assert rate("summarisation") == 1e-2 and rate("ner") == 2e-3 and rate("summarisation", 3e-4) == 3e-4
+
+
 def test_ner_on_notes_without_gold_entities_warns(gpt2_folder):
     from dataclasses import replace
 
