@@ -42,7 +42,9 @@ class FinetuneSettings(Settings):
                                      "(a tagger) or a causal LM")
     layers: int = setting(0, kind="integer", low=0,
                           help="keep the first k blocks (0: all; a cut model is for smoke tests only)")
-    lr: float | None = setting(None, low=0, open_low=True, none=True, none_means="the mode's starting point",
+    lr: float | None = setting(None, low=0, open_low=True, none=True,
+                               none_means="the mode's starting point (DP-LoRA: 1e-2 for a tagger and for "
+                                          "summarisation, 2e-3 for generative NER)",
                                help="Adam learning rate")
     clip_variant: str = setting("fixed", kind="choice", choices=CLIP_VARIANTS,
                                 help="fixed C, adaptive-median (private quantile estimate) or warmup-p80 (10 charged "
