@@ -74,6 +74,8 @@ def default_lr(mode: str, task: str) -> float:
     if task == "summarisation" and mode in SUMMARY_LR:
         return SUMMARY_LR[mode]
     return DEFAULT_LR[mode]
+
+
 SUMMARY_INSTRUCTION = "Summarise the hospital course: list the discharge diagnoses, then a short summary."
 
 
@@ -348,8 +350,8 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
              device: str = "auto", precision: str = "fp32", prefix_init: str = "text"):
     """Fine-tune ``model`` ("smollm2" or a local Hugging Face folder; ``layers``: keep the first k blocks) on
     ``task`` in ``mode``. Returns (model, tokenizer, info); ``info["guarantee"]`` names the PATIENT as the
-    protected unit (None in non-private mode, which has no ledger). ``lr=None``: :func:`default_lr` of the mode and task;
-    ``accountant``: "pld" or "rdp" (the ledger's); ``adaptive_clip``: private adaptive clipping of the
+    protected unit (None in non-private mode, which has no ledger). ``lr=None``: :func:`default_lr` of the mode
+    and task; ``accountant``: "pld" or "rdp" (the ledger's); ``adaptive_clip``: private adaptive clipping of the
     per-patient norms (``clip_norm`` is then the initial C; private modes only, see docs/adaptive-clipping.md);
     ``device`` / ``precision``: where the engine trains (:mod:`dpcare.engine.devices`); ``prefix_init``
     (dp-prefix): "text", the keys and values of the task's PUBLIC instruction (:mod:`dpcare.text.lm.prefix_init`,
