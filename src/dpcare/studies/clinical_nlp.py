@@ -315,7 +315,7 @@ def _lm_cell(split: NoteSplit, task: str, mode: str, epsilon: float | None, seed
     from dpcare.lm import load_causal_lm
     from dpcare.text.evaluation import perplexity
     from dpcare.text.lm.attacks import insert_canaries, loss_attack_lm, make_note_canaries
-    from dpcare.text.lm.finetune import finetune
+    from dpcare.text.lm.finetune import DEFAULT_LR, finetune
 
     row: dict[str, Any] = {}
     rows = {"task": task, "labels": ENTITY_LABELS, "window": bench.window, "stride": bench.window}
@@ -328,6 +328,7 @@ def _lm_cell(split: NoteSplit, task: str, mode: str, epsilon: float | None, seed
     def fit(notes: list[Note], checkpoint_dir: str | None = None):
         return finetune(notes, task, mode, epsilon=epsilon, delta=DELTA if private else None, model=bench.model,
                         layers=bench.layers, epochs=bench.epochs, batch_size=bench.batch_size,
+                        lr=DEFAULT_LR[mode],  # the published table's rates, for both tasks (not SUMMARY_LR)
                         clip_norm=bench.clip_norm, seed=seed, noise_seed=seed, window=bench.window,
                         stride=bench.window, prefix_init=bench.prefix_init,
                         adaptive_clip=adaptive_clip(variant), max_physical_batch=bench.physical_batch,
