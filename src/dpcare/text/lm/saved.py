@@ -87,13 +87,11 @@ def finetune_manifest(info: dict[str, Any], settings: dict[str, Any] | None = No
                                                    "trainable_parameters")}
     if settings:
         from dpcare.settings import in_effect
-        from dpcare.text.lm.finetune import default_lr
         from dpcare.text.lm.settings import FinetuneSettings
 
         s = FinetuneSettings.from_dict({k: v for k, v in settings.items() if k != "info"})
         g = info.get("guarantee")
-        lr = info.get("lr") or (default_lr(s.mode, s.task) if s.lr is None else s.lr)
-        m.settings_in_effect = in_effect(s, {"lr": lr, "model": s.resolved_model, "window": s.resolved_window,
+        m.settings_in_effect = in_effect(s, {"lr": info["lr"], "model": s.resolved_model, "window": s.resolved_window,
                                              "stride": s.resolved_stride, "hints": s.resolved_hints or "none",
                                              **({"dp.delta": g["delta"]} if g else {})}, method=s.mode)
     if scores is None or scores.result is None:
