@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from dpcare.cli import app
-from dpcare.exceptions import DataError
+from dpcare.exceptions import DataError, SettingsError
 from dpcare.lm import load_causal_lm
 from dpcare.runs import read_manifest
 from dpcare.text import generate_corpus, read_jsonl, write_jsonl
@@ -110,6 +110,28 @@ def test_commands_end_to_end(gpt2_folder, tmp_path):
     assert "ROUGE-L" in r.output and len((tmp_path / "sum.jsonl").read_text().splitlines()) == 6
     wrong = runner.invoke(app, ["text", "summarise", str(tmp_path / "ner"), str(notes), "--out", str(tmp_path / "x")])
     assert wrong.exit_code == 2 and "not summarisation" in wrong.output
+
+
+def test_summarisation_left_off_trains_on_its_measured_schedule(notes_file, tmp_path, monkeypatch):
+    """`text finetune --task summarisation` without --batch-size / --epochs gets summarisation's measured 64
+    patients a step for 2 epochs (issue 55); NER keeps the tagger's 128 for 5; what is given is kept."""
+    seen = []
+
+    def stop(settings, patients):  # before the run folder, the budget and the notes' text
+        seen.append(settings)
+        raise SettingsError("stopped by the test")
+
+    monkeypatch.setattr("dpcare.text.lm.finetune.plan", stop)
+    base = ["text", "finetune", str(notes_file), "--out", str(tmp_path / "run")]
+    for args in (["--task", "summarisation"], ["--task", "summarisation", "--batch-size", "128", "--epochs", "5"],
+                 ["--task", "ner"]):
+        r = runner.invoke(app, [*base, *args])
+        assert r.exit_code == 2 and "stopped by the test" in r.output
+    summaries, given, ner = (s.dp for s in seen)
+    assert (summaries.batch_size, summaries.epochs) == (64, 2.0) and summaries.epsilon == 3.0
+    assert (given.batch_size, given.epochs) == (128, 5.0)
+    assert (ner.batch_size, ner.epochs) == (128, 5.0)
+    assert not (tmp_path / "run").exists()
 
 
 def test_finetune_with_a_budget_is_refused_before_any_note_is_read(gpt2_folder, notes_file, tmp_path, monkeypatch):

@@ -116,6 +116,34 @@ def test_a_bad_option_names_the_flag_before_the_command_runs():
     assert "--accountant must be one of ['pld', 'rdp']" in r.stderr
 
 
+def test_defaults_that_depend_on_a_setting_fill_only_the_options_left_off():
+    """A run's own defaults (here: a wide model trains in smaller batches) replace the declared ones only where the
+    command line said nothing; a value given, even one equal to the declared default, is kept."""
+    seen: list = []
+    app = typer.Typer(cls=ErrorReportingGroup)
+
+    def own(recipe: _Recipe) -> _Recipe:
+        return _Recipe(hidden=recipe.hidden, dp=recipe.dp.replace(batch_size=8, epochs=2.0)) if recipe.hidden > 16 \
+            else _Recipe()
+
+    @app.command()
+    @settings_options("recipe", _Recipe(), skip=("dp.unit",), defaults=own)
+    def fit(recipe: _Recipe = None) -> None:
+        seen.append(recipe)
+
+    @app.command()
+    def other() -> None:
+        pass
+
+    for args in (["--hidden", "32"], ["--hidden", "32", "--batch-size", "32"], ["--hidden", "4"]):
+        r = CliRunner().invoke(app, ["fit", *args])
+        assert r.exit_code == 0, r.output
+    wide, given, narrow = seen
+    assert (wide.dp.batch_size, wide.dp.epochs, wide.hidden) == (8, 2.0, 32)
+    assert (given.dp.batch_size, given.dp.epochs) == (32, 2.0)  # 32 is the declared default, but it was given
+    assert narrow.dp == _Recipe().dp and narrow.hidden == 4
+
+
 def test_settings_options_refuse_two_settings_on_one_flag():
     @dataclass(frozen=True)
     class Clash:

@@ -7,6 +7,10 @@ built from them as its ``settings`` argument. A bad value is refused before the 
 the option's flag, what it accepts and what was given::
 
     error: --epsilon must be a finite number > 0, got --epsilon = -1.0
+
+Where a default depends on another setting (summarisation's schedule differs from NER's), ``defaults`` maps
+the settings built from the command line to the defaults of that run: every option left off the command
+line then takes its value from there, every option given keeps the given value.
 """
 
 from __future__ import annotations
@@ -82,9 +86,26 @@ def _build(obj: Any, values: dict[tuple[str, ...], Any]) -> Any:
     return dataclasses.replace(obj, **changes)
 
 
-def settings_options(param: str, default: Any, skip: Iterable[str] = ()) -> Callable[[Callable], Callable]:
+def _value(obj: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        obj = getattr(obj, name)
+    return obj
+
+
+_CONTEXT = "_settings_context"  # the typer context, passed to a command with run-dependent defaults
+
+
+def _left_off(options: list[_Option], ctx: typer.Context) -> list[_Option]:
+    """The options this invocation did not give (their value is the declared default)."""
+    sources = {o: ctx.get_parameter_source(o.param) for o in options}
+    return [o for o, source in sources.items() if source is not None and source.name in ("DEFAULT", "DEFAULT_MAP")]
+
+
+def settings_options(param: str, default: Any, skip: Iterable[str] = (),
+                     defaults: Callable[[Any], Any] | None = None) -> Callable[[Callable], Callable]:
     """Decorator of a typer command: an option per declared setting of ``default`` (names in ``skip``,
-    plain or dotted like ``dp.unit``, left out); the command gets the built settings as ``param``."""
+    plain or dotted like ``dp.unit``, left out); the command gets the built settings as ``param``.
+    ``defaults(settings)``: the defaults of the run those settings describe, for the options left off."""
     options = _options(default, set(skip))
     flags = [o.flag for o in options]
     if len(set(flags)) != len(flags):
@@ -96,12 +117,17 @@ def settings_options(param: str, default: Any, skip: Iterable[str] = ()) -> Call
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:
+            ctx = kwargs.pop(_CONTEXT, None)
             values = {}
             for o in options:
                 value = kwargs.pop(o.param)
                 o.rule.check(o.flag, value)
                 values[o.path] = value
-            kwargs[param] = _build(default, values)
+            built = _build(default, values)
+            if defaults is not None and (left_off := _left_off(options, ctx)):
+                own = defaults(built)
+                built = _build(default, values | {o.path: _value(own, o.path) for o in left_off})
+            kwargs[param] = built
             compute = _compute(kwargs[param])
             if compute is None or (compute == ComputeSettings() and not launched_by_torchrun()):
                 return command(**kwargs)  # one process, device auto, fp32: nothing to check before the command
@@ -121,7 +147,9 @@ def settings_options(param: str, default: Any, skip: Iterable[str] = ()) -> Call
             with contextlib.redirect_stdout(io.StringIO()):  # a worker rank: rank 0 prints and writes
                 return command(**kwargs)
 
-        wrapper.__signature__ = signature.replace(parameters=[*kept, *(o.parameter() for o in options)])
+        context = [inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)] \
+            if defaults is not None else []
+        wrapper.__signature__ = signature.replace(parameters=[*kept, *(o.parameter() for o in options), *context])
         return wrapper
 
     return decorate
