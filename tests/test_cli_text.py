@@ -124,12 +124,13 @@ def test_summarisation_left_off_trains_on_its_measured_schedule(notes_file, tmp_
     monkeypatch.setattr("dpcare.text.lm.finetune.plan", stop)
     base = ["text", "finetune", str(notes_file), "--out", str(tmp_path / "run")]
     for args in (["--task", "summarisation"], ["--task", "summarisation", "--batch-size", "128", "--epochs", "5"],
-                 ["--task", "ner"]):
+                 ["--task", "summarisation", "--batch-size", "128"], ["--task", "ner"]):
         r = runner.invoke(app, [*base, *args])
         assert r.exit_code == 2 and "stopped by the test" in r.output
-    summaries, given, ner = (s.dp for s in seen)
+    summaries, given, one_given, ner = (s.dp for s in seen)
     assert (summaries.batch_size, summaries.epochs) == (64, 2.0) and summaries.epsilon == 3.0
     assert (given.batch_size, given.epochs) == (128, 5.0)
+    assert (one_given.batch_size, one_given.epochs) == (128, 2.0)
     assert (ner.batch_size, ner.epochs) == (128, 5.0)
     assert not (tmp_path / "run").exists()
 

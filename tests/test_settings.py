@@ -132,16 +132,20 @@ def test_defaults_that_depend_on_a_setting_fill_only_the_options_left_off():
         seen.append(recipe)
 
     @app.command()
-    def other() -> None:
-        pass
+    @settings_options("recipe", _Recipe(), skip=("dp.unit",), defaults=own)
+    def inspect(ctx: typer.Context, recipe: _Recipe = None) -> None:  # a command with its own context keeps it
+        seen.append((ctx.info_name, recipe))
 
     for args in (["--hidden", "32"], ["--hidden", "32", "--batch-size", "32"], ["--hidden", "4"]):
         r = CliRunner().invoke(app, ["fit", *args])
         assert r.exit_code == 0, r.output
-    wide, given, narrow = seen
+    r = CliRunner().invoke(app, ["inspect", "--hidden", "32", "--epochs", "3"])
+    assert r.exit_code == 0, r.output
+    wide, given, narrow, (name, own_context) = seen
     assert (wide.dp.batch_size, wide.dp.epochs, wide.hidden) == (8, 2.0, 32)
     assert (given.dp.batch_size, given.dp.epochs) == (32, 2.0)  # 32 is the declared default, but it was given
     assert narrow.dp == _Recipe().dp and narrow.hidden == 4
+    assert name == "inspect" and (own_context.dp.batch_size, own_context.dp.epochs) == (8, 3.0)
 
 
 def test_settings_options_refuse_two_settings_on_one_flag():

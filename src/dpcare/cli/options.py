@@ -86,19 +86,10 @@ def _build(obj: Any, values: dict[tuple[str, ...], Any]) -> Any:
     return dataclasses.replace(obj, **changes)
 
 
-def _value(obj: Any, path: tuple[str, ...]) -> Any:
-    for name in path:
-        obj = getattr(obj, name)
-    return obj
-
-
-_CONTEXT = "_settings_context"  # the typer context, passed to a command with run-dependent defaults
-
-
-def _left_off(options: list[_Option], ctx: typer.Context) -> list[_Option]:
-    """The options this invocation did not give (their value is the declared default)."""
+def _given(options: list[_Option], ctx: typer.Context) -> list[_Option]:
+    """The options this invocation gave (on the command line or from the environment), not left at the default."""
     sources = {o: ctx.get_parameter_source(o.param) for o in options}
-    return [o for o, source in sources.items() if source is not None and source.name in ("DEFAULT", "DEFAULT_MAP")]
+    return [o for o, source in sources.items() if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")]
 
 
 def settings_options(param: str, default: Any, skip: Iterable[str] = (),
@@ -114,19 +105,22 @@ def settings_options(param: str, default: Any, skip: Iterable[str] = (),
     def decorate(command: Callable) -> Callable:
         signature = inspect.signature(command, eval_str=True)  # annotations as objects, not strings
         kept = [p for p in signature.parameters.values() if p.name != param]
+        # run-dependent defaults read the typer context: the command's own if it takes one (typer passes only
+        # one), else one added to the signature under a name of this decorator's
+        own_context = next((p.name for p in kept if p.annotation is typer.Context), None)
+        context = own_context or f"_{param}_context"
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:
-            ctx = kwargs.pop(_CONTEXT, None)
+            ctx = None if defaults is None else kwargs[context] if own_context else kwargs.pop(context)
             values = {}
             for o in options:
                 value = kwargs.pop(o.param)
                 o.rule.check(o.flag, value)
                 values[o.path] = value
             built = _build(default, values)
-            if defaults is not None and (left_off := _left_off(options, ctx)):
-                own = defaults(built)
-                built = _build(default, values | {o.path: _value(own, o.path) for o in left_off})
+            if defaults is not None:  # the run's own defaults, with what was given on top
+                built = _build(defaults(built), {o.path: values[o.path] for o in _given(options, ctx)})
             kwargs[param] = built
             compute = _compute(kwargs[param])
             if compute is None or (compute == ComputeSettings() and not launched_by_torchrun()):
@@ -147,9 +141,9 @@ def settings_options(param: str, default: Any, skip: Iterable[str] = (),
             with contextlib.redirect_stdout(io.StringIO()):  # a worker rank: rank 0 prints and writes
                 return command(**kwargs)
 
-        context = [inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)] \
-            if defaults is not None else []
-        wrapper.__signature__ = signature.replace(parameters=[*kept, *(o.parameter() for o in options), *context])
+        added = [inspect.Parameter(context, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)] \
+            if defaults is not None and not own_context else []
+        wrapper.__signature__ = signature.replace(parameters=[*kept, *(o.parameter() for o in options), *added])
         return wrapper
 
     return decorate
