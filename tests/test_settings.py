@@ -107,6 +107,25 @@ def test_cli_options_come_from_the_declarations():
     assert "32" in help_text  # the recipe's default batch, not DPSettings'
 
 
+def test_the_help_says_what_leaving_an_option_off_means():
+    """A setting whose default is None says in its help what None means (the help shows no default value);
+    written so that rich does not read it as markup and drop it."""
+    help_text = CliRunner().invoke(_app([]), ["fit", "--help"], env={"COLUMNS": "400"}).output
+    assert "left off: from epochs" in help_text and "left off: a fixed C" in help_text
+
+
+def test_finetune_lr_help_is_built_from_the_rate_tables():
+    from dpcare.cli import app
+    from dpcare.text.lm.settings import FinetuneSettings, starting_lr
+
+    help_text = CliRunner().invoke(app, ["text", "finetune", "--help"], env={"COLUMNS": "400"}).output
+    tagger, summary, ner = (starting_lr("dp-lora", task, tagger) for task, tagger in
+                            (("ner", True), ("summarisation", False), ("ner", False)))
+    assert f"DP-LoRA: {tagger:g} for a tagger, {summary:g} for summarisation, {ner:g} for generative NER" in help_text
+    assert FinetuneSettings(lr=3e-4).resolved_lr == 3e-4
+    assert FinetuneSettings(task="summarisation", model="smollm2").resolved_lr == summary
+
+
 def test_a_bad_option_names_the_flag_before_the_command_runs():
     seen: list = []
     r = CliRunner().invoke(_app(seen), ["fit", "d.csv", "--epsilon", "-1"])

