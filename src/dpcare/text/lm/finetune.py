@@ -343,8 +343,9 @@ def finetune(notes: Iterable[Note], task: str = "ner", mode: str | FinetuneMode 
     """Fine-tune ``model`` ("smollm2" or a local Hugging Face folder; ``layers``: keep the first k blocks) on
     ``task`` in ``mode``. Returns (model, tokenizer, info); ``info["guarantee"]`` names the PATIENT as the
     protected unit (None in non-private mode, which has no ledger). ``lr=None``:
-    :func:`~dpcare.text.lm.settings.starting_lr` of the mode and task; ``accountant``: "pld" or "rdp" (the ledger's); ``adaptive_clip``: private adaptive clipping of the
-    per-patient norms (``clip_norm`` is then the initial C; private modes only, see docs/adaptive-clipping.md);
+    :func:`~dpcare.text.lm.settings.starting_lr` of the mode and task; ``accountant``: "pld" or "rdp" (the
+    ledger's); ``adaptive_clip``: private adaptive clipping of the per-patient norms (``clip_norm`` is then the
+    initial C; private modes only, see docs/adaptive-clipping.md);
     ``device`` / ``precision``: where the engine trains (:mod:`dpcare.engine.devices`); ``prefix_init``
     (dp-prefix): "text", the keys and values of the task's PUBLIC instruction (:mod:`dpcare.text.lm.prefix_init`,
     no budget), or "random", peft's own initialisation. ``seed``: public (initialisation, dropout);

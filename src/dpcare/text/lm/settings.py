@@ -53,7 +53,7 @@ def starting_lr(mode: str, task: str, tagger: bool) -> float:
 
 
 def _lr_none_means() -> str:
-    return (f"the mode's starting point (DP-LoRA: {TAGGER_LR['dp-lora']:g} for a tagger, "
+    return (f"the mode's starting point (DP-LoRA: {starting_lr('dp-lora', 'ner', True):g} for a tagger, "
             f"{starting_lr('dp-lora', 'summarisation', False):g} for summarisation, "
             f"{starting_lr('dp-lora', 'ner', False):g} for generative NER)")
 

@@ -426,9 +426,10 @@ def train_token_ner(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
     TAGGER_LR of the mode (:mod:`dpcare.text.lm.settings`); ``adaptive_clip``: private adaptive clipping (private
     modes; ``clip_norm`` is the initial C); ``noise_seed``: the secret root of the private sampling and noise
     (None: fresh OS entropy); ``ema_decay``: the model returned holds the exponential moving average of the
-    trained weights (post-processing of the released iterates: no privacy cost; De et al. 2022); ``hints="lexicon"`` (the default; None: no hints,
-    as for labels the lexicon does not know): the tagger also reads the public lexicon's tag of every piece as its
-    token type (:func:`hint_types`; the widened type rows train in every mode); ``prefix_tokens`` /
+    trained weights (post-processing of the released iterates: no privacy cost; De et al. 2022);
+    ``hints="lexicon"`` (the default; None: no hints, as for labels the lexicon does not know): the tagger also
+    reads the public lexicon's tag of every piece as its token type (:func:`hint_types`; the widened type rows
+    train in every mode); ``prefix_tokens`` /
     ``prefix_init``: dp-prefix's virtual tokens and their start (:mod:`dpcare.text.lm.encoder_prefix`).
     ``stride`` None is ``window``: training windows do not overlap, so every piece of every window is scored
     (with overlap the pieces an earlier window scored are ignored: compute spent on no loss).
@@ -480,6 +481,7 @@ def finetune_tagger(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
                       "to tag every piece O", stacklevel=user_stacklevel())
     mode = FinetuneMode.parse(mode)
     prefix = mode is FinetuneMode.DP_PREFIX
+    lr = TAGGER_LR[mode.value] if lr is None else lr  # trained at and recorded
     net, tokenizer, result = train_token_ner(
         notes, mode, epsilon=epsilon, delta=delta, model=model, epochs=epochs, batch_size=batch_size, lr=lr,
         clip_norm=clip_norm, seed=seed, noise_seed=noise_seed, labels=labels, window=window, stride=stride,
@@ -493,7 +495,7 @@ def finetune_tagger(notes: Iterable[Note], mode: str | FinetuneMode = "dp-lora",
         "lora_alpha": lora_alpha, "prefix_tokens": prefix_tokens if prefix else None,
         "prefix_init": prefix_init if prefix else None, "labels": list(labels), "window": window, "stride": stride, "hints": hints, "patients": len({w.patient_id for w in windows}),
         "notes": len({w.note_id for w in windows}), "rows": len(windows),
-        "lr": TAGGER_LR[mode.value] if lr is None else lr, **training_info(net, result, adaptive_clip),
+        "lr": lr, **training_info(net, result, adaptive_clip),
     }
     return net, tokenizer, info
 
